@@ -1,0 +1,154 @@
+"""The Monitor: a bounded queue in front of a worker thread that feeds the sinks.
+
+Example::
+
+    from mindwatch.core import Monitor
+    from mindwatch.store import RunWriter
+
+    mon = Monitor([RunWriter(run_dir)], flush_secs=2.0)
+    mon.start()
+    mon.record({"step": 1, "t": time.time(), "loss": 2.3})   # the hot path: one append
+    mon.close("finished")
+
+The training thread only calls :meth:`Monitor.record`. Everything else (encoding,
+writing, fsync, sampling memory, rules, notifications) happens on the worker thread,
+and an exception in a sink is a warning, never a failure of training.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+log = logging.getLogger("mindwatch")
+
+Record = dict[str, Any]
+
+
+class Sink(Protocol):
+    """Something that consumes records on the worker thread."""
+
+    def write(self, records: list[Record]) -> None:
+        """New records, in step order; called every poll that has any."""
+
+    def flush(self) -> None:
+        """Every ``flush_secs``: make what was written durable, beat the heartbeat."""
+
+    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        """Once, when the run ends in ``state``."""
+
+
+#: A sampler returns extra metrics (memory, ...) merged into the newest record; run on the worker.
+Sampler = Callable[[], dict[str, float]]
+
+
+class Monitor:
+    """Bounded queue + worker thread. See the module docstring."""
+
+    def __init__(
+        self,
+        sinks: Sequence[Sink],
+        *,
+        queue_size: int = 10_000,
+        flush_secs: float = 2.0,
+        samplers: Sequence[Sampler] = (),
+        sample_secs: float = 1.0,
+        poll_secs: float = 0.05,
+    ) -> None:
+        self.sinks = list(sinks)
+        self.samplers = list(samplers)
+        self.flush_secs = flush_secs
+        self.sample_secs = sample_secs
+        self.poll_secs = poll_secs
+        self.dropped = 0
+        self.state = "running"
+        self._queue: deque[Record] = deque()
+        self._capacity = queue_size
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_flush = 0.0
+        self._last_sample = 0.0
+        self._sink_errors: dict[int, float] = {}
+
+    # -- training thread ------------------------------------------------
+    def record(self, rec: Record) -> None:
+        """Queue one record; when the queue is full, drop it and count it. Never blocks."""
+        if len(self._queue) >= self._capacity:
+            self.dropped += 1
+            return
+        self._queue.append(rec)
+
+    # -- lifecycle ------------------------------------------------------
+    def start(self) -> Monitor:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mindwatch-monitor", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self, state: str = "finished", error: str | None = None, reason: str | None = None, timeout: float = 10.0) -> None:
+        """Drain the queue, tell every sink the final state, stop the worker."""
+        if self._stop.is_set():
+            return
+        self.state = state
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._drain()
+        if self.dropped:
+            log.warning(
+                "mindwatch: %d records were dropped because the queue was full (queue_size=%d)", self.dropped, self._capacity
+            )
+        for sink in self.sinks:
+            self._call(sink, "close", state, error, reason)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- worker thread --------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_secs):
+            self._drain()
+            now = time.monotonic()
+            if now - self._last_flush >= self.flush_secs:
+                self._last_flush = now
+                for sink in self.sinks:
+                    self._call(sink, "flush")
+
+    def _drain(self) -> None:
+        batch: list[Record] = []
+        q = self._queue
+        while q:
+            batch.append(q.popleft())
+        if not batch:
+            return
+        now = time.monotonic()
+        if self.samplers and now - self._last_sample >= self.sample_secs:
+            self._last_sample = now
+            newest = batch[-1]
+            for sampler in self.samplers:
+                try:
+                    for k, v in sampler().items():
+                        newest.setdefault(k, v)
+                except Exception as e:  # a broken probe must not stop monitoring
+                    self._warn_once(id(sampler), f"mindwatch: sampler {sampler!r} failed: {e!r}")
+        for sink in self.sinks:
+            if hasattr(sink, "dropped"):
+                sink.dropped = self.dropped
+            self._call(sink, "write", batch)
+
+    def _call(self, sink: Sink, method: str, *args: Any) -> None:
+        try:
+            getattr(sink, method)(*args)
+        except Exception as e:
+            self._warn_once(id(sink), f"mindwatch: {type(sink).__name__}.{method} failed: {e!r}; training continues")
+
+    def _warn_once(self, key: int, msg: str) -> None:
+        now = time.monotonic()
+        if now - self._sink_errors.get(key, -1e9) > 60:
+            self._sink_errors[key] = now
+            log.warning(msg)

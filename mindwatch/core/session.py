@@ -1,0 +1,123 @@
+"""A monitored run: its directory, its meta, its Monitor and sinks, from one config.
+
+Example::
+
+    from mindwatch.config import load_config
+    from mindwatch.core.session import RunSession
+
+    session = RunSession.start(load_config({"project": "demo"}), rank=0, world_size=1)
+    session.monitor.record({"step": 1, "t": time.time(), "loss": 2.3})
+    session.close("finished")
+
+The MindSpore callback uses this; any other training loop can too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mindwatch import __version__
+from mindwatch.config import MonitorConfig
+from mindwatch.core.monitor import Monitor, Sampler, Sink
+from mindwatch.sinks.console import ConsoleSummary
+from mindwatch.store.layout import RunLayout, new_run_id, write_json_atomic
+from mindwatch.store.writer import RunWriter
+
+log = logging.getLogger("mindwatch")
+
+
+@dataclass
+class RunSession:
+    """One rank's part of a run: where it writes and the Monitor that writes there."""
+
+    config: MonitorConfig
+    run_dir: Path
+    rank: int
+    world_size: int
+    writer: RunWriter
+    monitor: Monitor
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def start(
+        cls,
+        config: MonitorConfig,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        run_id: str | None = None,
+        samplers: list[Sampler] | None = None,
+        extra_sinks: list[Sink] | None = None,
+        versions: dict[str, str] | None = None,
+    ) -> RunSession:
+        """Create (or join, for ranks > 0) the run directory and start the worker."""
+        setup_logging(config.log_level)
+        parent = Path(config.save_dir) / config.project
+        parent.mkdir(parents=True, exist_ok=True)
+        run_id = run_id or new_run_id(parent, config.run_name)
+        run_dir = parent / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        writer = RunWriter(run_dir, rank, flush_secs=config.flush_secs)
+        sinks: list[Sink] = [writer]
+        if rank == 0 or config.callback.params.log_all_ranks:
+            sinks.append(ConsoleSummary(config.interval))
+        sinks.extend(extra_sinks or [])
+        monitor = Monitor(sinks, queue_size=config.queue_size, flush_secs=config.flush_secs, samplers=samplers or [])
+        session = cls(config, run_dir, rank, world_size, writer, monitor)
+        if rank == 0:
+            session.meta = build_meta(config, run_id, world_size, versions or {})
+            session.write_meta()
+        monitor.start()
+        log.info("mindwatch: recording run %s (rank %d of %d) in %s", run_id, rank, world_size, run_dir)
+        return session
+
+    @property
+    def layout(self) -> RunLayout:
+        return self.writer.layout
+
+    def write_meta(self) -> None:
+        try:
+            write_json_atomic(self.layout.meta, self.meta)
+        except OSError as e:
+            log.warning("mindwatch: cannot write %s (%s); training continues", self.layout.meta, e)
+
+    def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
+        if self.rank == 0 and self.meta:
+            self.meta["ended_at"] = time.time()
+            self.meta["final_state"] = state
+            self.write_meta()
+        self.monitor.close(state, error, reason)
+
+
+def build_meta(config: MonitorConfig, run_id: str, world_size: int, versions: dict[str, str]) -> dict[str, Any]:
+    """What ``meta.json`` holds: who, what, where and with which config."""
+    return {
+        "run_id": run_id,
+        "project": config.project,
+        "tags": config.tags,
+        "config": config.snapshot(),
+        "world_size": world_size,
+        "hosts": [socket.gethostname()],
+        "pid": os.getpid(),
+        "command": sys.argv,
+        "started_at": time.time(),
+        "versions": {"mindwatch": __version__, "python": platform.python_version(), **versions},
+    }
+
+
+def setup_logging(level: str) -> None:
+    """Give the ``mindwatch`` logger a console handler unless the application configured one."""
+    logger = logging.getLogger("mindwatch")
+    logger.setLevel(level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)

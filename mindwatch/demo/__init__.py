@@ -1,0 +1,1 @@
+"""The demo: a tiny GPT-style model and a byte-level corpus that exists offline."""

@@ -1,0 +1,214 @@
+"""``MonitorCallback``: the MindSpore callback that feeds a mindwatch run.
+
+Example::
+
+    from mindwatch.mindspore import MonitorCallback
+    model.train(epochs, ds, callbacks=[MonitorCallback("monitor.yaml")])
+
+Per recorded step it puts one small record on the Monitor's queue: step, epoch, wall time,
+rank, loss (and lr / grad_norm / overflow / loss_scale when the train cell returns them),
+step_time, data_time (the wait for the batch), samples/s, tokens/s, attention entropy on
+sampled steps. Memory is sampled on the worker thread. Nothing here writes files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import mindspore as ms
+from mindspore.train import Callback
+
+from mindwatch.config import MonitorConfig, load_config
+from mindwatch.core.session import RunSession
+from mindwatch.mindspore.outputs import decode_outputs, output_layout
+from mindwatch.mindspore.probes import (
+    AttentionEntropy,
+    LrProbe,
+    attention_cells,
+    device_memory_sampler,
+    host_memory_sampler,
+)
+from mindwatch.mindspore.ranks import discover_rank
+
+log = logging.getLogger("mindwatch")
+_perf = time.perf_counter
+_wall = time.time
+
+
+class MonitorCallback(Callback):
+    """Record a MindSpore training into a mindwatch run directory.
+
+    Example::
+
+        cb = MonitorCallback({"project": "gpt", "interval": 10})
+        model.train(2, dataset, callbacks=[cb])
+        cb.run_dir        # where the run went
+
+    ``config`` is a :class:`~mindwatch.config.MonitorConfig`, a dict, a YAML string or a path
+    to a YAML file (a top-level ``monitor_config:`` key is accepted). ``enable: false`` makes
+    the callback a no-op.
+    """
+
+    def __init__(self, config: MonitorConfig | dict[str, Any] | str | os.PathLike[str] | None = None, **overrides: Any) -> None:
+        super().__init__()
+        cfg = load_config(config)
+        if overrides:
+            cfg = load_config({**cfg.model_dump(exclude_unset=True), **overrides})
+        self.config = cfg
+        self.enabled = cfg.enable
+        self.session: RunSession | None = None
+        self._metrics = cfg.enabled_metrics
+        self._step_interval = cfg.step_interval
+        self._entropy: AttentionEntropy | None = None
+
+    # -- public ------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path | None:
+        """The run directory of the current (or last) training, once it started."""
+        return self.session.run_dir if self.session else None
+
+    def log(self, step: int, **metrics: float) -> None:
+        """Record user metrics for ``step`` (names of your own; values must be numbers)."""
+        if self.session is not None:
+            self.session.monitor.record({"step": int(step), "t": _wall(), "rank": self._rank, **metrics})
+
+    # -- MindSpore hooks ------------------------------------------------------
+    def on_train_begin(self, run_context: Any) -> None:
+        if not self.enabled:
+            return
+        cb = run_context.original_args()
+        rank, world = discover_rank()
+        self._rank = rank
+        samplers = []
+        if "host_rss_gb" in self._metrics:
+            samplers.append(host_memory_sampler())
+        if self._metrics & {"device_mem_gb", "device_mem_peak_gb"}:
+            dev = device_memory_sampler()
+            if dev is not None:
+                samplers.append(dev)
+        self.session = RunSession.start(
+            self.config,
+            rank=rank,
+            world_size=world,
+            samplers=samplers,
+            versions={"mindspore": ms.__version__},
+        )
+        train_network = getattr(cb, "train_network", None)
+        optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
+        self._declared = getattr(train_network, "mindwatch_outputs", None)
+        self._layout: tuple[str, ...] | None = None
+        self._lr = LrProbe(optimizer) if "lr" in self._metrics else None
+        self._setup_entropy(getattr(cb, "network", None) or train_network)
+        self._batch_size = self.config.batch_size
+        self._seq_length = self.config.seq_length
+        self._shape_known = False
+        now = _perf()
+        self._step_begin = self._prev_end = self._last_recorded_time = now
+        self._last_step = self._last_recorded_step = int(getattr(cb, "cur_step_num", 0) or 0)
+        self._data_acc = 0.0
+        self._first = True
+        self._closed = False
+
+    def on_train_step_begin(self, run_context: Any) -> None:
+        if not self.enabled:
+            return
+        self._step_begin = _perf()
+        if self._entropy is not None:
+            step = run_context.original_args().cur_step_num
+            self._entropy.sampling = step % self.config.attention_entropy.every == 0
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        if not self.enabled:
+            return
+        now = _perf()
+        cb = run_context.original_args()
+        step = cb.cur_step_num
+        self._data_acc += self._step_begin - self._prev_end
+        self._prev_end = now
+        n = step - self._last_recorded_step
+        if n < self._step_interval and not self._first:
+            return
+        self._first = False  # the first step is always recorded (in GRAPH mode its time includes compilation)
+        elapsed = now - self._last_recorded_time
+        rec: dict[str, Any] = {"step": step, "epoch": cb.cur_epoch_num, "t": _wall(), "rank": self._rank}
+        outputs = cb.net_outputs
+        if self._layout is None:
+            self._layout = output_layout(outputs, self._declared)
+        decode_outputs(outputs, self._layout, rec)
+        if self._lr is not None and "lr" not in rec:
+            lr = self._lr(step)
+            if lr is not None:
+                rec["lr"] = lr
+        if n > 0 and elapsed > 0:
+            rec["step_time"] = elapsed / n
+            rec["data_time"] = self._data_acc / n
+            if not self._shape_known:
+                self._read_batch_shape(cb)
+            if self._batch_size:
+                rec["samples_per_second"] = self._batch_size * n / elapsed
+                if self._seq_length:
+                    rec["tokens_per_second"] = self._batch_size * self._seq_length * n / elapsed
+        if self._entropy is not None and self._entropy.values:
+            rec.update(self._entropy.take())
+        self.session.monitor.record(rec)  # type: ignore[union-attr]
+        self._last_recorded_step = step
+        self._last_recorded_time = now
+        self._data_acc = 0.0
+
+    def on_train_end(self, run_context: Any) -> None:
+        if not self.enabled or self.session is None:
+            return
+        stopped = run_context.get_stop_requested()
+        self._finish("stopped" if stopped else "finished", reason="stop requested by a callback" if stopped else None)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        # MindSpore's callback manager is an ExitStack: this runs when Model.train raises, too.
+        if self.enabled and self.session is not None and exc is not None:
+            text = "".join(traceback.format_exception_only(exc_type, exc)).strip()
+            self._finish("failed", error=text)
+        # never swallow the user's exception: return None
+
+    # -- internals ------------------------------------------------------------
+    def _finish(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        if self._closed or self.session is None:
+            return
+        self._closed = True
+        if self._entropy is not None:
+            self._entropy.remove()
+            self._entropy = None
+        self.session.close(state, error=error, reason=reason)
+
+    def _read_batch_shape(self, cb: Any) -> None:
+        self._shape_known = True
+        element = getattr(cb, "train_dataset_element", None)
+        first = element[0] if isinstance(element, (tuple, list)) and element else element
+        shape = tuple(getattr(first, "shape", ()) or ())
+        if self._batch_size is None and shape:
+            self._batch_size = int(shape[0])
+        if self._seq_length is None and len(shape) == 2 and _is_integer(first):
+            self._seq_length = int(shape[1])  # token ids: (batch, sequence)
+
+    def _setup_entropy(self, network: Any) -> None:
+        if "attention_entropy" not in self._metrics or network is None:
+            return
+        if ms.get_context("mode") == ms.GRAPH_MODE:
+            log.warning(
+                "mindwatch: attention_entropy is off in GRAPH mode: forward hooks with Python side effects "
+                "cannot run inside a compiled graph. Train in PyNative mode to record it."
+            )
+            return
+        cells = attention_cells(network, self.config.attention_entropy.cells)
+        if not cells:
+            log.warning("mindwatch: attention_entropy found no attention softmax cells; set attention_entropy.cells")
+            return
+        self._entropy = AttentionEntropy(cells)
+
+
+def _is_integer(tensor: Any) -> bool:
+    dtype = getattr(tensor, "dtype", None)
+    return dtype in (ms.int32, ms.int64, ms.int16, ms.uint8) if dtype is not None else False

@@ -1,0 +1,65 @@
+"""Decode ``net_outputs`` of a train step into named values (loss, grad_norm, lr, overflow, loss_scale).
+
+Layouts understood:
+
+- a Tensor or a number: the loss;
+- a train cell with a ``mindwatch_outputs`` attribute (ours): names by position;
+- MindFormers' layouts, by length: 3 ``(loss, overflow, scaling_sens)``,
+  4 ``(..., learning_rate)``, 5 ``(..., global_norm)``, 7 ``(..., local_norm, size)``;
+- any other tuple: its first item is the loss (e.g. ``return_grad=True``'s ``(loss, grads)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: MindFormers' train-cell output layouts, by tuple length (global_norm may be None).
+MINDFORMERS_LAYOUTS: dict[int, tuple[str, ...]] = {
+    3: ("loss", "overflow", "loss_scale"),
+    4: ("loss", "overflow", "loss_scale", "lr"),
+    5: ("loss", "overflow", "loss_scale", "lr", "grad_norm"),
+    7: ("loss", "overflow", "loss_scale", "lr", "grad_norm", "local_norm", "size"),
+}
+
+#: The names we record out of a layout (local_norm / size are MindFormers internals).
+RECORDED = ("loss", "overflow", "loss_scale", "lr", "grad_norm")
+
+
+def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[str, ...]:
+    """Names for each position of ``net_outputs``."""
+    if not isinstance(net_outputs, (tuple, list)):
+        return ("loss",)
+    if declared is not None and len(declared) == len(net_outputs):
+        return declared
+    return MINDFORMERS_LAYOUTS.get(len(net_outputs), ("loss",))
+
+
+def to_float(value: Any) -> float | None:
+    """A scalar Tensor, numpy value or number as a float (a device sync for Tensors); None if not a scalar."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    asnumpy = getattr(value, "asnumpy", None)
+    arr = asnumpy() if asnumpy is not None else value
+    try:
+        if getattr(arr, "size", 1) != 1:
+            return float(arr.reshape(-1)[0]) if getattr(arr, "size", 0) else None
+        return float(arr)
+    except (TypeError, ValueError):
+        return None
+
+
+def decode_outputs(net_outputs: Any, layout: tuple[str, ...], out: dict[str, Any]) -> None:
+    """Put the recorded values of ``net_outputs`` into ``out`` as floats."""
+    if layout == ("loss",):
+        item = net_outputs[0] if isinstance(net_outputs, (tuple, list)) else net_outputs
+        v = to_float(item)
+        if v is not None:
+            out["loss"] = v
+        return
+    for name, item in zip(layout, net_outputs, strict=False):
+        if name in RECORDED:
+            v = to_float(item)
+            if v is not None:
+                out[name] = v

@@ -1,0 +1,134 @@
+"""Probes that read what a step did: the learning rate it used, memory, attention entropy."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+import psutil
+from mindspore import nn, ops
+
+log = logging.getLogger("mindwatch")
+
+
+class LrProbe:
+    """The learning rate step ``step`` (1-based) used, read on the host.
+
+    ``optimizer.get_lr()`` at step end is already one step ahead (the optimizer advanced its
+    ``global_step``); this reads index ``step - 1``. Fixed rates and lists are cached on the
+    host; a ``LearningRateSchedule`` is evaluated for the step (a small device call).
+    Call :meth:`invalidate` after changing the rate.
+    """
+
+    def __init__(self, optimizer: nn.Optimizer | None) -> None:
+        self.optimizer = optimizer
+        self._fixed: float | None = None
+        self._table: np.ndarray | None = None
+        self._schedule: Callable[[Any], Any] | None = None
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        opt = self.optimizer
+        self._fixed = self._table = self._schedule = None
+        if opt is None:
+            return
+        lr = opt.learning_rate
+        if isinstance(lr, (tuple, list, ms.ParameterTuple)) or getattr(opt, "is_group_lr", False):
+            lr = lr[0]
+        if not getattr(opt, "dynamic_lr", False):
+            self._fixed = float(lr.asnumpy()) if hasattr(lr, "asnumpy") else float(lr)
+        elif type(lr).__name__ == "_IteratorLearningRate":
+            self._table = lr.learning_rate.asnumpy().reshape(-1)
+        else:
+            self._schedule = lr
+
+    def __call__(self, step: int) -> float | None:
+        if self._fixed is not None:
+            return self._fixed
+        index = max(step - 1, 0)
+        if self._table is not None:
+            return float(self._table[min(index, len(self._table) - 1)])
+        if self._schedule is not None:
+            return float(self._schedule(ms.Tensor(index, ms.int32)).asnumpy())
+        return None
+
+
+def host_memory_sampler() -> Callable[[], dict[str, float]]:
+    """Resident memory of this process, in GB (10^9 bytes)."""
+    proc = psutil.Process()
+
+    def sample() -> dict[str, float]:
+        return {"host_rss_gb": proc.memory_info().rss / 1e9}
+
+    return sample
+
+
+def device_memory_sampler() -> Callable[[], dict[str, float]] | None:
+    """Device memory in use and its peak, in GB, where the device reports it; None on CPU."""
+    if ms.get_context("device_target") == "CPU":
+        return None
+    try:
+        from mindspore import runtime
+
+        def sample() -> dict[str, float]:
+            used = runtime.memory_allocated()
+            if not used:
+                return {}
+            return {"device_mem_gb": used / 1e9, "device_mem_peak_gb": runtime.max_memory_allocated() / 1e9}
+
+        return sample
+    except ImportError:
+        return None
+
+
+def attention_cells(network: nn.Cell, patterns: list[str]) -> list[tuple[str, nn.Cell]]:
+    """Cells whose output is attention probabilities: by name pattern, or by default every
+    ``Softmax`` cell under a cell whose name mentions attention."""
+    found = []
+    for name, cell in network.cells_and_names():
+        if not name:
+            continue
+        if patterns:
+            if any(fnmatch.fnmatch(name, p) for p in patterns):
+                found.append((name, cell))
+        elif isinstance(cell, nn.Softmax) and ("attn" in name.lower() or "attention" in name.lower()):
+            found.append((name, cell))
+    return found
+
+
+class AttentionEntropy:
+    """Forward hooks (PyNative only) that compute the mean entropy of attention rows on sampled steps.
+
+    ``entropy = -sum(p * log p)`` over the key axis, averaged over batch, heads and queries, in nats.
+    """
+
+    def __init__(self, cells: list[tuple[str, nn.Cell]]) -> None:
+        self.sampling = False
+        self.values: dict[str, float] = {}
+        self._handles = []
+        for name, cell in cells:
+            layer = name[: -len(".softmax")] if name.endswith(".softmax") else name
+            self._handles.append(cell.register_forward_hook(self._hook(f"attention_entropy/{layer}")))
+
+    def _hook(self, key: str) -> Callable[..., None]:
+        def hook(cell: nn.Cell, inputs: Any, output: Any) -> None:
+            if self.sampling:
+                p = output[0] if isinstance(output, (tuple, list)) else output
+                p = ops.cast(p, ms.float32)
+                ent = -(p * ops.log(ops.clamp(p, 1e-12, None))).sum(axis=-1).mean()
+                self.values[key] = float(ent.asnumpy())
+
+        return hook
+
+    def take(self) -> dict[str, float]:
+        out, self.values = self.values, {}
+        return out
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []

@@ -1,0 +1,108 @@
+"""Train-step cells that compute the global gradient norm inside the graph.
+
+Example::
+
+    from mindwatch.mindspore import TrainOneStepWithGradNorm
+    train_net = TrainOneStepWithGradNorm(nn.WithLossCell(net, loss_fn), optimizer, max_grad_norm=1.0)
+    model = Model(train_net)
+    model.train(epochs, ds, callbacks=[MonitorCallback("monitor.yaml")])
+
+The norm is ``sqrt(sum(g**2))`` over every (reduced) gradient, before clipping. Each cell
+declares its outputs in ``mindwatch_outputs`` so the callback reads them by name; the
+learning rate returned is the one this step used (read before the optimizer advances).
+"""
+
+from __future__ import annotations
+
+import mindspore as ms
+from mindspore import nn, ops
+
+
+def global_norm(grads: tuple) -> ms.Tensor:
+    """L2 norm over all gradients, in float32."""
+    squares = [ops.reduce_sum(ops.square(ops.cast(g, ms.float32))) for g in grads]
+    return ops.sqrt(ops.addn(squares))
+
+
+def _clip(grads: tuple, norm: ms.Tensor, max_norm: float) -> tuple:
+    scale = ops.minimum(max_norm / (norm + 1e-6), ops.ones_like(norm))
+    return tuple(g * ops.cast(scale, g.dtype) for g in grads)
+
+
+def _current_lr(optimizer: nn.Optimizer) -> ms.Tensor:
+    lr = optimizer.get_lr()
+    if isinstance(lr, tuple):  # group learning rates: report the first group's
+        lr = lr[0]
+    return ops.cast(ops.reshape(lr, ()), ms.float32)
+
+
+class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
+    """``nn.TrainOneStepCell`` that also returns the global gradient norm and the learning rate.
+
+    Outputs ``(loss, grad_norm, lr)``. With ``max_grad_norm`` the gradients are clipped to
+    that global norm (``grad_norm`` is the norm before clipping).
+    """
+
+    mindwatch_outputs = ("loss", "grad_norm", "lr")
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, sens: float = 1.0, max_grad_norm: float | None = None) -> None:
+        super().__init__(network, optimizer, sens=sens)
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
+        self.max_grad_norm = max_grad_norm
+
+    def construct(self, *inputs):
+        loss = self.network(*inputs)
+        sens = ops.fill(loss.dtype, loss.shape, self.sens)
+        grads = self.grad(self.network, self.weights)(*inputs, sens)
+        grads = self.grad_reducer(grads)
+        norm = global_norm(grads)
+        if self.max_grad_norm is not None:
+            grads = _clip(grads, norm, self.max_grad_norm)
+        lr = _current_lr(self.optimizer)
+        loss = ops.depend(loss, self.optimizer(grads))
+        return loss, norm, lr
+
+
+class TrainOneStepWithGradNormAndLossScale(nn.TrainOneStepWithLossScaleCell):
+    """Loss-scale train step returning ``(loss, overflow, loss_scale, lr, grad_norm)`` (MindFormers' order).
+
+    ``scale_sense`` is a ``DynamicLossScaleUpdateCell``/``FixedLossScaleUpdateCell`` or a Tensor,
+    as for ``nn.TrainOneStepWithLossScaleCell``. The norm is of the unscaled gradients; steps
+    that overflow skip the update, as in MindSpore's own cell.
+    """
+
+    mindwatch_outputs = ("loss", "overflow", "loss_scale", "lr", "grad_norm")
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, scale_sense, max_grad_norm: float | None = None) -> None:
+        super().__init__(network, optimizer, scale_sense)
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
+        self.max_grad_norm = max_grad_norm
+
+    def construct(self, *inputs):
+        weights = self.weights
+        loss = self.network(*inputs)
+        scaling_sens = self.scale_sense
+        status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
+        scaling_sens_filled = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
+        grads = self.grad(self.network, weights)(*inputs, scaling_sens_filled)
+        grads = self.hyper_map(ops.partial(_grad_scale, scaling_sens), grads)
+        grads = self.grad_reducer(grads)
+        cond = self.get_overflow_status(status, grads)
+        overflow = self.process_loss_scale(cond)
+        norm = global_norm(grads)
+        if self.max_grad_norm is not None:
+            grads = _clip(grads, norm, self.max_grad_norm)
+        lr = _current_lr(self.optimizer)
+        if not overflow:
+            loss = ops.depend(loss, self.optimizer(grads))
+        return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm
+
+
+_grad_scale = ops.MultitypeFuncGraph("mindwatch_grad_scale")
+
+
+@_grad_scale.register("Tensor", "Tensor")
+def _scale_grad(scale, grad):
+    return grad * ops.cast(ops.Reciprocal()(scale), ops.dtype(grad))

@@ -1,0 +1,60 @@
+"""The JSONL line format of the run directory, shared by the writer and every reader.
+
+Non-finite floats are stored as the JSON strings ``"nan"``, ``"inf"`` and ``"-inf"``
+(plain JSON has no NaN); :func:`decode_value` turns them back into floats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def encode_line(record: dict[str, Any]) -> bytes:
+    """One record as one JSON line (bytes, newline included)."""
+    try:
+        text = json.dumps(record, allow_nan=False, separators=(",", ":"))
+    except ValueError:  # a NaN or Inf somewhere: rare, so only then pay for the walk
+        text = json.dumps({k: _finite_or_str(v) for k, v in record.items()}, separators=(",", ":"))
+    except TypeError:  # a value json cannot encode (numpy scalar, Tensor): store its float or its text
+        text = json.dumps({k: _plain(v) for k, v in record.items()}, allow_nan=True, separators=(",", ":"))
+        return encode_line(json.loads(text, parse_constant=lambda c: _NON_FINITE[c]))
+    return text.encode("utf-8") + b"\n"
+
+
+def _finite_or_str(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool, type(None), list, dict)):
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def decode_value(v: Any) -> float | None:
+    """A stored metric value as a float (``"nan"`` -> nan), or None when it is not a number."""
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        return _NON_FINITE.get(v)
+    return None
+
+
+def decode_line(line: bytes | str) -> dict[str, Any] | None:
+    """One stored line as a dict, or None for a torn or foreign line."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None

@@ -1,0 +1,86 @@
+"""Where things live in a run directory (the run-directory contract in ARCHITECTURE.md).
+
+Example::
+
+    from mindwatch.store.layout import RunLayout
+    layout = RunLayout(Path("monitor_output/gpt/run_20261129_074500"))
+    layout.metrics(0)   # .../metrics.rank0.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_RANK_FILE = re.compile(r"^(metrics|status)\.rank(\d+)\.(jsonl|json)$")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Paths of one run directory."""
+
+    root: Path
+
+    @property
+    def meta(self) -> Path:
+        return self.root / "meta.json"
+
+    @property
+    def alerts(self) -> Path:
+        return self.root / "alerts.jsonl"
+
+    @property
+    def stacks(self) -> Path:
+        return self.root / "stacks"
+
+    def metrics(self, rank: int) -> Path:
+        return self.root / f"metrics.rank{rank}.jsonl"
+
+    def status(self, rank: int) -> Path:
+        return self.root / f"status.rank{rank}.json"
+
+    def tensorboard(self, rank: int) -> Path:
+        return self.root / "tensorboard" / f"rank{rank}"
+
+    def ranks(self) -> list[int]:
+        """Ranks that wrote a metrics or status file, sorted."""
+        found = set()
+        if self.root.is_dir():
+            for p in self.root.iterdir():
+                m = _RANK_FILE.match(p.name)
+                if m:
+                    found.add(int(m.group(2)))
+        return sorted(found)
+
+
+def is_run_dir(path: Path) -> bool:
+    """A directory holding a ``meta.json`` or any rank file."""
+    layout = RunLayout(path)
+    return path.is_dir() and (layout.meta.exists() or bool(layout.ranks()))
+
+
+def new_run_id(parent: Path, run_name: str | None = None) -> str:
+    """``run_name`` or ``run_YYYYMMDD_HHMMSS``, with ``_2``, ``_3``... when taken."""
+    base = run_name or time.strftime("run_%Y%m%d_%H%M%S")
+    if "/" in base or base in {".", ".."} or "\\" in base:
+        raise ValueError(f"run_name {base!r} must be a plain directory name (no '/', '..')")
+    candidate, n = base, 1
+    while (parent / candidate).exists():
+        n += 1
+        candidate = f"{base}_{n}"
+    return candidate
+
+
+def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temp file and rename, so a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

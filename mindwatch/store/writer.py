@@ -1,0 +1,128 @@
+"""Append-only writer of one rank's files in a run directory.
+
+Example::
+
+    writer = RunWriter(run_dir, rank=0)
+    writer.write([{"step": 1, "t": time.time(), "loss": 2.3}])
+    writer.flush()                 # fsync + heartbeat; the Monitor calls it every flush_secs
+    writer.close("finished")
+
+Everything here runs on the monitor's worker thread. A failing disk is a warning
+(rate-limited) and a count of lost records, never an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from mindwatch.store.jsonl import encode_line
+from mindwatch.store.layout import RunLayout, write_json_atomic
+
+log = logging.getLogger("mindwatch")
+
+#: Final states a run can end in; ``running`` and ``stalled`` are live states.
+FINAL_STATES = ("finished", "failed", "stopped")
+
+
+class RunWriter:
+    """Writes ``metrics.rank<R>.jsonl``, ``status.rank<R>.json`` and appends to ``alerts.jsonl``."""
+
+    def __init__(self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0) -> None:
+        self.layout = RunLayout(Path(run_dir))
+        self.rank = rank
+        self.flush_secs = flush_secs
+        self.state = "running"
+        self.error: str | None = None
+        self.reason: str | None = None
+        self.last_step: int | None = None
+        self.last_step_time: float | None = None
+        self.records_written = 0
+        self.records_lost = 0
+        self.dropped = 0  # set by the Monitor: records the full queue turned away
+        self._fh: Any = None
+        self._last_warning = 0.0
+        self.started_at = time.time()
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        self.flush()
+
+    # -- sink interface -------------------------------------------------
+    def write(self, records: list[dict[str, Any]]) -> None:
+        """Append records and hand them to the OS (readers see them at once)."""
+        if not records:
+            return
+        data = b"".join(encode_line(r) for r in records)
+        try:
+            if self._fh is None:
+                self._fh = open(self.layout.metrics(self.rank), "ab")  # noqa: SIM115 (kept open across writes)
+            self._fh.write(data)
+            self._fh.flush()
+            self.records_written += len(records)
+        except OSError as e:
+            self.records_lost += len(records)
+            self._close_file()
+            self._warn(
+                f"mindwatch: cannot write metrics to {self.layout.metrics(self.rank)} ({e}); "
+                f"{self.records_lost} records lost so far, training continues"
+            )
+        last = records[-1]
+        self.last_step = last.get("step", self.last_step)
+        self.last_step_time = last.get("t", self.last_step_time)
+
+    def flush(self) -> None:
+        """fsync the metrics file and rewrite the heartbeat."""
+        try:
+            if self._fh is not None:
+                os.fsync(self._fh.fileno())
+            write_json_atomic(self.layout.status(self.rank), self.status())
+        except OSError as e:
+            self._close_file()
+            self._warn(f"mindwatch: cannot write run files in {self.layout.root} ({e}); training continues")
+
+    def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
+        self.state, self.error, self.reason = state, error, reason
+        self.flush()
+        self._close_file()
+
+    # -- alerts and status ----------------------------------------------
+    def append_alert(self, alert: dict[str, Any]) -> None:
+        """Append one alert to ``alerts.jsonl`` (shared by all ranks; one small write each, O_APPEND)."""
+        try:
+            with open(self.layout.alerts, "ab") as f:
+                f.write(encode_line(alert))
+        except OSError as e:
+            self._warn(f"mindwatch: cannot write alert to {self.layout.alerts} ({e})")
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "state": self.state,
+            "last_step": self.last_step,
+            "last_step_time": self.last_step_time,
+            "updated_at": time.time(),
+            "started_at": self.started_at,
+            "heartbeat_secs": self.flush_secs,
+            "records_written": self.records_written,
+            "records_dropped": self.dropped,
+            "records_lost": self.records_lost,
+            "error": self.error,
+            "reason": self.reason,
+        }
+
+    # -- internals ------------------------------------------------------
+    def _close_file(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            self._fh = None
+
+    def _warn(self, msg: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning > 60:
+            self._last_warning = now
+            log.warning(msg)
