@@ -42,6 +42,10 @@ class Sink(Protocol):
         """Once, when the run ends in ``state``."""
 
 
+# A sink may also define ``alert(self, alert: dict) -> None``: called on the worker thread for each
+# alert (the alerts.jsonl contract in ARCHITECTURE.md), e.g. to count it or to send a webhook.
+
+
 #: A sampler returns extra metrics (memory, ...) merged into the newest record; run on the worker.
 Sampler = Callable[[], dict[str, float]]
 

@@ -84,3 +84,13 @@ def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file, or None when it is missing, half-written or not an object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None

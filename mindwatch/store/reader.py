@@ -14,7 +14,6 @@ Readers tolerate a torn last line (it is read again once complete) and unknown k
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mindwatch.store.jsonl import decode_line, decode_value
-from mindwatch.store.layout import RunLayout
+from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.writer import FINAL_STATES
 
 #: Keys of a metrics record that are coordinates, not metrics.
@@ -128,9 +127,9 @@ class Run:
 
     def refresh(self) -> dict[int, list[dict[str, Any]]]:
         """Re-read meta and status, and append new lines; returns the new records per rank."""
-        self.meta = _read_json(self.layout.meta) or self.meta
+        self.meta = read_json(self.layout.meta) or self.meta
         for rank in self.layout.ranks():
-            st = _read_json(self.layout.status(rank))
+            st = read_json(self.layout.status(rank))
             if st is not None:
                 self.statuses[rank] = st
         new: dict[int, list[dict[str, Any]]] = {}
@@ -209,15 +208,6 @@ def rank_state(status: dict[str, Any], now: float | None = None) -> str:
     if isinstance(updated, (int, float)) and (now or time.time()) - updated > max(10.0, 5 * beat):
         return "stale"
     return state
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except (FileNotFoundError, ValueError, OSError):
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:

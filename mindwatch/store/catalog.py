@@ -1,0 +1,116 @@
+"""Find the runs under a log directory and summarise each without reading its metrics.
+
+Example::
+
+    from mindwatch.store.catalog import find_runs, summarize
+    for path in find_runs("monitor_output"):
+        s = summarize(path)
+        print(s.project, s.run_id, s.state, s.last_step)
+
+Used by ``mindwatch runs``, the dashboard's runs page and reports.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mindwatch.store.layout import RunLayout, is_run_dir, read_json
+from mindwatch.store.reader import rank_state
+
+_STATE_ORDER = ("failed", "stalled", "stale", "stopped", "running")
+
+
+def find_runs(logdir: str | os.PathLike[str], max_depth: int = 3) -> list[Path]:
+    """Run directories under ``logdir`` (``logdir`` itself, ``<project>/<run>``, or deeper), sorted by path.
+
+    Symlinked directories are not followed, so nothing outside ``logdir`` is reached.
+    """
+    root = Path(logdir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"log directory not found: {root}")
+    found: list[Path] = []
+
+    def walk(d: Path, depth: int) -> None:
+        if is_run_dir(d):
+            found.append(d)
+            return
+        if depth >= max_depth:
+            return
+        try:
+            children = sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+        except OSError:
+            return
+        for child in children:
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    return found
+
+
+@dataclass
+class RunSummary:
+    """What a list of runs shows about one run."""
+
+    path: str
+    run_id: str
+    project: str
+    state: str
+    tags: Any = field(default_factory=list)
+    world_size: int = 1
+    ranks: list[int] = field(default_factory=list)
+    last_step: int | None = None
+    last_time: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    alert_count: int = 0
+    error: str | None = None
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.ended_at or self.last_time or time.time()
+        return max(0.0, end - self.started_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "duration": self.duration}
+
+
+def summarize(path: str | os.PathLike[str], now: float | None = None) -> RunSummary:
+    """Summary of one run from ``meta.json``, the status files and the alert count (cheap: no metrics read)."""
+    layout = RunLayout(Path(path))
+    meta = read_json(layout.meta) or {}
+    statuses = {r: s for r in layout.ranks() if (s := read_json(layout.status(r))) is not None}
+    states = [rank_state(s, now) for s in statuses.values()]
+    state = next((s for s in _STATE_ORDER if s in states), "finished" if states else "unknown")
+    last_steps = [s["last_step"] for s in statuses.values() if isinstance(s.get("last_step"), int)]
+    last_times = [s["last_step_time"] for s in statuses.values() if isinstance(s.get("last_step_time"), (int, float))]
+    errors = [s["error"] for s in statuses.values() if s.get("error")]
+    started = meta.get("started_at") or min((s.get("started_at") or 0 for s in statuses.values()), default=None)
+    return RunSummary(
+        path=str(layout.root),
+        run_id=str(meta.get("run_id", layout.root.name)),
+        project=str(meta.get("project", layout.root.parent.name)),
+        state=state,
+        tags=meta.get("tags", []),
+        world_size=int(meta.get("world_size", max(len(statuses), 1))),
+        ranks=sorted(statuses),
+        last_step=max(last_steps) if last_steps else None,
+        last_time=max(last_times) if last_times else None,
+        started_at=started or None,
+        ended_at=meta.get("ended_at"),
+        alert_count=_count_lines(layout.alerts),
+        error=errors[0] if errors else None,
+    )
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 16), b""))
+    except OSError:
+        return 0
