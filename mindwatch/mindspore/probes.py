@@ -111,7 +111,7 @@ class AttentionEntropy:
         self.values: dict[str, float] = {}
         self._handles = []
         for name, cell in cells:
-            layer = name[: -len(".softmax")] if name.endswith(".softmax") else name
+            layer = _layer_name(name)
             self._handles.append(cell.register_forward_hook(self._hook(f"attention_entropy/{layer}")))
 
     def _hook(self, key: str) -> Callable[..., None]:
@@ -132,3 +132,14 @@ class AttentionEntropy:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+
+_WRAPPERS = ("network.", "_backbone.", "backbone.")
+
+
+def _layer_name(cell_name: str) -> str:
+    """``network.network.blocks.0.attn.softmax`` -> ``blocks.0.attn``: no train/loss wrapper prefixes."""
+    name = cell_name
+    while name.startswith(_WRAPPERS):
+        name = name.split(".", 1)[1]
+    return name[: -len(".softmax")] if name.endswith(".softmax") else name

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mindspore as ms
 from mindspore import nn, ops
+from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
 
 def global_norm(grads: tuple) -> ms.Tensor:
@@ -79,6 +80,13 @@ class TrainOneStepWithGradNormAndLossScale(nn.TrainOneStepWithLossScaleCell):
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         self.max_grad_norm = max_grad_norm
+        # MindSpore's own overflow check uses an Ascend-only op off GPU; on CPU check for inf/nan directly.
+        self._cpu_target = ms.get_context("device_target") == "CPU"
+
+    def get_overflow_status(self, status, compute_output):
+        if self._cpu_target:
+            return self._get_distributed_overflow_status_on_infnan_mode(_ascend_grad_overflow, compute_output)
+        return super().get_overflow_status(status, compute_output)
 
     def construct(self, *inputs):
         weights = self.weights

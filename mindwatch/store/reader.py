@@ -15,6 +15,7 @@ Readers tolerate a torn last line (it is read again once complete) and unknown k
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,21 +40,8 @@ class JsonlTail:
         self.bad_lines = 0
 
     def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < self.offset:  # truncated or replaced: start over
-                    self.offset = 0
-                f.seek(self.offset)
-                data = f.read(max_bytes) if max_bytes else f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []  # nothing complete yet: a torn line stays for the next call
-        self.offset += end + 1
         out = []
-        for line in data[: end + 1].splitlines():
+        for line in self.read_new_bytes(max_bytes).splitlines():
             if not line.strip():
                 continue
             rec = decode_line(line)
@@ -62,6 +50,26 @@ class JsonlTail:
             else:
                 out.append(rec)
         return out
+
+    def read_new_bytes(self, max_bytes: int | None = None) -> bytes:
+        """The new complete lines as raw bytes (for readers that parse in bulk); advances the offset."""
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return b""  # only regular files: a device or pipe would never end
+                if st.st_size < self.offset:  # truncated or replaced: start over
+                    self.offset = 0
+                f.seek(self.offset)
+                n = st.st_size - self.offset  # what exists now; later growth is the next call's
+                data = f.read(min(n, max_bytes) if max_bytes else n)
+        except FileNotFoundError:
+            return b""
+        end = data.rfind(b"\n")
+        if end < 0:
+            return b""  # nothing complete yet: a torn line stays for the next call
+        self.offset += end + 1
+        return data[: end + 1]
 
 
 @dataclass
@@ -185,8 +193,14 @@ class Run:
         return "finished"
 
     @property
-    def finished(self) -> bool:
+    def ended(self) -> bool:
+        """Every rank reached a final state (finished, failed or stopped)."""
         return bool(self.statuses) and all(s.get("state") in FINAL_STATES for s in self.statuses.values())
+
+    @property
+    def finished(self) -> bool:
+        """Every rank finished normally."""
+        return self.state == "finished"
 
     @property
     def last_step(self) -> int | None:
