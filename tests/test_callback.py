@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import mindspore as ms
 import numpy as np
 import pytest
-
-import mindspore as ms
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, Model
