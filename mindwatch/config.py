@@ -102,6 +102,130 @@ class AttentionEntropy(_Section):
     cells: list[str] = Field(default_factory=list)
 
 
+class PrometheusSection(_Section):
+    """An opt-in ``/metrics`` endpoint in each training process (see docs/prometheus.md)."""
+
+    enabled: bool = False
+    #: Rank with local rank L serves on ``port + L`` (``LOCAL_RANK``, or ``DEVICE_ID`` under msrun).
+    port: int = Field(default=9400, ge=1, le=65535)
+    #: Loopback by default; ``0.0.0.0`` lets a Prometheus on another machine scrape it.
+    host: str = Field(default="127.0.0.1", min_length=1)
+
+
+#: What an alert rule may ask the training to do (the MindSpore callback carries it out).
+Action = Literal["stop", "checkpoint", "lr_backoff", "dump_stacks"]
+Severity = Literal["info", "warning", "error"]
+
+
+class RuleSettings(_Section):
+    """Settings every alert rule has: on/off and the actions it requests when it fires."""
+
+    enabled: bool = True
+    actions: list[Action] = Field(default_factory=list)
+
+
+class NonFiniteSettings(RuleSettings):
+    #: NaN/Inf in these metrics; checked on the training thread, so ``stop`` acts on the same step.
+    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
+
+
+class SpikeSettings(RuleSettings):
+    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
+    #: A value above ``factor`` x the rolling median of the last ``window`` values is a spike.
+    factor: float = Field(default=3.0, gt=1)
+    window: int = Field(default=50, ge=3)
+    #: Recorded values before the rule judges (early training is noisy).
+    warmup: int = Field(default=20, ge=1)
+    #: Consecutive spikes before it fires.
+    count: int = Field(default=3, ge=1)
+
+
+class DivergenceSettings(RuleSettings):
+    metric: str = "loss"
+    #: Recorded steps the trend is fitted over.
+    window: int = Field(default=50, ge=5)
+    #: The fitted rise over the window, relative to the window's median, that counts.
+    min_rise: float = Field(default=0.2, gt=0)
+    #: The rise must stand out of the noise: slope / its standard error.
+    min_t: float = Field(default=4.0, gt=0)
+
+
+class ThroughputDropSettings(RuleSettings):
+    metric: str = "samples_per_second"
+    #: Fires below ``fraction`` x the rolling median while the loss looks normal.
+    fraction: float = Field(default=0.5, gt=0, lt=1)
+    window: int = Field(default=50, ge=3)
+    warmup: int = Field(default=20, ge=1)
+    count: int = Field(default=3, ge=1)
+
+
+class DataWaitSettings(RuleSettings):
+    #: Fires when ``data_time / step_time`` is above ``limit``.
+    limit: float = Field(default=0.5, gt=0, le=1)
+    warmup: int = Field(default=5, ge=0)
+    count: int = Field(default=5, ge=1)
+
+
+class MemorySettings(RuleSettings):
+    #: Fires when host or device memory in use is above this fraction of the total.
+    fraction: float = Field(default=0.9, gt=0, le=1)
+    #: Device memory total in GB when the device does not report it.
+    device_total_gb: float | None = Field(default=None, gt=0)
+
+
+class AlertsSection(_Section):
+    """Alert rules, the stall watchdog and the actions they request (README: Alerts)."""
+
+    enabled: bool = True
+    #: The same rule (and metric) does not fire again within this many seconds.
+    cooldown_secs: float = Field(default=300.0, ge=0)
+    #: Seconds without a step end before the run counts as stalled; null: derived from the step time.
+    stall_timeout: float | None = Field(default=None, gt=0)
+    #: The derived stall timeout is ``max(stall_floor, stall_factor x median seconds between records)``.
+    stall_floor: float = Field(default=60.0, gt=0)
+    stall_factor: float = Field(default=10.0, gt=1)
+    stall: RuleSettings = Field(default_factory=RuleSettings)
+    #: ``lr_backoff`` multiplies the learning rate by this.
+    lr_backoff_factor: float = Field(default=0.5, gt=0, lt=1)
+    #: Actions for ``callback.params.warn_on_value`` thresholds.
+    thresholds: RuleSettings = Field(default_factory=RuleSettings)
+    nonfinite: NonFiniteSettings = Field(default_factory=NonFiniteSettings)
+    spike: SpikeSettings = Field(default_factory=SpikeSettings)
+    divergence: DivergenceSettings = Field(default_factory=DivergenceSettings)
+    throughput_drop: ThroughputDropSettings = Field(default_factory=ThroughputDropSettings)
+    data_wait: DataWaitSettings = Field(default_factory=DataWaitSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+
+
+class NotifyChannel(_Section):
+    """One webhook: ``{type: dingtalk, url_env: DINGTALK_URL, secret_env: DINGTALK_SECRET}``.
+
+    The URL (it holds the service's token) and the secret may come from environment variables;
+    neither is ever logged or written to ``meta.json``.
+    """
+
+    type: Literal["dingtalk", "wecom", "slack", "webhook"]
+    url: str | None = None
+    url_env: str | None = None
+    #: DingTalk's signing secret ("加签"), or ``secret_env`` naming the variable that holds it.
+    secret: str | None = None
+    secret_env: str | None = None
+    min_severity: Severity = "info"
+    #: Seconds per request, and retries after a failed one.
+    timeout: float = Field(default=5.0, gt=0)
+    retries: int = Field(default=2, ge=0)
+
+    @model_validator(mode="after")
+    def _one_url(self) -> NotifyChannel:
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("give exactly one of 'url' or 'url_env' (the name of an environment variable holding the URL)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        if (self.secret is not None or self.secret_env is not None) and self.type != "dingtalk":
+            raise ValueError("'secret' / 'secret_env' are for type 'dingtalk' (signed robots) only")
+        return self
+
+
 class MonitorConfig(_Section):
     """The whole ``monitor_config`` section. See the README for each key."""
 
@@ -127,6 +251,9 @@ class MonitorConfig(_Section):
     attention_entropy: AttentionEntropy = Field(default_factory=AttentionEntropy)
     #: Records waiting for the writer; when full, new records are dropped and counted.
     queue_size: int = Field(default=10_000, ge=16)
+    prometheus: PrometheusSection = Field(default_factory=PrometheusSection)
+    alerts: AlertsSection = Field(default_factory=AlertsSection)
+    notify: list[NotifyChannel] = Field(default_factory=list)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -164,7 +291,20 @@ class MonitorConfig(_Section):
 
     def snapshot(self) -> dict[str, Any]:
         """The config as plain JSON data, for ``meta.json``."""
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        data["notify"] = [_masked_channel(c) for c in data.get("notify", [])]  # webhook tokens and secrets stay out
+        return data
+
+
+def _masked_channel(channel: dict[str, Any]) -> dict[str, Any]:
+    out = dict(channel)
+    url = out.get("url")
+    if url:
+        scheme, _, rest = url.partition("://")
+        out["url"] = f"{scheme}://{rest.split('/', 1)[0].rpartition('@')[2]}/***"
+    if out.get("secret"):
+        out["secret"] = "***"
+    return out
 
 
 def load_config(source: MonitorConfig | dict[str, Any] | str | os.PathLike[str] | None = None) -> MonitorConfig:

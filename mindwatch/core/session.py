@@ -69,6 +69,7 @@ class RunSession:
         sinks: list[Sink] = [writer]
         if rank == 0 or config.callback.params.log_all_ranks:
             sinks.append(ConsoleSummary(config.interval))
+        sinks.extend(bridge_sinks(config, writer.layout, run_id, rank))
         sinks.extend(extra_sinks or [])
         monitor = Monitor(sinks, queue_size=config.queue_size, flush_secs=config.flush_secs, samplers=samplers or [])
         session = cls(config, run_dir, rank, world_size, writer, monitor)
@@ -95,6 +96,25 @@ class RunSession:
             self.meta["final_state"] = state
             self.write_meta()
         self.monitor.close(state, error, reason)
+
+
+def bridge_sinks(config: MonitorConfig, layout: RunLayout, run_id: str, rank: int) -> list[Sink]:
+    """The TensorBoard and Prometheus sinks the config switches on (imported only then)."""
+    sinks: list[Sink] = []
+    if config.tensorboard_enabled:
+        from mindwatch.sinks.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(layout.tensorboard(rank)))
+    prom = config.prometheus
+    if prom.enabled:
+        try:
+            from mindwatch.sinks.prometheus import PrometheusSink, local_rank
+        except ImportError as e:
+            log.warning("mindwatch: prometheus.enabled needs prometheus_client (pip install prometheus_client): %s", e)
+        else:
+            port = prom.port + local_rank()
+            sinks.append(PrometheusSink(project=config.project, run=run_id, rank=rank, port=port, host=prom.host))
+    return sinks
 
 
 def build_meta(config: MonitorConfig, run_id: str, world_size: int, versions: dict[str, str]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ Layouts understood:
 - a Tensor or a number: the loss;
 - a train cell with a ``mindwatch_outputs`` attribute (ours): names by position;
 - MindFormers' layouts, by length: 3 ``(loss, overflow, scaling_sens)``,
-  4 ``(..., learning_rate)``, 5 ``(..., global_norm)``, 7 ``(..., local_norm, size)``;
+  4 ``(..., learning_rate)``, 5 ``(..., global_norm)``, 7 ``(..., local_norm, size)``
+  (as MindFormers 1.9's ``_get_loss_output`` reads them; ``global_norm`` is None without clipping);
 - any other tuple: its first item is the loss (e.g. ``return_grad=True``'s ``(loss, grads)``).
 """
 
@@ -35,7 +36,11 @@ def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[s
 
 
 def to_float(value: Any) -> float | None:
-    """A scalar Tensor, numpy value or number as a float (a device sync for Tensors); None if not a scalar."""
+    """A Tensor, numpy value or number as a float (a device sync for Tensors); None if not a number.
+
+    A non-scalar (MindFormers' loss has shape ``(1,)``, a per-micro-batch loss more) gives its mean,
+    as MindFormers' ``_get_loss_output`` does (``np.mean(loss.asnumpy())``).
+    """
     if value is None:
         return None
     if isinstance(value, (int, float)):
@@ -44,7 +49,7 @@ def to_float(value: Any) -> float | None:
     arr = asnumpy() if asnumpy is not None else value
     try:
         if getattr(arr, "size", 1) != 1:
-            return float(arr.reshape(-1)[0]) if getattr(arr, "size", 0) else None
+            return float(arr.mean()) if getattr(arr, "size", 0) else None
         return float(arr)
     except (TypeError, ValueError):
         return None

@@ -1,0 +1,189 @@
+"""An opt-in Prometheus ``/metrics`` endpoint inside each training process.
+
+Example::
+
+    # monitor_config:
+    #   prometheus: {enabled: true, port: 9400}      # host: 127.0.0.1 unless you change it
+    # each rank serves http://127.0.0.1:<9400 + local rank>/metrics:
+    #   mindwatch_loss{project="gpt",rank="0",run="run_20261129_074500"} 2.31
+    #   mindwatch_step{...} 120
+    #   mindwatch_last_step_timestamp_seconds{...} 1.7643930001e+09
+
+One gauge per metric, named ``mindwatch_<metric>`` with the run directory's metric names
+(``mindwatch_grad_norm``, ``mindwatch_tokens_per_second``...; ``attention_entropy/<layer>``
+becomes ``mindwatch_attention_entropy{layer="<layer>"}``), plus ``mindwatch_step``,
+``mindwatch_last_step_timestamp_seconds``, ``mindwatch_host_memory_total_gb``, and the counters
+``mindwatch_nonfinite_values_total{metric}`` and ``mindwatch_alerts_total{rule,severity}``.
+Every series carries ``project``, ``run`` and ``rank``. The gauges are set on the Monitor's
+worker thread; the endpoint is prometheus_client's own server on a daemon thread, with a
+registry of its own (never the process-global one). ``deploy/prometheus/alerts.yml`` and
+``deploy/grafana/mindwatch.json`` are written against these names; docs/prometheus.md says
+how to scrape them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from mindwatch.store.jsonl import decode_value
+from mindwatch.store.reader import COORDINATES
+
+log = logging.getLogger("mindwatch")
+
+PREFIX = "mindwatch_"
+LABELS = ("project", "run", "rank")
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+_FAMILY_LABEL = {"attention_entropy": "layer"}  # "<family>/<x>" metrics: one gauge, x as a label
+
+
+def local_rank(env: Mapping[str, str] = os.environ) -> int:
+    """This process's rank on its machine: ``LOCAL_RANK`` if set; under ``msrun``, ``DEVICE_ID``
+    (msrun sets it to the local rank of each worker it starts); else 0."""
+    for key in ("LOCAL_RANK", "DEVICE_ID" if env.get("MS_ROLE") == "MS_WORKER" else ""):
+        value = env.get(key) if key else None
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def metric_name(name: str) -> tuple[str, dict[str, str]]:
+    """The Prometheus name (and extra labels) for a run-directory metric name."""
+    family, _, rest = name.partition("/")
+    if rest and family in _FAMILY_LABEL:
+        return PREFIX + family, {_FAMILY_LABEL[family]: rest}
+    sane = _INVALID.sub("_", name)
+    return PREFIX + (sane if not sane[:1].isdigit() else "_" + sane), {}
+
+
+def host_memory_total_gb() -> float:
+    """What this process may use: the machine's memory, or the cgroup's limit when lower (containers)."""
+    total = psutil.virtual_memory().total
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total / 1e9
+
+
+class PrometheusSink:
+    """Serves one rank's newest values on ``http://<host>:<port>/metrics``.
+
+    Example::
+
+        sink = PrometheusSink(project="gpt", run="run_1", rank=0, port=9400)
+        Monitor([writer, sink]).start()
+        sink.url        # 'http://127.0.0.1:9400/metrics', or None when the port was taken
+
+    A port that cannot be bound is a warning, not an error: training goes on without the endpoint.
+    The endpoint stops with the run (``close``), so a finished run's series go stale in Prometheus.
+    """
+
+    def __init__(self, *, project: str, run: str, rank: int, port: int, host: str = "127.0.0.1") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._labels = {"project": project, "run": run, "rank": str(rank)}
+        self._gauges: dict[str, Gauge] = {}
+        self._children: dict[str, Any] = {}
+        self._skipped: set[str] = set()
+        self._owners: dict[tuple[str, ...], str] = {}
+        reg = self.registry
+        self._step = Gauge(f"{PREFIX}step", "Last recorded training step.", LABELS, registry=reg).labels(**self._labels)
+        self._last_t = Gauge(
+            f"{PREFIX}last_step_timestamp_seconds", "Wall time (Unix seconds) of the last recorded step.", LABELS, registry=reg
+        ).labels(**self._labels)
+        Gauge(
+            f"{PREFIX}host_memory_total_gb", "Memory this process may use (machine or cgroup limit), GB.", LABELS, registry=reg
+        ).labels(**self._labels).set(host_memory_total_gb())
+        self._nonfinite = Counter(
+            f"{PREFIX}nonfinite_values", "Recorded values that were NaN or infinite.", [*LABELS, "metric"], registry=reg
+        )
+        self._alerts = Counter(
+            f"{PREFIX}alerts", "Alerts raised by mindwatch's rules.", [*LABELS, "rule", "severity"], registry=reg
+        )
+        own = ("step", "last_step_timestamp_seconds", "host_memory_total_gb", "nonfinite_values", "alerts")
+        self._reserved = {PREFIX + n + suffix for n in own for suffix in ("", "_total", "_created")}
+        self.url: str | None = None
+        self._server: Any = None
+        try:
+            self._server, _thread = start_http_server(port, addr=host, registry=reg)
+        except OSError as e:
+            log.warning(
+                "mindwatch: cannot serve Prometheus metrics on %s:%d (%s); training continues without the endpoint. "
+                "Set prometheus.port to a free port (each rank uses port + local rank).",
+                host,
+                port,
+                e,
+            )
+            return
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self._server.server_port}/metrics"
+        log.info("mindwatch: Prometheus metrics at %s", self.url)
+
+    # -- sink interface (worker thread) -----------------------------------
+    def write(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            for key, raw in rec.items():
+                if key in COORDINATES:
+                    continue
+                v = decode_value(raw)
+                if v is None:
+                    continue
+                child = self._children.get(key) or self._child(key)
+                if child is None:
+                    continue
+                child.set(v)
+                if not math.isfinite(v):
+                    self._nonfinite.labels(**self._labels, metric=key).inc()
+        last = records[-1]
+        step, t = last.get("step"), last.get("t")
+        if isinstance(step, int):
+            self._step.set(step)
+        if isinstance(t, (int, float)):
+            self._last_t.set(t)
+
+    def alert(self, alert: dict[str, Any]) -> None:
+        self._alerts.labels(
+            **self._labels, rule=str(alert.get("rule", "unknown")), severity=str(alert.get("severity", "warning"))
+        ).inc()
+
+    def flush(self) -> None:
+        pass
+
+    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # -- internals ----------------------------------------------------------
+    def _child(self, key: str) -> Any:
+        if key in self._skipped:
+            return None
+        name, extra = metric_name(key)
+        owner = self._owners.setdefault((name, *extra.values()), key)
+        if name in self._reserved or owner != key:  # e.g. 'val/acc' after 'val_acc': both would be mindwatch_val_acc
+            self._skipped.add(key)
+            clash = "one of mindwatch's own series" if name in self._reserved else f"metric {owner!r}"
+            log.warning("mindwatch: metric %r is not exported to Prometheus: %s would clash with %s", key, name, clash)
+            return None
+        gauge = self._gauges.get(name)
+        if gauge is None:
+            gauge = self._gauges[name] = Gauge(
+                name,
+                f"mindwatch metric {key if not extra else name[len(PREFIX) :]!r}.",
+                [*LABELS, *extra],
+                registry=self.registry,
+            )
+        child = self._children[key] = gauge.labels(**self._labels, **extra)
+        return child

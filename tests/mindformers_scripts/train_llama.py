@@ -1,0 +1,150 @@
+"""Train a tiny Llama through ``mindformers.Trainer`` on CPU with mindwatch's callback.
+
+Run with the MindFormers environment (MindSpore 2.9 + MindFormers 1.9), from a scratch
+directory (importing mindformers creates ``./output/log`` there)::
+
+    .venv-mindformers/bin/python tests/mindformers_scripts/train_llama.py --way instance --save-dir DIR
+
+``--way instance`` passes ``MonitorCallback(...)`` to ``Trainer(callbacks=[...])``;
+``--way yaml`` writes a MindFormers YAML whose ``callbacks:`` list names ``MonitorCallback``
+(after ``mindwatch.mindspore.mindformers.register()``). The last stdout line is JSON:
+``{"run_dir": ..., "log": <MindFormers' info log>}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+VOCAB, SEQ, BATCH, HIDDEN, LAYERS, HEADS = 256, 32, 2, 64, 2, 4
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--way", choices=["instance", "yaml"], required=True)
+    p.add_argument("--save-dir", required=True)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--run-name", default=None)
+    p.add_argument("--clip", action=argparse.BooleanOptionalAction, default=True, help="gradient clipping (global_norm)")
+    args = p.parse_args()
+    os.environ.setdefault("GLOG_v", "3")
+
+    import mindformers
+    import numpy as np
+    from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+    from mindformers.wrapper import MFTrainOneStepCell
+    from mindspore.dataset import GeneratorDataset
+    from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
+
+    # CPU workaround 1 (MINDSPORE_FACTS.md): the default wrapper's overflow check is Ascend-only.
+    @MindFormerRegister.register(MindFormerModuleType.WRAPPER)
+    class CPUTrainOneStepCell(MFTrainOneStepCell):
+        def get_overflow_status(self, status, compute_output):
+            return self._get_distributed_overflow_status_on_infnan_mode(_ascend_grad_overflow, compute_output)
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(1, VOCAB, size=(args.steps * BATCH, SEQ + 1), dtype=np.int32)
+    dataset = GeneratorDataset([(row,) for row in tokens], ["input_ids"], shuffle=False).batch(BATCH, drop_remainder=True)
+    monitor = {"project": "mindformers", "save_dir": args.save_dir, "run_name": args.run_name, "interval": 1}
+    monitor = {k: v for k, v in monitor.items() if v is not None}
+    mindformers.build_context({"context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
+
+    if args.way == "instance":
+        from mindformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+        from mindwatch.mindspore import MonitorCallback
+
+        model = LlamaForCausalLM(LlamaConfig(**_llama_kwargs()))
+        training = TrainingArguments(
+            output_dir="./output",
+            batch_size=BATCH,
+            num_train_epochs=1,
+            sink_mode=False,
+            learning_rate=1e-3,
+            lr_scheduler_type="cosine",
+            warmup_steps=2,
+            wrapper_type="CPUTrainOneStepCell",
+            use_clip_grad=args.clip,
+            max_grad_norm=1.0,
+            logging_steps=1,
+            save_strategy="no",
+            seed=0,
+        )
+        callback = MonitorCallback(monitor)
+        trainer = Trainer(args=training, model=model, train_dataset=dataset, callbacks=[callback])
+        trainer.train()
+        run_dir = callback.run_dir
+    else:
+        import yaml
+        from mindformers import Trainer
+
+        from mindwatch.mindspore.mindformers import register
+
+        register()
+        config_path = Path("llama_tiny.yaml").resolve()
+        config_path.write_text(yaml.safe_dump(_yaml_config(monitor, args.clip), sort_keys=False))
+        trainer = Trainer(args=str(config_path), train_dataset=dataset)
+        trainer.train()
+        run_dir = _only_run(Path(args.save_dir) / "mindformers")
+
+    log = Path("output/log/rank_0/info.log").resolve()
+    print(json.dumps({"run_dir": str(run_dir), "log": str(log)}), flush=True)
+    return 0
+
+
+def _llama_kwargs() -> dict:
+    # CPU workaround 2 (MINDSPORE_FACTS.md): no rope slicing op, no flash attention, no fused RMSNorm; float32.
+    return {
+        "batch_size": BATCH,
+        "seq_length": SEQ,
+        "hidden_size": HIDDEN,
+        "num_layers": LAYERS,
+        "num_heads": HEADS,
+        "vocab_size": VOCAB,
+        "compute_dtype": "float32",
+        "param_init_type": "float32",
+        "layernorm_compute_type": "float32",
+        "softmax_compute_type": "float32",
+        "rotary_dtype": "float32",
+        "use_rope_slice": True,
+        "use_flash_attention": False,
+        "fused_rms_norm": False,
+    }
+
+
+def _yaml_config(monitor: dict, clip: bool) -> dict:
+    return {
+        "seed": 0,
+        "output_dir": "./output",
+        "run_mode": "train",
+        "use_parallel": False,
+        "trainer": {"type": "CausalLanguageModelingTrainer", "model_name": "llama_tiny"},
+        "runner_config": {"epochs": 1, "batch_size": BATCH, "sink_mode": False, "sink_size": 1},
+        "runner_wrapper": {"type": "CPUTrainOneStepCell", "use_clip_grad": clip, "max_grad_norm": 1.0, "scale_sense": 1.0},
+        "optimizer": {"type": "AdamW", "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
+        "lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": 1e-3, "warmup_steps": 2, "total_steps": -1},
+        "context": {"mode": 0, "device_target": "CPU"},
+        "parallel": {},
+        "model": {
+            "model_config": {"type": "LlamaConfig", **_llama_kwargs()},
+            "arch": {"type": "LlamaForCausalLM"},
+        },
+        "callbacks": [
+            {"type": "MFLossMonitor"},
+            {"type": "MonitorCallback", "config": monitor},
+        ],
+    }
+
+
+def _only_run(project_dir: Path) -> Path:
+    runs = [p for p in project_dir.iterdir() if p.is_dir()]
+    if len(runs) != 1:
+        raise SystemExit(f"expected one run in {project_dir}, found {runs}")
+    return runs[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""MindSpore Transformers: a tiny Llama trained by ``mindformers.Trainer`` with our callback.
+
+MindFormers 1.9 needs MindSpore 2.9, so this runs in its own environment, ``.venv-mindformers``
+(created by scripts/setup.sh), as a subprocess. What we record must equal what MindFormers'
+own ``MFLossMonitor`` printed for the same steps, formatted the way it formats them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mindwatch
+
+REPO = Path(__file__).resolve().parent.parent
+MF_PYTHON = REPO / ".venv-mindformers" / "bin" / "python"
+SCRIPT = REPO / "tests" / "mindformers_scripts" / "train_llama.py"
+STEPS = 6
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not MF_PYTHON.exists(), reason=f"{MF_PYTHON} is missing: run scripts/setup.sh (it creates the MindFormers environment)"
+    ),
+]
+
+# { Epoch:[  1/  1], step:[    2/    6], loss:[5.542228/5.547224], per_step_time: 23ms, lr: 0.0005,
+#   overflow cond: False, loss_scale: 65536.0, global_norm: [1.4221795], train_throughput_per_npu: 0.003T
+_MF_LINE = re.compile(
+    r"step:\[\s*(?P<step>\d+)/\s*\d+\], loss:\[(?P<loss>[^/\]]+)/[^\]]*\], per_step_time: \d+ms, "
+    r"lr: (?P<lr>[^,]+), overflow cond: (?P<overflow>[^,]+), loss_scale: (?P<loss_scale>[^,]+), "
+    r"global_norm: (?P<global_norm>.+?)(?:, train_throughput|$)"
+)
+
+
+def _train(way: str, workdir: Path, *extra: str) -> tuple[mindwatch.Run, dict[int, dict[str, str]]]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GLOG_v": "3"}
+    cmd = [str(MF_PYTHON), str(SCRIPT), "--way", way, "--save-dir", str(workdir / "monitor_output"), "--steps", str(STEPS)]
+    proc = subprocess.run([*cmd, *extra], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"MindFormers training failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    printed = {}
+    for line in Path(result["log"]).read_text(encoding="utf-8").splitlines():
+        m = _MF_LINE.search(line)
+        if m:
+            printed[int(m["step"])] = m.groupdict()
+    assert sorted(printed) == list(range(1, STEPS + 1)), f"MFLossMonitor lines not found in {result['log']}"
+    return mindwatch.open_run(result["run_dir"]), printed
+
+
+def _assert_same_as_mfloss_monitor(run: mindwatch.Run, printed: dict[int, dict[str, str]], clipped: bool) -> None:
+    assert run.state == "finished"
+    assert run.meta["versions"]["mindspore"].startswith("2.9")
+    loss, lr, norm = run.series("loss"), run.series("lr"), run.series("grad_norm")
+    assert list(loss.step) == list(range(1, STEPS + 1))
+    assert list(lr.step) == list(range(1, STEPS + 1))
+    for i, step in enumerate(loss.step):
+        mf = printed[int(step)]
+        assert f"{loss.value[i]:5.6f}" == mf["loss"], f"step {step}: loss"  # MFLossMonitor's own format
+        assert str(np.float32(lr.value[i])) == mf["lr"], f"step {step}: lr"
+        assert mf["overflow"] == "False" and run.series("overflow").value[i] == 0.0
+    if clipped:
+        assert list(norm.step) == list(range(1, STEPS + 1))
+        for i, step in enumerate(norm.step):
+            assert str(np.array([norm.value[i]], dtype=np.float32)) == printed[int(step)]["global_norm"], (
+                f"step {step}: global_norm"
+            )
+    else:  # MindFormers' train cell returns global_norm None when clipping is off
+        assert all(p["global_norm"] == "None" for p in printed.values())
+        assert len(norm) == 0
+    assert max(lr.value) > 0 and lr.value[0] == 0.0  # warm-up from 0: the lr the step used, not the next one
+
+
+def test_callback_instance_in_trainer_records_what_mflossmonitor_prints(tmp_path: Path) -> None:
+    run, printed = _train("instance", tmp_path)
+    _assert_same_as_mfloss_monitor(run, printed, clipped=True)
+    assert run.meta["config"]["project"] == "mindformers"
+    assert len(run.series("tokens_per_second")) == STEPS
+
+
+def test_callback_by_name_in_mindformers_yaml(tmp_path: Path) -> None:
+    run, printed = _train("yaml", tmp_path)
+    _assert_same_as_mfloss_monitor(run, printed, clipped=True)
+    # the YAML's inline monitor config reached the callback
+    assert run.meta["config"]["interval"] == 1
+    assert run.path.parent.name == "mindformers"
+
+
+def test_without_gradient_clipping_global_norm_is_absent_not_wrong(tmp_path: Path) -> None:
+    run, printed = _train("instance", tmp_path, "--no-clip")
+    _assert_same_as_mfloss_monitor(run, printed, clipped=False)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mindformers") is not None, reason="MindFormers is installed in this environment")
+def test_register_says_what_to_install_without_mindformers() -> None:
+    # the main environment has MindSpore 2.10 and no MindFormers
+    code = "from mindwatch.mindspore.mindformers import register\ntry:\n    register()\nexcept ImportError as e:\n    print(e)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert "mindformers==1.9.0" in out.stdout, out.stdout + out.stderr
