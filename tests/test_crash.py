@@ -1,0 +1,58 @@
+"""``kill -9`` mid-run: the run directory still reads back and holds every step older than flush_secs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import mindwatch
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_until_killed.py"
+FLUSH_SECS = 0.5
+
+
+def test_kill_9_loses_at_most_flush_secs(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(tmp_path), str(FLUSH_SECS)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    seen: dict[int, float] = {}
+
+    def read_steps() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith("STEP "):
+                _, step, t = line.split()
+                seen[int(step)] = float(t)
+
+    reader = threading.Thread(target=read_steps, daemon=True)
+    reader.start()
+    try:
+        deadline = time.time() + 120
+        while len(seen) < 60 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(seen) >= 60, f"the training did not reach step 60 (saw {len(seen)} steps)"
+        time.sleep(4 * FLUSH_SECS)  # keep training a little: the kill lands mid-run
+        killed_at = time.time()
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    reader.join(5)
+
+    run = mindwatch.open_run(tmp_path / "crash" / "killed")
+    recorded = set(run.series("loss").step.tolist())
+    old_enough = {s for s, t in seen.items() if t <= killed_at - FLUSH_SECS}
+    assert old_enough, "no step was older than flush_secs at the kill"
+    assert old_enough <= recorded, f"lost steps: {sorted(old_enough - recorded)[:10]}"
+    assert recorded <= set(range(1, max(seen) + 2))  # nothing invented
+    assert run.state in ("running", "stale") and not run.finished and not run.ended
+    assert run.statuses[0]["state"] == "running"
