@@ -18,6 +18,13 @@ def _demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-dir", default="./monitor_output", help="where run directories go")
     p.add_argument("--project", default="demo")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between console summaries")
+    p.add_argument("--no-dashboard", action="store_true", help="do not start the live dashboard beside the training")
+    p.add_argument("--port", type=int, default=8765, help="dashboard port (default 8765; a free one if taken)")
+    p.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="stop the dashboard when training ends (the default in a terminal is to keep it until Ctrl-C)",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.demo.run import run_demo
@@ -27,8 +34,121 @@ def _demo(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="the live dashboard for the runs under LOGDIR")
+    p.add_argument("logdir", metavar="LOGDIR", help="a save_dir (or a project or run directory under it)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; others need --token)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--token", default=None, help="require this token (default: $MINDWATCH_TOKEN); needed off loopback")
+
+    def run(args: argparse.Namespace) -> int:
+        import os
+
+        from mindwatch.server.app import serve
+
+        return serve(args.logdir, host=args.host, port=args.port, token=args.token or os.environ.get("MINDWATCH_TOKEN"))
+
+    p.set_defaults(func=run)
+
+
+def _report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="a self-contained HTML (or PDF) report of a run, optionally compared with others")
+    p.add_argument("run", metavar="RUN", help="run directory")
+    p.add_argument("--compare", nargs="+", default=[], metavar="RUN", help="other runs drawn on the same charts")
+    p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
+    p.add_argument("--pdf", action="store_true", help="also print it to a PDF next to the HTML (headless Chromium)")
+
+    def run(args: argparse.Namespace) -> int:
+        from mindwatch.report.html import write_report
+
+        try:
+            written = write_report([args.run, *args.compare], args.output, pdf=args.pdf)
+        except (FileNotFoundError, RuntimeError) as e:
+            print(f"mindwatch report: {e}", file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"mindwatch report: wrote {path}")
+        return 0
+
+    p.set_defaults(func=run)
+
+
+def _check(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="CI gate: evaluate rules on a run; exit 0 all pass, 1 any fails, 2 a bad rule")
+    p.add_argument("run", metavar="RUN", help="run directory")
+    p.add_argument("--rule", action="append", default=[], help='e.g. "max(grad_norm, last=100) < 1e5" (repeatable)')
+    p.add_argument("--rules-file", help="YAML list (or checks: list) or one rule per line")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+
+    def run(args: argparse.Namespace) -> int:
+        from mindwatch.report.check import check_command
+
+        return check_command(args.run, args.rule, args.rules_file, as_json=args.json)
+
+    p.set_defaults(func=run)
+
+
+def _export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="a run's metrics as one table (csv, jsonl, parquet) or TensorBoard event files")
+    p.add_argument("run", metavar="RUN", help="run directory")
+    p.add_argument("--format", choices=["csv", "jsonl", "parquet"], default="csv", help="table format (default csv)")
+    p.add_argument("--tensorboard", action="store_true", help="write TensorBoard event files instead of a table")
+    p.add_argument("--overwrite", action="store_true", help="with --tensorboard: replace existing event files")
+    p.add_argument("-o", "--output", default=None, help="file (folder for --tensorboard); default inside the run directory")
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            if args.tensorboard:
+                from mindwatch.sinks.tensorboard import export_tensorboard
+
+                out = export_tensorboard(args.run, args.output, overwrite=args.overwrite)
+                print(f"mindwatch export: wrote TensorBoard event files under {out} (tensorboard --logdir {out})")
+            else:
+                from mindwatch.report.export import export_run
+
+                print(f"mindwatch export: wrote {export_run(args.run, args.format, args.output)}")
+        except (FileNotFoundError, FileExistsError) as e:
+            print(f"mindwatch export: {e}", file=sys.stderr)
+            return 2
+        return 0
+
+    p.set_defaults(func=run)
+
+
+def _runs(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("runs", help="list the runs under LOGDIR with state, steps, duration and tags")
+    p.add_argument("logdir", metavar="LOGDIR", help="a save_dir (or a project directory)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def run(args: argparse.Namespace) -> int:
+        from mindwatch.report.runs import print_runs
+
+        return print_runs(args.logdir, as_json=args.json)
+
+    p.set_defaults(func=run)
+
+
+def _tail(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tail", help="follow a run in the terminal until it ends (Ctrl-C to leave)")
+    p.add_argument("run", metavar="RUN", help="run directory, or a log directory (its newest run)")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between reads (default 0.5)")
+    p.add_argument("--rank", type=int, default=None, help="rank to show (default: the lowest)")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+
+    def run(args: argparse.Namespace) -> int:
+        from mindwatch.tail import tail
+
+        try:
+            return tail(args.run, interval=args.interval, rank=args.rank, once=args.once)
+        except FileNotFoundError as e:
+            print(f"mindwatch tail: {e}", file=sys.stderr)
+            return 2
+
+    p.set_defaults(func=run)
+
+
 #: Each entry adds one subcommand. Keep one function per subcommand.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_demo]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_demo, _serve, _report, _check, _export, _runs, _tail]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+from urllib.parse import quote
 
 from mindwatch.demo.train import DemoSettings, build_training
+from mindwatch.server.process import DashboardProcess
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -31,8 +35,31 @@ def run_demo(args: argparse.Namespace) -> int:
             "tags": {"model": "tiny-gpt", "mode": settings.mode, "corpus": "python-stdlib"},
         }
     )
-    start = time.time()
-    model.train(1, dataset, callbacks=[monitor], dataset_sink_mode=False)
-    print(f"mindwatch demo: trained {settings.steps} steps in {time.time() - start:.1f} s")
-    print(f"mindwatch demo: run directory: {monitor.run_dir}")
+    dashboard = None if getattr(args, "no_dashboard", False) else _start_dashboard(args.save_dir, getattr(args, "port", 8765))
+    try:
+        start = time.time()
+        model.train(1, dataset, callbacks=[monitor], dataset_sink_mode=False)
+        print(f"mindwatch demo: trained {settings.steps} steps in {time.time() - start:.1f} s")
+        print(f"mindwatch demo: run directory: {monitor.run_dir}")
+        if dashboard is not None:
+            run_id = Path(monitor.run_dir).relative_to(Path(args.save_dir)).as_posix()
+            print(f"mindwatch demo: this run on the dashboard: {dashboard.url}#/run/{quote(run_id, safe='')}")
+            # Keep showing the result in a terminal; CI, pipes and --exit-when-done end here.
+            if not getattr(args, "exit_when_done", False) and sys.stdin.isatty():
+                print("mindwatch demo: the dashboard keeps running; press Ctrl-C to stop it", flush=True)
+                dashboard.wait()
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
     return 0
+
+
+def _start_dashboard(save_dir: str, port: int) -> DashboardProcess | None:
+    """The dashboard beside the training; a warning (never a failed demo) if it cannot start."""
+    try:
+        dashboard = DashboardProcess(save_dir, port=port).start()
+    except (RuntimeError, OSError) as e:
+        print(f"mindwatch demo: warning: the dashboard did not start ({e}); training without it", file=sys.stderr)
+        return None
+    print(f"mindwatch demo: live dashboard at {dashboard.url} (open it now: charts fill in as the model trains)", flush=True)
+    return dashboard

@@ -1,0 +1,279 @@
+"""The dashboard's JSON API: runs, one run, chart series (downsampled), heat maps, alerts, compare.
+
+Example (with the app from :func:`mindwatch.server.app.create_app`)::
+
+    GET /api/runs
+    GET /api/run?run=gpt/run_1
+    GET /api/series?run=gpt/run_1&metric=loss&rank=0&x=step&lo=1000&hi=2000&points=2000
+    GET /api/heatmap?run=gpt/run_1&prefix=attention_entropy/&buckets=100
+    GET /api/alerts?run=gpt/run_1
+    GET /api/compare?runs=gpt/run_1,gpt/run_2&metric=loss
+
+Every bad query value is a 400 with a message that says what to send; nothing else is exposed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any
+
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from mindwatch.server.downsample import keep_extremes
+from mindwatch.server.runs import BadRequest, Catalog, RunView
+
+MAX_POINTS = 20_000
+MAX_COMPARE = 12
+_METRIC = re.compile(r"^[\w./@:+\-\[\] ]{1,200}$")
+
+
+# -- query values -------------------------------------------------------------
+def int_param(req: Request, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = req.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer between {lo} and {hi}, got {raw[:40]!r}") from None
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def float_param(req: Request, name: str) -> float | None:
+    raw = req.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a number, got {raw[:40]!r}") from None
+    if not math.isfinite(value):
+        raise BadRequest(f"{name} must be a finite number, got {raw[:40]!r}")
+    return value
+
+
+def choice_param(req: Request, name: str, choices: tuple[str, ...]) -> str:
+    raw = req.query_params.get(name) or choices[0]
+    if raw not in choices:
+        raise BadRequest(f"{name} must be one of {', '.join(choices)}, got {raw[:40]!r}")
+    return raw
+
+
+def metric_param(req: Request, name: str = "metric") -> str:
+    return check_metric(req.query_params.get(name), name)
+
+
+def check_metric(raw: str | None, name: str = "metric") -> str:
+    """``raw`` if it looks like a metric name; BadRequest otherwise."""
+    if not raw:
+        raise BadRequest(f"{name} is required, e.g. {name}=loss")
+    if not _METRIC.match(raw):
+        raise BadRequest(f"{name} {raw[:40]!r} is not a metric name (letters, digits, _ . / @ : + - [ ] and spaces)")
+    return raw
+
+
+def run_param(req: Request, catalog: Catalog, name: str = "run") -> RunView:
+    raw = req.query_params.get(name)
+    if not raw:
+        raise BadRequest(f"{name} is required: a run id from /api/runs, like 'project/run_20261129_074500'")
+    return catalog.open(raw)
+
+
+# -- JSON helpers --------------------------------------------------------------
+def _num(v: float) -> float | str:
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _points(x: np.ndarray, y: np.ndarray) -> tuple[list[list[Any]], list[list[Any]]]:
+    """``[[x, y], ...]`` with null for non-finite y, plus ``[[x, "nan"|"inf"|"-inf"], ...]`` for those."""
+    finite = np.isfinite(y)
+    xs = x.tolist()
+    ys = np.where(finite, y, 0.0).tolist()
+    pts = [[a, b] for a, b in zip(xs, ys, strict=True)]
+    bad = []
+    for i in np.flatnonzero(~finite).tolist():
+        pts[i][1] = None
+        bad.append([xs[i], _num(float(y[i]))])
+    return pts, bad
+
+
+# -- queries (plain functions: the live stream and the benchmark reuse them) ----------------------
+def run_info(view: RunView) -> dict[str, Any]:
+    view.refresh()
+    with view.lock:
+        meta = view.meta
+        return {
+            "id": view.id,
+            "project": meta.get("project"),
+            "tags": meta.get("tags", []),
+            "config": meta.get("config", {}),
+            "meta": {k: v for k, v in meta.items() if k not in ("config", "tags")},
+            "metrics": view.metrics,
+            "ranks": sorted(view.ranks) or sorted(view.statuses),
+            "status": view.status_summary(),
+            "alert_count": len(view.alerts),
+            "cursor": cursor_of(view),
+        }
+
+
+def cursor_of(view: RunView) -> str:
+    """Where a live client is: valid lines read per rank (with the file generation) and alerts seen."""
+    ranks = ",".join(f"{r}:{c.generation}:{c.lines}" for r, c in sorted(view.ranks.items()))
+    return f"{ranks};{len(view.alerts)}"
+
+
+def series(
+    view: RunView,
+    metric: str,
+    rank: int | None = None,
+    x: str = "step",
+    lo: float | None = None,
+    hi: float | None = None,
+    points: int = 2000,
+    refresh: bool = True,
+) -> dict[str, Any]:
+    """One metric of one rank in the window [lo, hi] of x, thinned to ``points`` keeping min/max per bucket."""
+    if refresh:
+        view.refresh()
+    with view.lock:
+        if rank is None:
+            rank = min(view.ranks) if view.ranks else 0
+        cols = view.ranks.get(rank)
+        if cols is None:
+            raise BadRequest(f"rank {rank} has no metrics in run {view.id!r}; ranks: {sorted(view.ranks)}")
+        line, value = cols.column(metric)
+        step = cols.steps[line]
+        xs = step if x == "step" else cols.time_of_lines(line)
+        total = len(xs)
+        if lo is not None or hi is not None:
+            keep = np.ones(total, dtype=bool)
+            if lo is not None:
+                keep &= xs >= lo
+            if hi is not None:
+                keep &= xs <= hi
+            xs, value = xs[keep], value[keep]
+        idx = keep_extremes(xs, value, points)
+        pts, bad = _points(xs[idx], value[idx])
+        return {
+            "run": view.id,
+            "metric": metric,
+            "rank": rank,
+            "x": x,
+            "total": total,
+            "in_window": int(len(xs)),
+            "points": pts,
+            "nonfinite": bad,
+            "cursor": cursor_of(view),
+        }
+
+
+def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[str, Any]:
+    """Mean of each ``<prefix><layer>`` metric per step bucket: a layers x buckets matrix."""
+    view.refresh()
+    with view.lock:
+        if rank is None:
+            rank = min(view.ranks) if view.ranks else 0
+        cols = view.ranks.get(rank)
+        names = sorted((m for m in view.metrics if m.startswith(prefix)), key=_natural)
+        if cols is None or not names:
+            return {"run": view.id, "prefix": prefix, "layers": [], "steps": [], "values": []}
+        data = []
+        for name in names:
+            line, value = cols.column(name)
+            data.append((cols.steps[line], value))
+        all_steps = np.concatenate([s for s, _ in data]) if data else np.empty(0)
+        if len(all_steps) == 0:
+            return {"run": view.id, "prefix": prefix, "layers": names, "steps": [], "values": []}
+        first, last = int(all_steps.min()), int(all_steps.max())
+        n = max(1, min(buckets, last - first + 1))
+        edges = np.linspace(first, last + 1, n + 1)
+        values = []
+        for layer, (s, v) in enumerate(data):
+            ok = np.isfinite(v)
+            b = np.clip(np.searchsorted(edges, s[ok], side="right") - 1, 0, n - 1)
+            sums = np.bincount(b, weights=v[ok], minlength=n)
+            counts = np.bincount(b, minlength=n)
+            for j in np.flatnonzero(counts):
+                values.append([int(j), layer, round(float(sums[j] / counts[j]), 6)])
+        centers = ((edges[:-1] + edges[1:]) / 2).round().astype(int).tolist()
+        return {"run": view.id, "prefix": prefix, "layers": names, "steps": centers, "values": values}
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+# -- endpoints -----------------------------------------------------------------------------
+class Api:
+    """Starlette endpoints bound to one catalog."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def runs(self, req: Request) -> JSONResponse:
+        return JSONResponse({"runs": self.catalog.summaries(), "now": time.time()})
+
+    def run(self, req: Request) -> JSONResponse:
+        return JSONResponse(run_info(run_param(req, self.catalog)))
+
+    def series(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        return JSONResponse(
+            series(
+                view,
+                metric_param(req),
+                rank=int_param(req, "rank", None, 0, 1 << 20),
+                x=choice_param(req, "x", ("step", "time")),
+                lo=float_param(req, "lo"),
+                hi=float_param(req, "hi"),
+                points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000,
+            )
+        )
+
+    def heatmap(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        prefix = req.query_params.get("prefix") or "attention_entropy/"
+        if not _METRIC.match(prefix):
+            raise BadRequest(f"prefix {prefix[:40]!r} is not a metric name prefix")
+        buckets = int_param(req, "buckets", 100, 1, 2000) or 100
+        return JSONResponse(heatmap(view, prefix, int_param(req, "rank", None, 0, 1 << 20), buckets))
+
+    def alerts(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        view.refresh()
+        with view.lock:
+            return JSONResponse({"run": view.id, "alerts": [_plain_alert(a) for a in view.alerts]})
+
+    def compare(self, req: Request) -> JSONResponse:
+        raw = req.query_params.get("runs") or ""
+        ids = [r for r in raw.split(",") if r]
+        if not ids:
+            raise BadRequest("runs is required: comma-separated run ids from /api/runs")
+        if len(ids) > MAX_COMPARE:
+            raise BadRequest(f"compare at most {MAX_COMPARE} runs at once, got {len(ids)}")
+        metric = metric_param(req)
+        x = choice_param(req, "x", ("step", "time", "elapsed"))
+        points = int_param(req, "points", 2000, 10, MAX_POINTS) or 2000
+        out = []
+        for run_id in ids:
+            view = self.catalog.open(run_id)
+            s = series(view, metric, x="step" if x == "step" else "time", points=points)
+            if x == "elapsed" and s["points"]:
+                t0 = view.meta.get("started_at") or s["points"][0][0]
+                s["points"] = [[p[0] - t0, p[1]] for p in s["points"]]
+                s["nonfinite"] = [[p[0] - t0, p[1]] for p in s["nonfinite"]]
+            s["state"] = view.status_summary()["state"]
+            out.append(s)
+        return JSONResponse({"metric": metric, "x": x, "series": out})
+
+
+def _plain_alert(alert: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_num(v) if isinstance(v, float) else v) for k, v in alert.items()}

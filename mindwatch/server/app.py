@@ -1,0 +1,152 @@
+"""``mindwatch serve LOGDIR``: the dashboard's web app (Starlette) and the server that runs it (uvicorn).
+
+Example::
+
+    from mindwatch.server.app import create_app, serve
+    app = create_app("monitor_output")                 # an ASGI app (tests use it with httpx)
+    serve("monitor_output", host="127.0.0.1", port=8765)
+
+The app only reads run directories under LOGDIR; it never imports MindSpore, so it runs on a
+laptop next to a copy (or a network mount) of the run directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from importlib import resources
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mindwatch.assets import echarts_js
+from mindwatch.server.api import Api
+from mindwatch.server.auth import TokenGate, is_loopback
+from mindwatch.server.live import LiveHub
+from mindwatch.server.runs import BadRequest, Catalog, NotFound
+
+log = logging.getLogger("mindwatch.server")
+
+#: The only files the app serves besides the API (never a path taken from the request).
+STATIC_FILES = {
+    "app.js": "text/javascript",
+    "charts.js": "text/javascript",
+    "style.css": "text/css",
+    "index.html": "text/html",
+}
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
+}
+
+
+def _static_dir() -> Path:
+    return Path(str(resources.files("mindwatch.server") / "static"))
+
+
+def create_app(logdir: str | os.PathLike[str], token: str | None = None, poll_secs: float = 0.1) -> ASGIApp:
+    """The dashboard for the runs under ``logdir``; with ``token``, every request must carry it."""
+    catalog = Catalog(Path(logdir))
+    api = Api(catalog)
+    hub = LiveHub(catalog, poll_secs=poll_secs)
+    static = _static_dir()
+    echarts = echarts_js()  # fail at start, with the fix in the message, not on the first page view
+
+    def page(req: Request) -> Response:
+        return FileResponse(static / "index.html", media_type="text/html", headers={"Cache-Control": "no-cache"})
+
+    def static_file(req: Request) -> Response:
+        name = req.path_params["name"]
+        if name == "echarts.min.js":
+            return FileResponse(echarts, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+        if name not in STATIC_FILES:
+            return JSONResponse({"error": f"no static file {name[:60]!r}"}, status_code=404)
+        return FileResponse(static / name, media_type=STATIC_FILES[name], headers={"Cache-Control": "no-cache"})
+
+    def live(req: Request) -> Response:
+        return hub.runs_stream(req) if req.query_params.get("runs") else hub.run_stream(req)
+
+    async def bad_request(req: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    async def not_found(req: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": str(exc)}, status_code=404)
+
+    async def server_error(req: Request, exc: Exception) -> Response:
+        log.exception("mindwatch serve: %s %s failed", req.method, req.url.path, exc_info=exc)
+        return JSONResponse({"error": "internal error; the server log has the details"}, status_code=500)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/favicon.ico", lambda req: Response(status_code=204)),
+            Route("/static/{name}", static_file),
+            Route("/api/runs", api.runs),
+            Route("/api/run", api.run),
+            Route("/api/series", api.series),
+            Route("/api/heatmap", api.heatmap),
+            Route("/api/alerts", api.alerts),
+            Route("/api/compare", api.compare),
+            Route("/api/live", live),
+        ],
+        exception_handlers={BadRequest: bad_request, NotFound: not_found, Exception: server_error},
+        lifespan=lifespan,
+    )
+    app.state.catalog = catalog
+    app.state.hub = hub
+    guarded: ASGIApp = _SecurityHeaders(app)
+    return TokenGate(guarded, token) if token else guarded
+
+
+class _SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in _SECURITY_HEADERS.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(msg: dict) -> None:  # type: ignore[type-arg]
+            if msg["type"] == "http.response.start":
+                msg = {**msg, "headers": [*msg.get("headers", []), *self.headers]}
+            await send(msg)
+
+        await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+
+
+def check_binding(host: str, token: str | None) -> None:
+    """Refuse to expose the dashboard beyond this machine without a token."""
+    if not is_loopback(host) and not token:
+        raise SystemExit(
+            f"mindwatch serve: refusing to listen on {host} without a token: anyone who can reach it could read your runs. "
+            "Add --token $(openssl rand -hex 16) (or set MINDWATCH_TOKEN), or use --host 127.0.0.1 and an SSH tunnel."
+        )
+
+
+def serve(logdir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8765, token: str | None = None) -> int:
+    """Run the dashboard until Ctrl-C."""
+    import uvicorn
+
+    check_binding(host, token)
+    try:
+        app = create_app(logdir, token=token)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"mindwatch serve: {e}") from None
+    shown = f"[{host}]" if ":" in host else host
+    print(f"mindwatch serve: dashboard for {Path(logdir).resolve()} at http://{shown}:{port}/", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)
+    return 0

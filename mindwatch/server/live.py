@@ -1,0 +1,264 @@
+"""Live push over Server-Sent Events: new points, alerts and state changes, resumable without loss.
+
+Example (the browser side)::
+
+    const es = new EventSource(`/api/live?run=${id}&metrics=loss,lr&cursor=${cursor}`);
+    es.addEventListener("points", e => ...);   // {rank, metrics: {loss: [[step, t, value], ...]}}
+    es.addEventListener("alert", e => ...);    // {alerts: [...]}
+    es.addEventListener("state", e => ...);    // the run's status summary (banner)
+    es.addEventListener("reload", e => ...);   // too much to push: fetch the charts again
+
+    new EventSource("/api/live?runs=1")         // the runs page: "runs" events with every summary
+
+Every event's id is a cursor (valid lines per rank and alerts seen, see
+:func:`mindwatch.server.api.cursor_of`). A reconnecting EventSource sends it back as
+``Last-Event-ID`` and the stream continues from exactly there: nothing lost, nothing twice.
+
+One poller task (:class:`LiveHub`) reads the watched runs every ``poll_secs`` (files are the
+source of truth; there is no other channel from training to the dashboard) and wakes the
+streams; each stream then takes what is new past its own cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from mindwatch.server.api import _num, _plain_alert, check_metric, cursor_of
+from mindwatch.server.runs import BadRequest, Catalog, RunView
+
+log = logging.getLogger("mindwatch.server")
+
+#: More new lines than this for one client at once: send "reload" instead of the points.
+MAX_PUSH_LINES = 5000
+KEEPALIVE_SECS = 15.0
+
+
+def parse_cursor(raw: str | None) -> tuple[dict[int, tuple[int, int]], int] | None:
+    """``"0:0:120,1:0:118;3"`` -> ({rank: (generation, lines)}, alerts); None for no cursor; BadRequest when malformed."""
+    if not raw:
+        return None
+    try:
+        ranks_part, alerts_part = raw.split(";")
+        ranks = {}
+        for item in filter(None, ranks_part.split(",")):
+            r, g, n = (int(v) for v in item.split(":"))
+            if r < 0 or g < 0 or n < 0:
+                raise ValueError
+            ranks[r] = (g, n)
+        alerts = int(alerts_part)
+        if alerts < 0:
+            raise ValueError
+        return ranks, alerts
+    except ValueError:
+        raise BadRequest(f"cursor {raw[:60]!r} is not a cursor from this server (rank:generation:lines,...;alerts)") from None
+
+
+class LiveHub:
+    """Polls the runs that open pages watch and wakes their streams when anything changed."""
+
+    def __init__(self, catalog: Catalog, poll_secs: float = 0.1, runs_secs: float = 1.0) -> None:
+        self.catalog = catalog
+        self.poll_secs = poll_secs
+        self.runs_secs = runs_secs
+        self._watched: dict[str, int] = {}
+        self._runs_watchers = 0
+        self._changed = asyncio.Condition()
+        self._version = 0
+        self._task: asyncio.Task[None] | None = None
+        self._signatures: dict[str, Any] = {}
+        self.runs_summary: list[dict[str, Any]] = []
+        self._runs_at = 0.0
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                changed = await anyio.to_thread.run_sync(self._poll)
+                if changed:
+                    async with self._changed:
+                        self._version += 1
+                        self._changed.notify_all()
+            except Exception:  # a broken run dir must not stop the live view of the others
+                log.exception("mindwatch serve: live poll failed")
+            await asyncio.sleep(self.poll_secs)
+
+    def _poll(self) -> bool:
+        changed = False
+        now = time.time()
+        for run_id in list(self._watched):
+            try:
+                view = self.catalog.open(run_id)
+            except Exception:
+                continue
+            new = view.refresh()
+            with view.lock:
+                status = view.status_summary(now)
+                sig = (cursor_of(view), status["state"], tuple(sorted(status["ranks"].items(), key=str)), status["error"])
+            if new or self._signatures.get(run_id) != sig:
+                self._signatures[run_id] = sig
+                changed = True
+        if self._runs_watchers and now - self._runs_at >= self.runs_secs:
+            self._runs_at = now
+            summaries = self.catalog.summaries(now)
+            sig = [(s["id"], s["state"], s["last_step"], s["alert_count"]) for s in summaries]
+            if sig != self._signatures.get("runs page"):
+                self._signatures["runs page"] = sig
+                self.runs_summary = summaries
+                changed = True
+        return changed
+
+    async def wait(self, version: int, timeout: float) -> int:
+        """Wait until something changed after ``version`` (or the timeout); returns the current version."""
+        async with self._changed:
+            if self._version == version:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout)
+            return self._version
+
+    # -- streams -----------------------------------------------------------------------
+    def run_stream(self, req: Request) -> StreamingResponse:
+        """``GET /api/live?run=ID[&metrics=a,b][&cursor=C]`` (or ``Last-Event-ID: C``)."""
+        run_id = req.query_params.get("run") or ""
+        view = self.catalog.open(run_id)  # NotFound / BadRequest before the stream starts
+        metrics = [m for m in (req.query_params.get("metrics") or "").split(",") if m]
+        for m in metrics:
+            check_metric(m, "metrics")
+        cursor = parse_cursor(req.headers.get("last-event-id") or req.query_params.get("cursor"))
+        return _sse(self._run_events(view, metrics or None, cursor))
+
+    def runs_stream(self, req: Request) -> StreamingResponse:
+        """``GET /api/live?runs=1``: the runs page's list, sent whenever a run appears or changes."""
+        return _sse(self._runs_events())
+
+    async def _runs_events(self) -> AsyncIterator[str]:
+        self._runs_watchers += 1
+        try:
+            self.runs_summary = await anyio.to_thread.run_sync(self.catalog.summaries)
+            version = self._version
+            sent: Any = None
+            last_sent = 0.0
+            while True:
+                if self.runs_summary is not sent:
+                    sent = self.runs_summary
+                    last_sent = time.monotonic()
+                    yield _event("runs", {"runs": sent, "now": time.time()})
+                elif time.monotonic() - last_sent > KEEPALIVE_SECS:
+                    last_sent = time.monotonic()
+                    yield ": keep-alive\n\n"
+                version = await self.wait(version, KEEPALIVE_SECS)
+        finally:
+            self._runs_watchers -= 1
+
+    async def _run_events(
+        self, view: RunView, metrics: list[str] | None, cursor: tuple[dict[int, tuple[int, int]], int] | None
+    ) -> AsyncIterator[str]:
+        self._watched[view.id] = self._watched.get(view.id, 0) + 1
+        try:
+            await anyio.to_thread.run_sync(view.refresh)
+            if cursor is None:  # a new client without a cursor starts at "now"
+                cursor = parse_cursor(cursor_of(view))
+            assert cursor is not None
+            ranks, alerts_seen = cursor
+            last_state: Any = None
+            version = self._version
+            last_sent = time.monotonic()
+            yield "retry: 1000\n\n"
+            while True:
+                events, ranks, alerts_seen, last_state = await anyio.to_thread.run_sync(
+                    self._delta, view, metrics, ranks, alerts_seen, last_state
+                )
+                for ev in events:
+                    yield ev
+                if events:
+                    last_sent = time.monotonic()
+                elif time.monotonic() - last_sent > KEEPALIVE_SECS:
+                    last_sent = time.monotonic()
+                    yield ": keep-alive\n\n"
+                version = await self.wait(version, KEEPALIVE_SECS)
+        finally:
+            self._watched[view.id] -= 1
+            if not self._watched[view.id]:
+                del self._watched[view.id]
+
+    @staticmethod
+    def _delta(
+        view: RunView, metrics: list[str] | None, ranks: dict[int, tuple[int, int]], alerts_seen: int, last_state: Any
+    ) -> tuple[list[str], dict[int, tuple[int, int]], int, Any]:
+        """Events for everything past the cursor, and the new cursor (computed under the run's lock)."""
+        events = []
+        with view.lock:
+            names = metrics or view.metrics
+            ranks = dict(ranks)
+            for rank, cols in sorted(view.ranks.items()):
+                gen, seen = ranks.get(rank, (cols.generation, 0))
+                if gen != cols.generation or seen > cols.lines:
+                    ranks[rank] = (cols.generation, cols.lines)  # the file was replaced: start the charts over
+                    reload = {"rank": rank, "reason": "metrics file replaced"}
+                    events.append(_event("reload", reload, _cursor(ranks, alerts_seen)))
+                    continue
+                if seen == cols.lines:
+                    continue
+                ranks[rank] = (gen, cols.lines)
+                if cols.lines - seen > MAX_PUSH_LINES:
+                    events.append(_event("reload", {"rank": rank, "reason": "too many new points"}, _cursor(ranks, alerts_seen)))
+                    continue
+                payload: dict[str, list[list[Any]]] = {}
+                for name in names:
+                    line, value = cols.column(name)
+                    i = int(np.searchsorted(line, seen))
+                    if i == len(line):
+                        continue
+                    new_lines = line[i:]
+                    steps = cols.steps[new_lines].tolist()
+                    times = cols.time_of_lines(new_lines).tolist()
+                    values = value[i:].tolist()
+                    payload[name] = [[s, (t if t == t else None), _num(v)] for s, t, v in zip(steps, times, values, strict=True)]
+                events.append(_event("points", {"rank": rank, "metrics": payload}, _cursor(ranks, alerts_seen)))
+            if alerts_seen < len(view.alerts):
+                new_alerts = [_plain_alert(a) for a in view.alerts[alerts_seen:]]
+                alerts_seen = len(view.alerts)
+                events.append(_event("alert", {"alerts": new_alerts}, _cursor(ranks, alerts_seen)))
+            status = view.status_summary()
+        state_key = (status["state"], json.dumps(status["ranks"], sort_keys=True), status["error"])
+        if state_key != last_state:
+            events.append(_event("state", status))
+            last_state = state_key
+        return events, ranks, alerts_seen, last_state
+
+
+def _cursor(ranks: dict[int, tuple[int, int]], alerts: int) -> str:
+    return ",".join(f"{r}:{g}:{n}" for r, (g, n) in sorted(ranks.items())) + f";{alerts}"
+
+
+def _event(name: str, data: dict[str, Any], event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def _sse(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,175 @@
+"""The runs the dashboard can show: a catalog of run directories under LOGDIR, each read incrementally.
+
+Example::
+
+    catalog = Catalog(Path("monitor_output"))
+    catalog.summaries()                 # one dict per run, for the runs page
+    run = catalog.open("gpt/run_1")     # a RunView; raises NotFound for anything outside LOGDIR
+    run.refresh()
+    run.ranks["0"]                      # RankColumns of rank 0
+
+Run ids are paths relative to LOGDIR ("<project>/<run>"). A run is only ever looked up in the
+catalog built by :func:`mindwatch.store.catalog.find_runs` (which does not follow symlinked
+directories), so no request can name a directory outside LOGDIR; files inside a run directory
+are opened only when their real path is inside LOGDIR too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from mindwatch.server.columns import RankColumns
+from mindwatch.store.catalog import find_runs, summarize
+from mindwatch.store.layout import RunLayout, read_json
+from mindwatch.store.reader import JsonlTail, rank_state
+
+
+class NotFound(Exception):
+    """The request names no run (or a path outside LOGDIR)."""
+
+
+class BadRequest(ValueError):
+    """A query value the API cannot use; the message says what to send instead."""
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it is a plain relative path; BadRequest for ``..``, absolute paths, backslashes, NUL."""
+    if not run_id or len(run_id) > 1000:
+        raise BadRequest("run id must be a path relative to LOGDIR, like 'project/run_20261129_074500'")
+    if "\x00" in run_id or "\\" in run_id or run_id.startswith("/") or ":" in run_id.split("/")[0]:
+        raise BadRequest(f"run id {run_id!r} must be relative to LOGDIR (no absolute paths, drive letters or backslashes)")
+    parts = PurePosixPath(run_id).parts
+    if any(p in ("..", ".") for p in run_id.split("/")) or not parts:
+        raise BadRequest(f"run id {run_id!r} must not contain '.' or '..' segments")
+    return "/".join(parts)
+
+
+class RunView:
+    """One run directory read incrementally: meta, per-rank status and columns, alerts."""
+
+    def __init__(self, run_id: str, path: Path, root: Path) -> None:
+        self.id = run_id
+        self.layout = RunLayout(path)
+        self.root = root
+        self.meta: dict[str, Any] = {}
+        self.statuses: dict[int, dict[str, Any]] = {}
+        self.ranks: dict[int, RankColumns] = {}
+        self.alerts: list[dict[str, Any]] = []
+        self._alert_tail = JsonlTail(self.layout.alerts)
+        self.lock = threading.Lock()  # refresh and queries run in worker threads
+
+    def _inside(self, path: Path) -> bool:
+        try:
+            return path.resolve().is_relative_to(self.root)
+        except OSError:
+            return False
+
+    def refresh(self) -> dict[int, int]:
+        """Re-read meta and status files, read appended lines and alerts; returns new lines per rank."""
+        with self.lock:
+            if self._inside(self.layout.meta):
+                self.meta = read_json(self.layout.meta) or self.meta
+            new: dict[int, int] = {}
+            for rank in self.layout.ranks():
+                if self._inside(self.layout.status(rank)) and (st := read_json(self.layout.status(rank))) is not None:
+                    self.statuses[rank] = st
+                metrics = self.layout.metrics(rank)
+                if not metrics.exists() or not self._inside(metrics):
+                    continue
+                cols = self.ranks.get(rank)
+                if cols is None:
+                    cols = self.ranks[rank] = RankColumns(metrics)
+                added = cols.refresh()
+                if added:
+                    new[rank] = added
+            if self._inside(self.layout.alerts):
+                for alert in self._alert_tail.read_new():
+                    alert.setdefault("seq", len(self.alerts))
+                    self.alerts.append(alert)
+            return new
+
+    def states(self, now: float | None = None) -> dict[int, str]:
+        return {r: rank_state(s, now) for r, s in self.statuses.items()}
+
+    @property
+    def metrics(self) -> list[str]:
+        names: set[str] = set()
+        for cols in self.ranks.values():
+            names |= cols.keys
+        return sorted(names)
+
+    def status_summary(self, now: float | None = None) -> dict[str, Any]:
+        """What the run page's banner needs: overall state, per-rank states, last step/time, error."""
+        now = now or time.time()
+        summary = summarize(self.layout.root, now)  # the same state rules as the runs page
+        beats = [s["updated_at"] for s in self.statuses.values() if isinstance(s.get("updated_at"), (int, float))]
+        reasons = [s["reason"] for s in self.statuses.values() if s.get("reason")]
+        return {
+            "state": summary.state,
+            "ranks": {
+                str(r): {"state": st, "last_step": self.statuses[r].get("last_step")}
+                for r, st in sorted(self.states(now).items())
+            },
+            "last_step": summary.last_step,
+            "last_time": summary.last_time,
+            "heartbeat_at": max(beats) if beats else None,
+            "error": summary.error,
+            "reason": reasons[0] if reasons else None,
+            "now": now,
+        }
+
+
+class Catalog:
+    """Run directories under ``logdir`` (re-scanned at most every ``rescan_secs``) and their open views."""
+
+    def __init__(self, logdir: Path, rescan_secs: float = 1.0, max_open: int = 64) -> None:
+        self.logdir = Path(logdir)
+        if not self.logdir.is_dir():
+            raise FileNotFoundError(f"log directory not found: {self.logdir}; pass the save_dir of your monitor_config")
+        self.root = self.logdir.resolve()
+        self.rescan_secs = rescan_secs
+        self.max_open = max_open
+        self._paths: dict[str, Path] = {}
+        self._scanned = 0.0
+        self._views: OrderedDict[str, RunView] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def run_ids(self, force: bool = False) -> dict[str, Path]:
+        with self._lock:
+            if force or time.monotonic() - self._scanned > self.rescan_secs:
+                paths = {}
+                for p in find_runs(self.logdir):
+                    rel = p.relative_to(self.logdir).as_posix() if p != self.logdir else p.resolve().name
+                    if p.resolve().is_relative_to(self.root):
+                        paths[rel] = p
+                self._paths = paths
+                self._scanned = time.monotonic()
+            return dict(self._paths)
+
+    def summaries(self, now: float | None = None) -> list[dict[str, Any]]:
+        """One dict per run for the runs page (cheap: meta, status files and alert count only)."""
+        out = []
+        for run_id, path in self.run_ids().items():
+            s = summarize(path, now).to_dict()
+            s["id"] = run_id
+            s.pop("path", None)  # the server's file system layout is not the client's business
+            out.append(s)
+        return out
+
+    def open(self, run_id: str) -> RunView:
+        run_id = check_run_id(run_id)
+        path = self.run_ids().get(run_id) or self.run_ids(force=True).get(run_id)
+        if path is None:
+            raise NotFound(f"no run {run_id!r} under the log directory")
+        with self._lock:
+            view = self._views.get(run_id)
+            if view is None:
+                view = self._views[run_id] = RunView(run_id, path, self.root)
+                while len(self._views) > self.max_open:
+                    self._views.popitem(last=False)
+            self._views.move_to_end(run_id)
+        return view

@@ -1,0 +1,333 @@
+"""The dashboard's HTTP API on run directories written by the real writer: runs, series, alerts, states, safety."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from mindwatch.server.app import check_binding, create_app
+from mindwatch.server.columns import RankColumns
+from mindwatch.store.jsonl import encode_line
+from mindwatch.store.layout import write_json_atomic
+from mindwatch.store.reader import open_run
+from mindwatch.store.writer import RunWriter
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_run(
+    logdir: Path,
+    project: str,
+    run: str,
+    steps: int = 50,
+    state: str | None = "finished",
+    ranks: int = 1,
+    tags: object = None,
+    error: str | None = None,
+) -> Path:
+    """A run directory as the Monitor writes it: meta, metrics per rank, status per rank."""
+    root = logdir / project / run
+    root.mkdir(parents=True)
+    write_json_atomic(
+        root / "meta.json",
+        {"run_id": run, "project": project, "tags": tags or [], "config": {"lr": 0.001}, "started_at": time.time() - 60},
+    )
+    for rank in range(ranks):
+        w = RunWriter(root, rank)
+        t0 = time.time() - steps * 0.01
+        w.write([{"step": s, "t": t0 + s * 0.01, "loss": 3.0 - s / steps + rank, "lr": 1e-3} for s in range(1, steps + 1)])
+        if state in ("finished", "failed", "stopped"):
+            w.close(state, error=error)
+        else:
+            w.flush()
+    return root
+
+
+def append_alert(root: Path, alert: dict[str, object]) -> None:
+    with open(root / "alerts.jsonl", "ab") as f:
+        f.write(encode_line(alert))
+
+
+@pytest.fixture
+def logdir(tmp_path: Path) -> Path:
+    d = tmp_path / "logs"
+    d.mkdir()
+    return d
+
+
+def client(logdir: Path, **kw: object) -> TestClient:
+    return TestClient(create_app(logdir, **kw))  # type: ignore[arg-type]
+
+
+def test_runs_page_lists_every_run_with_state_tags_and_alerts(logdir: Path) -> None:
+    make_run(logdir, "gpt", "done", tags={"mode": "graph"})
+    make_run(logdir, "gpt", "broken", state="failed", error="RuntimeError: boom")
+    make_run(logdir, "bert", "live", state="running", tags=["nightly"])
+    stale = make_run(logdir, "bert", "killed", state="running")
+    status = json.loads((stale / "status.rank0.json").read_text())
+    status["updated_at"] = time.time() - 600  # heartbeat stopped ten minutes ago, no final state: kill -9
+    write_json_atomic(stale / "status.rank0.json", status)
+    append_alert(logdir / "gpt" / "done", {"t": time.time(), "step": 3, "rule": "spike", "message": "x"})
+
+    with client(logdir) as c:
+        runs = {r["id"]: r for r in c.get("/api/runs").json()["runs"]}
+    assert set(runs) == {"gpt/done", "gpt/broken", "bert/live", "bert/killed"}
+    assert {k: r["state"] for k, r in runs.items()} == {
+        "gpt/done": "finished",
+        "gpt/broken": "failed",
+        "bert/live": "running",
+        "bert/killed": "stale",
+    }
+    assert runs["gpt/done"]["tags"] == {"mode": "graph"} and runs["gpt/done"]["alert_count"] == 1
+    assert runs["gpt/broken"]["error"] == "RuntimeError: boom"
+    assert runs["bert/live"]["last_step"] == 50 and runs["bert/live"]["project"] == "bert"
+    assert "path" not in runs["gpt/done"]  # the server's file layout stays on the server
+
+
+def test_run_info_has_config_tags_metrics_ranks_and_status(logdir: Path) -> None:
+    make_run(logdir, "gpt", "r", ranks=2, tags={"dataset": "wiki"})
+    with client(logdir) as c:
+        info = c.get("/api/run", params={"run": "gpt/r"}).json()
+    assert info["config"] == {"lr": 0.001} and info["tags"] == {"dataset": "wiki"}
+    assert info["metrics"] == ["loss", "lr"] and info["ranks"] == [0, 1]
+    assert info["status"]["state"] == "finished" and info["status"]["ranks"]["1"]["state"] == "finished"
+    assert info["cursor"] == "0:0:50,1:0:50;0"
+
+
+def test_downsampling_keeps_a_single_step_spike_in_100k_steps(logdir: Path) -> None:
+    root = logdir / "p" / "long"
+    root.mkdir(parents=True)
+    n, spike, dip = 100_000, 73_457, 12_345
+    rng = np.random.default_rng(0)
+    loss = 2.0 + 0.01 * rng.standard_normal(n)
+    loss[spike - 1], loss[dip - 1] = 50.0, -7.0
+    with open(root / "metrics.rank0.jsonl", "w") as f:
+        f.writelines(json.dumps({"step": s + 1, "t": 1e9 + s, "loss": float(loss[s])}) + "\n" for s in range(n))
+    with client(logdir) as c:
+        body = c.get("/api/series", params={"run": "p/long", "metric": "loss", "points": 500}).json()
+        assert body["total"] == n and len(body["points"]) <= 500
+        by_step = dict(map(tuple, body["points"]))
+        assert by_step[spike] == 50.0 and by_step[dip] == -7.0
+        # A zoomed window answers with every point inside it.
+        win = c.get("/api/series", params={"run": "p/long", "metric": "loss", "lo": 73_400, "hi": 73_499}).json()
+        assert [p[0] for p in win["points"]] == list(range(73_400, 73_500)) and win["in_window"] == 100
+        # x by time: the same points keyed by their wall-clock time.
+        t = c.get("/api/series", params={"run": "p/long", "metric": "loss", "x": "time", "points": 500}).json()
+        assert [1e9 + spike - 1, 50.0] in t["points"]
+
+
+def test_non_finite_values_are_gaps_and_markers(logdir: Path) -> None:
+    root = make_run(logdir, "p", "nan", steps=5)
+    RunWriter(root, 0).write([{"step": 6, "t": time.time(), "loss": math.nan}, {"step": 7, "t": time.time(), "loss": math.inf}])
+    with client(logdir) as c:
+        body = c.get("/api/series", params={"run": "p/nan", "metric": "loss"}).json()
+    assert body["points"][-2:] == [[6, None], [7, None]]
+    assert body["nonfinite"] == [[6, "nan"], [7, "inf"]]
+
+
+def test_alerts_endpoint_returns_every_alert_in_order(logdir: Path) -> None:
+    root = make_run(logdir, "p", "a")
+    for i in range(3):
+        append_alert(
+            root, {"t": time.time(), "step": 10 * i, "rank": 0, "rule": "loss_spike", "metric": "loss", "value": 9.0 + i}
+        )
+    with client(logdir) as c:
+        alerts = c.get("/api/alerts", params={"run": "p/a"}).json()["alerts"]
+    assert [a["step"] for a in alerts] == [0, 10, 20] and alerts[2]["value"] == 11.0
+
+
+def test_heatmap_of_attention_entropy_per_layer(logdir: Path) -> None:
+    root = logdir / "p" / "h"
+    root.mkdir(parents=True)
+    recs = [
+        {"step": s, "t": s, "attention_entropy/0": 1.0, "attention_entropy/10": 2.0, "attention_entropy/2": 3.0}
+        for s in range(1, 101)
+    ]
+    RunWriter(root, 0).write(recs)
+    with client(logdir) as c:
+        d = c.get("/api/heatmap", params={"run": "p/h", "buckets": 4}).json()
+    assert d["layers"] == ["attention_entropy/0", "attention_entropy/2", "attention_entropy/10"]  # natural order
+    assert len(d["steps"]) == 4 and {(v[1], v[2]) for v in d["values"]} == {(0, 1.0), (1, 3.0), (2, 2.0)}
+
+
+def test_compare_overlays_one_metric_from_several_runs(logdir: Path) -> None:
+    make_run(logdir, "p", "a", steps=20)
+    make_run(logdir, "p", "b", steps=30, state="failed")
+    with client(logdir) as c:
+        d = c.get("/api/compare", params={"runs": "p/a,p/b", "metric": "loss"}).json()
+    assert [(s["run"], s["total"], s["state"]) for s in d["series"]] == [("p/a", 20, "finished"), ("p/b", 30, "failed")]
+
+
+def test_torn_last_line_is_read_once_complete_and_growth_is_picked_up(logdir: Path) -> None:
+    root = make_run(logdir, "p", "grow", steps=3, state="running")
+    metrics = root / "metrics.rank0.jsonl"
+    with client(logdir) as c:
+
+        def steps() -> list[int]:
+            return [p[0] for p in c.get("/api/series", params={"run": "p/grow", "metric": "loss"}).json()["points"]]
+
+        assert steps() == [1, 2, 3]
+        with open(metrics, "ab") as f:
+            f.write(b'{"step":4,"t":1.0,"lo')  # the writer is mid-line
+        assert steps() == [1, 2, 3]
+        with open(metrics, "ab") as f:
+            f.write(b'ss":0.5}\n{"step":5,"t":2.0,"loss":0.4}\n')
+        assert steps() == [1, 2, 3, 4, 5]
+        metrics.write_text('{"step":1,"t":1.0,"loss":9.0}\n')  # replaced by a shorter file: read again from the start
+        assert steps() == [1]
+
+
+def test_columns_agree_with_the_reader_on_odd_lines(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.rank0.jsonl"
+    lines = [
+        '{"step":1,"t":1.0,"loss":2.5,"flag":true,"phase":"train"}',
+        "garbage that is not json",
+        '{"step": 2, "t": 2.0, "loss": "nan", "extra": 1e-05}',
+        '{"step":2.5,"loss":1.0}',
+        '{"t":3.0,"loss":3.0}',
+        '{"step":4,"t":4.0,"loss":"-inf","nested":{"loss":7}}',
+        '{"step":5,"t":5.0,"acc@1":0.5}',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    cols = RankColumns(path, segment_bytes=64)  # tiny segments: every path through the segment logic
+    cols.refresh()
+    run = open_run(tmp_path)
+    assert cols.keys == set(run.metrics) - {"epoch"}
+    for metric in run.metrics:
+        line, value = cols.column(metric)
+        s = run.series(metric)
+        assert cols.steps[line].tolist() == s.step.tolist(), metric
+        np.testing.assert_array_equal(value, s.value)
+
+
+def test_traversal_and_outside_paths_are_refused(logdir: Path, tmp_path: Path) -> None:
+    make_run(logdir, "p", "ok")
+    outside = make_run(tmp_path / "elsewhere", "secret", "run", steps=5)
+    (logdir / "p" / "linked").symlink_to(outside)  # a symlinked run directory pointing out of LOGDIR
+    sneaky = make_run(logdir, "p", "sneaky", steps=2)
+    (sneaky / "metrics.rank1.jsonl").symlink_to(outside / "metrics.rank0.jsonl")  # a symlinked file pointing out
+    with client(logdir) as c:
+        ids = [r["id"] for r in c.get("/api/runs").json()["runs"]]
+        assert "p/linked" not in ids
+        for bad in ["../elsewhere/secret/run", "/etc", "p/../../elsewhere/secret/run", "p/./ok", "..\\..\\etc", "p/ok\x00"]:
+            r = c.get("/api/series", params={"run": bad, "metric": "loss"})
+            assert r.status_code == 400, bad
+            assert "Traceback" not in r.text and r.json()["error"]
+        assert c.get("/api/series", params={"run": "p/linked", "metric": "loss"}).status_code == 404
+        assert c.get("/api/run?run=%2e%2e%2felsewhere%2fsecret%2frun").status_code == 400  # percent-encoded ../
+        assert c.get("/api/run?run=p%2f..%2f..%2fetc").status_code == 400
+        info = c.get("/api/run", params={"run": "p/sneaky"}).json()
+        assert info["ranks"] == [0]  # rank 1's file leads outside LOGDIR: not read
+        for path in ["/static/..%2f..%2fpyproject.toml", "/static/%2e%2e%2fapp.py", "/static/runs.py", "/../pyproject.toml"]:
+            r = c.get(path)
+            assert r.status_code == 404 and "tool.ruff" not in r.text, path
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"metric": "loss", "points": "abc"}, "points must be an integer"),
+        ({"metric": "loss", "points": "5"}, "points must be between 10"),
+        ({"metric": "loss", "rank": "-1"}, "rank must be between"),
+        ({"metric": "loss", "rank": "7"}, "rank 7 has no metrics"),
+        ({"metric": "loss", "x": "epoch"}, "x must be one of step, time"),
+        ({"metric": "loss", "lo": "nan"}, "lo must be a finite number"),
+        ({"metric": "loss", "hi": "ten"}, "hi must be a number"),
+        ({}, "metric is required"),
+        ({"metric": "<script>"}, "is not a metric name"),
+    ],
+)
+def test_bad_query_values_get_400_with_a_message(logdir: Path, query: dict[str, str], message: str) -> None:
+    make_run(logdir, "p", "r")
+    with client(logdir) as c:
+        r = c.get("/api/series", params={"run": "p/r", **query})
+    assert r.status_code == 400 and message in r.json()["error"] and "Traceback" not in r.text
+
+
+def test_other_bad_requests(logdir: Path) -> None:
+    make_run(logdir, "p", "r")
+    with client(logdir) as c:
+        assert c.get("/api/run").status_code == 400
+        assert c.get("/api/run", params={"run": "p/none"}).status_code == 404
+        assert c.get("/api/live", params={"run": "p/r", "cursor": "x;y"}).status_code == 400
+        assert c.get("/api/live", params={"run": "p/r", "cursor": "0:0:-1;0"}).status_code == 400
+        assert c.get("/api/compare", params={"runs": ",".join(["p/r"] * 13), "metric": "loss"}).status_code == 400
+        assert c.get("/api/heatmap", params={"run": "p/r", "buckets": "0"}).status_code == 400
+
+
+def test_token_is_required_by_header_or_login_cookie(logdir: Path) -> None:
+    make_run(logdir, "p", "r")
+    token = "s3cret-token-123"
+    with client(logdir, token=token) as c:
+        assert c.get("/api/runs").status_code == 401
+        assert c.get("/api/runs", headers={"Authorization": "Bearer wrong-token-xx"}).status_code == 401
+        assert c.get("/api/runs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        page = c.get("/", follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"] == "/login"
+        assert "token" in c.get("/login").text
+        assert c.post("/login", data={"token": "nope-nope-nope"}, follow_redirects=False).status_code == 401
+        r = c.post("/login", data={"token": token}, follow_redirects=False)
+        assert r.status_code == 303 and "HttpOnly" in r.headers["set-cookie"]
+        assert c.get("/api/runs").status_code == 200  # the cookie from the form is enough
+        assert "mindwatch" in c.get("/").text
+    with client(logdir) as c:  # no token configured (loopback): open
+        assert c.get("/api/runs").status_code == 200
+
+
+def test_exposed_host_needs_a_token() -> None:
+    check_binding("127.0.0.1", None)
+    check_binding("::1", None)
+    check_binding("0.0.0.0", "s3cret-token-123")
+    for host in ("0.0.0.0", "192.168.1.5", "::", "example.org"):
+        with pytest.raises(SystemExit, match="refusing to listen on"):
+            check_binding(host, None)
+
+
+def test_serve_refuses_non_loopback_without_token_from_the_command_line(logdir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MINDWATCH_TOKEN"}
+    r = subprocess.run(
+        [sys.executable, "-m", "mindwatch.cli", "serve", str(logdir), "--host", "0.0.0.0", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert r.returncode != 0 and "refusing to listen on 0.0.0.0 without a token" in r.stderr
+
+
+def test_the_server_never_imports_mindspore(logdir: Path) -> None:
+    make_run(logdir, "p", "r")
+    code = f"""
+import sys
+from starlette.testclient import TestClient
+from mindwatch.server.app import create_app
+with TestClient(create_app({str(logdir)!r})) as c:
+    assert c.get("/api/runs").status_code == 200
+    assert c.get("/api/series", params={{"run": "p/r", "metric": "loss"}}).status_code == 200
+    assert c.get("/").status_code == 200
+import mindwatch.cli
+mindwatch.cli.build_parser().parse_args(["serve", "x"])
+bad = sorted(m for m in sys.modules if m.split(".")[0] == "mindspore")
+print("MINDSPORE_MODULES", bad)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert "MINDSPORE_MODULES []" in r.stdout
+
+
+def test_static_files_and_echarts_are_served_locally(logdir: Path) -> None:
+    with client(logdir) as c:
+        page = c.get("/")
+        assert page.status_code == 200 and "/static/echarts.min.js" in page.text and "http" not in page.text.split("<body>")[1]
+        assert 't.version="6.' in c.get("/static/echarts.min.js").text  # the npm copy, served by us
+        assert "MWCharts" in c.get("/static/charts.js").text
+        assert c.get("/").headers["x-content-type-options"] == "nosniff"
