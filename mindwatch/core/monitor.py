@@ -71,6 +71,7 @@ class Monitor:
         self.dropped = 0
         self.state = "running"
         self._queue: deque[Record] = deque()
+        self._alerts: deque[Record] = deque()
         self._capacity = queue_size
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,6 +86,10 @@ class Monitor:
             self.dropped += 1
             return
         self._queue.append(rec)
+
+    def alert(self, alert: Record) -> None:
+        """Hand an alert to every sink that has ``alert()``; from any thread, delivered on the worker thread."""
+        self._alerts.append(alert)
 
     # -- lifecycle ------------------------------------------------------
     def start(self) -> Monitor:
@@ -102,6 +107,7 @@ class Monitor:
         if self._thread is not None:
             self._thread.join(timeout)
         self._drain()
+        self._deliver_alerts()
         if self.dropped:
             log.warning(
                 "mindwatch: %d records were dropped because the queue was full (queue_size=%d)", self.dropped, self._capacity
@@ -117,6 +123,7 @@ class Monitor:
     def _run(self) -> None:
         while not self._stop.wait(self.poll_secs):
             self._drain()
+            self._deliver_alerts()
             now = time.monotonic()
             if now - self._last_flush >= self.flush_secs:
                 self._last_flush = now
@@ -144,6 +151,14 @@ class Monitor:
             if hasattr(sink, "dropped"):
                 sink.dropped = self.dropped
             self._call(sink, "write", batch)
+        self._deliver_alerts()  # what the rules raised on this batch, without waiting for the next poll
+
+    def _deliver_alerts(self) -> None:
+        while self._alerts:
+            alert = self._alerts.popleft()
+            for sink in self.sinks:
+                if hasattr(sink, "alert"):
+                    self._call(sink, "alert", alert)
 
     def _call(self, sink: Sink, method: str, *args: Any) -> None:
         try:

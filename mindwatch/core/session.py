@@ -26,7 +26,11 @@ from typing import Any
 
 from mindwatch import __version__
 from mindwatch.config import MonitorConfig
+from mindwatch.core.alerts import Alert, AlertLog
+from mindwatch.core.control import Control
 from mindwatch.core.monitor import Monitor, Sampler, Sink
+from mindwatch.core.rules import RuleEngine, build_rules
+from mindwatch.core.watchdog import Watchdog
 from mindwatch.sinks.console import ConsoleSummary
 from mindwatch.store.layout import RunLayout, new_run_id, write_json_atomic
 from mindwatch.store.writer import RunWriter
@@ -45,6 +49,9 @@ class RunSession:
     writer: RunWriter
     monitor: Monitor
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Actions the alert rules request; the framework adapter carries them out at step boundaries.
+    control: Control = field(default_factory=Control)
+    watchdog: Watchdog | None = None
 
     @classmethod
     def start(
@@ -56,6 +63,7 @@ class RunSession:
         run_id: str | None = None,
         samplers: list[Sampler] | None = None,
         extra_sinks: list[Sink] | None = None,
+        nonfinite_checked: tuple[str, ...] = (),
         versions: dict[str, str] | None = None,
     ) -> RunSession:
         """Create (or join, for ranks > 0) the run directory and start the worker."""
@@ -73,10 +81,13 @@ class RunSession:
         sinks.extend(extra_sinks or [])
         monitor = Monitor(sinks, queue_size=config.queue_size, flush_secs=config.flush_secs, samplers=samplers or [])
         session = cls(config, run_dir, rank, world_size, writer, monitor)
+        session.watch(run_id, nonfinite_checked)
         if rank == 0:
             session.meta = build_meta(config, run_id, world_size, versions or {})
             session.write_meta()
         monitor.start()
+        if session.watchdog is not None:
+            session.watchdog.start()
         log.info("mindwatch: recording run %s (rank %d of %d) in %s", run_id, rank, world_size, run_dir)
         return session
 
@@ -90,7 +101,46 @@ class RunSession:
         except OSError as e:
             log.warning("mindwatch: cannot write %s (%s); training continues", self.layout.meta, e)
 
+    def watch(self, run_id: str, nonfinite_checked: tuple[str, ...] = ()) -> None:
+        """Add what watches the run: alerts.jsonl + console lines, the rules, notify channels, the stall watchdog.
+
+        ``nonfinite_checked``: metrics the training loop checks for NaN itself (see ``build_rules``).
+        """
+        cfg, alerts = self.config, self.config.alerts
+        sinks: list[Sink] = [AlertLog(self.writer)]
+        if alerts.enabled:
+            rules = build_rules(cfg, rank=self.rank, nonfinite_checked=nonfinite_checked)
+            sinks.append(RuleEngine(rules, self.monitor.alert, control=self.control, cooldown_secs=alerts.cooldown_secs))
+            if alerts.stall.enabled:
+                self.watchdog = Watchdog(
+                    self.emit_alert,
+                    self.layout.stacks,
+                    rank=self.rank,
+                    timeout=alerts.stall_timeout,
+                    floor=alerts.stall_floor,
+                    factor=alerts.stall_factor,
+                    actions=alerts.stall.actions,
+                )
+                sinks.append(self.watchdog)
+        if cfg.notify:
+            from mindwatch.sinks.notify import NotifySink, build_channels
+
+            channels = build_channels(cfg.notify)
+            if channels:
+                host = socket.gethostname()
+                context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
+                sinks.append(NotifySink(channels, context=context))
+        self.monitor.sinks.extend(sinks)
+
+    def emit_alert(self, alert: Alert) -> None:
+        """Raise an alert from any thread: its actions go to :attr:`control`, the alert to every sink."""
+        if alert.get("actions"):
+            self.control.request(alert)
+        self.monitor.alert(alert)
+
     def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.rank == 0 and self.meta:
             self.meta["ended_at"] = time.time()
             self.meta["final_state"] = state

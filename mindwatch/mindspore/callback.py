@@ -14,10 +14,12 @@ sampled steps. Memory is sampled on the worker thread. Nothing here writes files
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import mindspore as ms
@@ -25,6 +27,7 @@ from mindspore.train import Callback
 
 from mindwatch.config import MonitorConfig, load_config
 from mindwatch.core.session import RunSession
+from mindwatch.mindspore.interventions import Interventions
 from mindwatch.mindspore.outputs import decode_outputs, output_layout
 from mindwatch.mindspore.probes import (
     AttentionEntropy,
@@ -97,12 +100,20 @@ class MonitorCallback(Callback):
             world_size=world,
             samplers=samplers,
             versions={"mindspore": ms.__version__},
+            nonfinite_checked=Interventions.nonfinite_checked(self.config),
         )
         train_network = getattr(cb, "train_network", None)
         optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
         self._declared = getattr(train_network, "mindwatch_outputs", None)
         self._layout: tuple[str, ...] | None = None
         self._lr = LrProbe(optimizer) if "lr" in self._metrics else None
+        self._act = Interventions(
+            self.session, optimizer=optimizer, train_network=train_network, lr_probe=self._lr or LrProbe(optimizer), rank=rank
+        )
+        self._act.prepare()
+        self._control = self.session.control
+        self._guard_nonfinite = self._act.guard_nonfinite
+        self._watchdog = self.session.watchdog or SimpleNamespace(last_beat=None, step=None)
         self._setup_entropy(getattr(cb, "network", None) or train_network)
         self._batch_size = self.config.batch_size
         self._seq_length = self.config.seq_length
@@ -128,10 +139,14 @@ class MonitorCallback(Callback):
         now = _perf()
         cb = run_context.original_args()
         step = cb.cur_step_num
+        self._watchdog.last_beat = now
+        self._watchdog.step = step
         self._data_acc += self._step_begin - self._prev_end
         self._prev_end = now
         n = step - self._last_recorded_step
         if n < self._step_interval and not self._first:
+            if self._control.pending:
+                self._act.carry_out(run_context)
             return
         self._first = False  # the first step is always recorded (in GRAPH mode its time includes compilation)
         elapsed = now - self._last_recorded_time
@@ -156,6 +171,10 @@ class MonitorCallback(Callback):
         if self._entropy is not None and self._entropy.values:
             rec.update(self._entropy.take())
         self.session.monitor.record(rec)  # type: ignore[union-attr]
+        if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
+            self._act.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
+        if self._control.pending:  # an alert rule asked for stop / checkpoint / lr_backoff / dump_stacks
+            self._act.carry_out(run_context)
         self._last_recorded_step = step
         self._last_recorded_time = now
         self._data_acc = 0.0
@@ -164,7 +183,8 @@ class MonitorCallback(Callback):
         if not self.enabled or self.session is None:
             return
         stopped = run_context.get_stop_requested()
-        self._finish("stopped" if stopped else "finished", reason="stop requested by a callback" if stopped else None)
+        reason = (self._act.stop_reason or "stop requested by a callback") if stopped else None
+        self._finish("stopped" if stopped else "finished", reason=reason)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         # MindSpore's callback manager is an ExitStack: this runs when Model.train raises, too.

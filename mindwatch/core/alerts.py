@@ -1,0 +1,138 @@
+"""Alerts: the record every rule emits, the per-rule cooldown, and the sink that logs them.
+
+Example::
+
+    alert = make_alert("spike", step=120, rank=0, metric="grad_norm", value=45.2, threshold=12.0,
+                       message="grad_norm 45.2 > 3 x median 4.0", actions=["lr_backoff"])
+    monitor.alert(alert)     # any thread; every sink with an ``alert()`` method receives it on the worker
+
+An alert is a plain dict with the ``alerts.jsonl`` contract fields (ARCHITECTURE.md):
+``t, step, rank, rule, metric, value, threshold, severity, message, actions``; rules may add
+keys of their own (readers ignore unknown keys). ``severity`` is ``info``, ``warning`` or ``error``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from mindwatch.store.writer import FINAL_STATES, RunWriter
+
+log = logging.getLogger("mindwatch")
+
+Alert = dict[str, Any]
+
+SEVERITIES = ("info", "warning", "error")
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+#: Rules the stall watchdog emits; they also move the rank's status between ``stalled`` and ``running``.
+STALL, RESUMED = "stall", "resumed"
+
+
+def make_alert(
+    rule: str,
+    *,
+    step: int | None,
+    rank: int,
+    message: str,
+    metric: str | None = None,
+    value: float | None = None,
+    threshold: float | None = None,
+    severity: str = "warning",
+    actions: Iterable[str] = (),
+    t: float | None = None,
+    **extra: Any,
+) -> Alert:
+    """One alert in the ``alerts.jsonl`` contract shape; ``extra`` keys are appended."""
+    return {
+        "t": time.time() if t is None else t,
+        "step": step,
+        "rank": rank,
+        "rule": rule,
+        "metric": metric,
+        "value": value,
+        "threshold": threshold,
+        "severity": severity,
+        "message": message,
+        "actions": list(actions),
+        **extra,
+    }
+
+
+def severity_at_least(alert: Alert, minimum: str) -> bool:
+    """Whether ``alert`` is at least as severe as ``minimum`` (``info`` < ``warning`` < ``error``)."""
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    return rank.get(str(alert.get("severity")), 1) >= rank.get(minimum, 0)
+
+
+def format_alert(alert: Alert) -> str:
+    """The console line of an alert: ``mindwatch ALERT [spike] rank 0 step 120: ... (actions: stop)``."""
+    actions = alert.get("actions") or []
+    todo = f" (actions: {', '.join(actions)})" if actions else ""
+    return (
+        f"mindwatch ALERT [{alert.get('rule')}] rank {alert.get('rank')} step {alert.get('step')}: {alert.get('message')}{todo}"
+    )
+
+
+class Cooldown:
+    """Lets a key (rule, metric) fire at most once per ``secs``; counts what it held back.
+
+    Example::
+
+        cool = Cooldown(300)
+        if cool.allow(("spike", "loss")):
+            emit(...)
+    """
+
+    def __init__(self, secs: float, clock: Any = time.monotonic) -> None:
+        self.secs = secs
+        self._clock = clock
+        self._last: dict[Any, float] = {}
+        #: Alerts held back per key since it last fired.
+        self.suppressed: dict[Any, int] = {}
+
+    def allow(self, key: Any) -> bool:
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.secs:
+            self.suppressed[key] = self.suppressed.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        return True
+
+    def take_suppressed(self, key: Any) -> int:
+        """How many alerts of ``key`` were held back since it last fired (and reset the count)."""
+        return self.suppressed.pop(key, 0)
+
+
+class AlertLog:
+    """Sink that appends each alert to ``alerts.jsonl``, logs it, and keeps the status in step with stalls.
+
+    A ``stall`` alert sets the rank's status to ``stalled``, ``resumed`` back to ``running``
+    (both written at once, on the worker thread, so the heartbeat file has one writer).
+    """
+
+    def __init__(self, writer: RunWriter, logger: logging.Logger = log) -> None:
+        self.writer = writer
+        self.logger = logger
+        self.count = 0
+
+    def alert(self, alert: Alert) -> None:
+        self.count += 1
+        self.writer.append_alert(alert)
+        self.logger.log(_LEVELS.get(str(alert.get("severity")), logging.WARNING), format_alert(alert))
+        rule = alert.get("rule")
+        if rule in (STALL, RESUMED) and self.writer.state not in FINAL_STATES:
+            self.writer.state = "stalled" if rule == STALL else "running"
+            self.writer.flush()
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        pass

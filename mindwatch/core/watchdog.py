@@ -1,0 +1,211 @@
+"""The stall watchdog: a thread that notices when no training step has ended for too long.
+
+Example::
+
+    dog = Watchdog(emit=monitor.alert, stacks_dir=run_dir / "stacks", rank=0, timeout=120)
+    dog.start()
+    dog.last_beat = time.perf_counter()     # the training loop, at every step end (one attribute store)
+    dog.step = 120                          # optional: the step that just ended
+    dog.stop()
+
+When no beat came for ``timeout`` seconds (or, with ``timeout=None``, for
+``max(floor, factor x median seconds between recorded steps)``), it writes the stack of every
+thread to ``stacks/stall_rank<R>_<time>.txt`` (``sys._current_frames``, thread names included)
+plus a ``faulthandler`` dump next to it, and emits a ``stall`` alert; when beats come back it
+emits ``resumed``. The :class:`~mindwatch.core.alerts.AlertLog` sink turns these into the
+rank's ``stalled`` / ``running`` status. It is armed by the first beat, so compilation and the
+first batch never count as a stall.
+
+If the training thread holds the GIL inside C code, no Python thread runs, this one included;
+for that case a ``faulthandler`` timer (a C thread) that this thread keeps re-arming writes
+``stacks/gil_hang_rank<R>.txt`` once the watchdog itself has been starved for ``timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from mindwatch.core.alerts import RESUMED, STALL, Alert, make_alert
+
+log = logging.getLogger("mindwatch")
+
+
+def dump_stacks(directory: Path, name: str) -> Path:
+    """Write every Python thread's stack to ``directory/<name>.txt`` (plus ``<name>.faulthandler.txt``); returns the path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.txt"
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
+    parts = [f"mindwatch stack dump at {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n"]
+    for ident, frame in sys._current_frames().items():
+        label = names.get(ident) or "thread started outside Python (e.g. a MindSpore dataset worker)"
+        mark = " (the watchdog itself)" if ident == me else ""
+        parts.append(f"\n--- thread {ident}: {label}{mark}\n")
+        parts.append("".join(traceback.format_stack(frame)))
+    path.write_text("".join(parts), encoding="utf-8")
+    with open(directory / f"{name}.faulthandler.txt", "w", encoding="utf-8") as f:
+        faulthandler.dump_traceback(f, all_threads=True)
+    return path
+
+
+class Watchdog:
+    """See the module docstring. ``emit`` receives the ``stall`` / ``resumed`` alerts (``Monitor.alert``)."""
+
+    def __init__(
+        self,
+        emit: Callable[[Alert], None],
+        stacks_dir: Path,
+        *,
+        rank: int = 0,
+        timeout: float | None = None,
+        floor: float = 60.0,
+        factor: float = 10.0,
+        poll_secs: float = 0.1,
+        actions: list[str] | None = None,
+        gil_guard: bool = True,
+    ) -> None:
+        self.emit = emit
+        self.stacks_dir = Path(stacks_dir)
+        self.rank = rank
+        self.fixed_timeout = timeout
+        self.floor, self.factor = floor, factor
+        self.poll_secs = poll_secs
+        self.actions = actions or []
+        #: perf_counter() of the last step end; None until the first (the watchdog is armed by it).
+        self.last_beat: float | None = None
+        #: The step that ended last, when the training loop tells it.
+        self.step: int | None = None
+        self.stalled = False
+        self.stalls = 0
+        self._gaps: deque[float] = deque(maxlen=100)
+        self._last_t: float | None = None
+        self._gil_guard = gil_guard
+        self._gil_file: IO[str] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- timeout ------------------------------------------------------------
+    @property
+    def timeout(self) -> float:
+        """Seconds without a step end that count as a stall."""
+        if self.fixed_timeout is not None:
+            return self.fixed_timeout
+        if not self._gaps:
+            return self.floor
+        s = sorted(self._gaps)
+        return max(self.floor, self.factor * s[len(s) // 2])
+
+    # -- sink interface: learns the step rhythm from the recorded steps (worker thread) --
+    def write(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            t = rec.get("t")
+            if isinstance(t, (int, float)):
+                if self._last_t is not None and t > self._last_t:
+                    self._gaps.append(t - self._last_t)
+                self._last_t = t
+
+    def flush(self) -> None:
+        pass
+
+    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        self.stop()
+
+    # -- thread -------------------------------------------------------------
+    def start(self) -> Watchdog:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mindwatch-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+        self._disarm_gil_guard()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_secs):
+            try:
+                self.check(time.perf_counter())
+            except Exception as e:  # the watchdog must never take the training down
+                log.warning("mindwatch: stall watchdog check failed: %r", e)
+
+    def check(self, now: float) -> None:
+        """One look at the clock (the thread calls it every ``poll_secs``)."""
+        beat = self.last_beat
+        if beat is None:
+            return
+        self._arm_gil_guard()
+        idle = now - beat
+        timeout = self.timeout
+        if not self.stalled and idle > timeout:
+            self.stalled = True
+            self.stalls += 1
+            self._stalled_beat = beat
+            self._on_stall(idle, timeout)
+        elif self.stalled and beat != self._stalled_beat:
+            self.stalled = False
+            msg = f"steps are back after a stall of {now - self._stalled_beat:.1f} s"
+            self.emit(
+                make_alert(RESUMED, step=self.step, rank=self.rank, message=msg, severity="info", value=now - self._stalled_beat)
+            )
+
+    def _on_stall(self, idle: float, timeout: float) -> None:
+        name = f"stall_rank{self.rank}_{time.strftime('%Y%m%d_%H%M%S')}"
+        try:
+            path: Path | None = dump_stacks(self.stacks_dir, name)
+        except OSError as e:
+            log.warning("mindwatch: cannot write the stack dump to %s (%s)", self.stacks_dir, e)
+            path = None
+        where = f"; stacks of every thread in {path}" if path else ""
+        msg = f"no training step has ended for {idle:.1f} s (stall timeout {timeout:.1f} s) after step {self.step}{where}"
+        self.emit(
+            make_alert(
+                STALL,
+                step=self.step,
+                rank=self.rank,
+                message=msg,
+                metric="seconds_since_step",
+                value=idle,
+                threshold=timeout,
+                severity="error",
+                actions=self.actions,
+                stacks=str(path) if path else None,
+            )
+        )
+
+    # -- GIL starvation guard -----------------------------------------------
+    def _arm_gil_guard(self) -> None:
+        if not self._gil_guard:
+            return
+        try:
+            if self._gil_file is None:
+                self.stacks_dir.mkdir(parents=True, exist_ok=True)
+                self._gil_file = open(self.stacks_dir / f"gil_hang_rank{self.rank}.txt", "w", encoding="utf-8")  # noqa: SIM115
+            # re-armed every poll: it fires only when this thread got no GIL for a whole timeout
+            faulthandler.dump_traceback_later(self.timeout + 2 * self.poll_secs, repeat=False, file=self._gil_file)
+        except (OSError, ValueError, RuntimeError) as e:
+            self._gil_guard = False
+            log.warning("mindwatch: the GIL hang guard is off (%s)", e)
+
+    def _disarm_gil_guard(self) -> None:
+        if self._gil_file is None:
+            return
+        faulthandler.cancel_dump_traceback_later()
+        with contextlib.suppress(OSError):
+            self._gil_file.close()
+            path = Path(self._gil_file.name)
+            if path.stat().st_size == 0:
+                path.unlink()
+        self._gil_file = None

@@ -1,0 +1,243 @@
+"""Carry out what the alert rules request, with MindSpore, at a step boundary.
+
+Example::
+
+    act = Interventions(session, optimizer=opt, train_network=train_net, lr_probe=probe)
+    act.prepare()                                   # on_train_begin: before the graph is compiled
+    if session.control.pending:                     # on_train_step_end
+        act.carry_out(run_context)
+
+- ``stop``: ``run_context.request_stop()``; the run ends ``stopped`` with the alert as the reason.
+- ``checkpoint``: ``ms.save_checkpoint`` of the train network into ``<run_dir>/checkpoints/``, and
+  the newest checkpoint a ``ModelCheckpoint`` wrote *before* the anomaly (the last healthy one).
+- ``lr_backoff``: multiply the learning rate by ``alerts.lr_backoff_factor`` from the next step on:
+  a fixed rate or a per-step list is rewritten in place (``ops.assign``, works in GRAPH and
+  PyNative mode); a ``LearningRateSchedule`` is wrapped at train begin in :class:`ScaledSchedule`,
+  whose scale parameter is lowered.
+- ``dump_stacks``: every thread's stack into ``<run_dir>/stacks/``.
+
+Each action done is reported as an ``intervention`` alert (``severity: info``) naming what it
+did: ``lr_before``/``lr_after``, ``checkpoint``/``last_healthy_checkpoint``, ``stacks``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import mindspore as ms
+from mindspore import nn, ops
+from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+
+from mindwatch.core.alerts import Alert, Cooldown, make_alert
+from mindwatch.core.rules import NonFiniteRule
+from mindwatch.core.session import RunSession
+from mindwatch.core.watchdog import dump_stacks
+
+log = logging.getLogger("mindwatch")
+
+
+class ScaledSchedule(LearningRateSchedule):
+    """A ``LearningRateSchedule`` times a scale held in a Parameter (so a compiled graph sees changes)."""
+
+    def __init__(self, schedule: LearningRateSchedule) -> None:
+        super().__init__()
+        self.schedule = schedule
+        self.scale = ms.Parameter(ms.Tensor(1.0, ms.float32), name="mindwatch_lr_scale", requires_grad=False)
+
+    def construct(self, global_step):
+        return self.schedule(global_step) * self.scale
+
+
+def wrap_schedules(optimizer: nn.Optimizer) -> bool:
+    """Wrap the optimizer's ``LearningRateSchedule`` in :class:`ScaledSchedule` (before compilation); True if it did."""
+    lr = getattr(optimizer, "learning_rate", None)
+    if isinstance(lr, LearningRateSchedule) and not isinstance(lr, ScaledSchedule):
+        optimizer.learning_rate = ScaledSchedule(lr)
+        return True
+    return False
+
+
+def scale_learning_rate(optimizer: nn.Optimizer, factor: float) -> None:
+    """Multiply the optimizer's learning rate(s) by ``factor``, effective from the next step.
+
+    Raises ``TypeError`` for a kind of rate it cannot change (e.g. a schedule not wrapped by
+    :func:`wrap_schedules` before the first step).
+    """
+    lrs = optimizer.learning_rate
+    items = list(lrs) if isinstance(lrs, (tuple, list, ms.ParameterTuple, nn.CellList)) else [lrs]
+    for lr in items:
+        target = _rate_parameter(lr)
+        ops.assign(target, target * factor)  # in place: the compiled graph keeps the same buffer
+
+
+def _rate_parameter(lr: Any) -> ms.Parameter:
+    if isinstance(lr, ms.Parameter):  # a fixed rate
+        return lr
+    if isinstance(lr, ScaledSchedule):
+        return lr.scale
+    inner = getattr(lr, "learning_rate", None)  # _IteratorLearningRate (a per-step table) / _ConvertToCell
+    if isinstance(inner, ms.Parameter):
+        return inner
+    raise TypeError(
+        f"lr_backoff cannot change a learning rate of type {type(lr).__name__}: a LearningRateSchedule must be "
+        "wrapped before training starts (MonitorCallback does it when an alert rule lists lr_backoff)"
+    )
+
+
+def checkpoint_files(callbacks: list[Any] | None, latest: str | None) -> list[Path]:
+    """Checkpoint files the user's ``ModelCheckpoint`` callbacks wrote (and ``latest_ckpt_file``)."""
+    dirs: set[Path] = set()
+    files: set[Path] = set()
+    if latest:
+        files.add(Path(latest))
+        dirs.add(Path(latest).parent)
+    for cb in callbacks or []:
+        directory = getattr(cb, "_directory", None)
+        if type(cb).__name__ == "ModelCheckpoint" and directory:
+            dirs.add(Path(directory))
+    for d in dirs:
+        if d.is_dir():
+            files.update(d.glob("*.ckpt"))
+    return [f for f in files if f.is_file()]
+
+
+def last_healthy_checkpoint(files: list[Path], before: float) -> Path | None:
+    """The newest of ``files`` written before the wall time ``before`` (the anomaly)."""
+    dated = []
+    for f in files:
+        try:
+            dated.append((f.stat().st_mtime, f))
+        except OSError:
+            continue
+    healthy = [(t, f) for t, f in dated if t < before]
+    return max(healthy)[1] if healthy else None
+
+
+class Interventions:
+    """The MindSpore side of :class:`~mindwatch.core.control.Control`. See the module docstring."""
+
+    def __init__(self, session: RunSession, *, optimizer: Any, train_network: Any, lr_probe: Any = None, rank: int = 0) -> None:
+        self.session = session
+        self.optimizer = optimizer
+        self.train_network = train_network
+        self.lr_probe = lr_probe
+        self.rank = rank
+        self.factor = session.config.alerts.lr_backoff_factor
+        self.stop_reason: str | None = None
+        a = session.config.alerts
+        checked = self.nonfinite_checked(session.config)
+        #: Whether the training thread checks loss / grad_norm for NaN itself.
+        self.guard_nonfinite = bool(checked)
+        self._nonfinite = NonFiniteRule(checked, rank=rank, actions=a.nonfinite.actions)
+        self._cooldown = Cooldown(a.cooldown_secs)
+
+    @staticmethod
+    def nonfinite_checked(config: Any) -> tuple[str, ...]:
+        """The metrics the callback checks for NaN/Inf on the training thread: loss and grad_norm when the
+        non-finite rule asks for actions (so ``stop`` acts on the very step), else none (the worker checks)."""
+        a = config.alerts
+        if a.enabled and a.nonfinite.enabled and a.nonfinite.actions:
+            return tuple(m for m in ("loss", "grad_norm") if m in a.nonfinite.metrics)
+        return ()
+
+    def prepare(self) -> None:
+        """Before the first step: make a schedule scalable when any rule may ask for ``lr_backoff``."""
+        if self.optimizer is not None and "lr_backoff" in configured_actions(self.session.config):
+            wrap_schedules(self.optimizer)
+            if self.lr_probe is not None:
+                self.lr_probe.invalidate()
+
+    def nonfinite(self, rec: dict[str, Any]) -> None:
+        """A NaN/Inf in this step's record: raise the non-finite alert and request its actions for this very step."""
+        for alert in self._nonfinite.check(rec):
+            key = (alert["rule"], alert["metric"])
+            if self._cooldown.allow(key):
+                held = self._cooldown.take_suppressed(key)
+                if held:
+                    alert["suppressed"] = held
+                self.session.emit_alert(alert)
+
+    def carry_out(self, run_context: Any) -> None:
+        """Do every waiting request (training thread, at a step boundary). Failures are warnings."""
+        cb = run_context.original_args()
+        for action, alert in self.session.control.take():
+            try:
+                done = getattr(self, f"_{action}")(alert, run_context, cb)
+            except Exception as e:
+                log.warning(
+                    "mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e
+                )
+                done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
+            cause = f"{alert.get('rule')}" + (f" on {alert['metric']}" if alert.get("metric") else "")
+            message = f"{done.pop('message')} (requested by the {cause} alert at step {alert.get('step')})"
+            self.session.monitor.alert(
+                make_alert(
+                    "intervention",
+                    step=cb.cur_step_num,
+                    rank=self.rank,
+                    message=message,
+                    severity=done.pop("severity", "info"),
+                    actions=[action],
+                    cause=alert.get("rule"),
+                    cause_step=alert.get("step"),
+                    **done,
+                )
+            )
+
+    # -- actions: each returns what to put in the intervention alert ---------------
+    def _stop(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
+        run_context.request_stop()
+        if self.stop_reason is None:
+            self.stop_reason = f"stopped by mindwatch: {alert.get('message')}"
+        return {"message": f"training stops after step {cb.cur_step_num}"}
+
+    def _lr_backoff(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
+        if self.optimizer is None:
+            raise RuntimeError("no optimizer in the training")
+        step = cb.cur_step_num
+        before = self.lr_probe(step + 1) if self.lr_probe is not None else None
+        scale_learning_rate(self.optimizer, self.factor)
+        after = None
+        if self.lr_probe is not None:
+            self.lr_probe.invalidate()
+            after = self.lr_probe(step + 1)
+        shown = f"{before:.3g} -> {after:.3g}" if before is not None and after is not None else f"x {self.factor:g}"
+        return {
+            "message": f"learning rate {shown} from step {step + 1}",
+            "lr_before": before,
+            "lr_after": after,
+            "factor": self.factor,
+        }
+
+    def _checkpoint(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
+        network = self.train_network or getattr(cb, "network", None)
+        directory = self.session.run_dir / "checkpoints"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"anomaly_rank{self.rank}_step{cb.cur_step_num}.ckpt"
+        healthy = last_healthy_checkpoint(
+            checkpoint_files(getattr(cb, "list_callback", None), getattr(cb, "latest_ckpt_file", None)),
+            float(alert.get("t") or 0.0),
+        )
+        ms.save_checkpoint(network, str(path))
+        last = f"; last checkpoint saved while healthy: {healthy}" if healthy else "; no earlier checkpoint found"
+        return {
+            "message": f"saved {path.name}{last}",
+            "checkpoint": os.fspath(path),
+            "last_healthy_checkpoint": os.fspath(healthy) if healthy else None,
+        }
+
+    def _dump_stacks(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
+        path = dump_stacks(self.session.layout.stacks, f"request_rank{self.rank}_step{cb.cur_step_num}")
+        return {"message": f"stacks of every thread in {path}", "stacks": os.fspath(path)}
+
+
+def configured_actions(config: Any) -> set[str]:
+    """Every action any alert rule of ``config`` may request."""
+    a = config.alerts
+    if not a.enabled:
+        return set()
+    sections = (a.stall, a.thresholds, a.nonfinite, a.spike, a.divergence, a.throughput_drop, a.data_wait, a.memory)
+    return {act for s in sections if s.enabled for act in s.actions}

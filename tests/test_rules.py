@@ -1,0 +1,235 @@
+"""Alert rules on synthetic series: spikes fire and noise does not, cooldown holds, thresholds mean what seed 003 says."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindwatch.config import load_config
+from mindwatch.core.alerts import Cooldown
+from mindwatch.core.control import Control
+from mindwatch.core.rules import (
+    DataWaitRule,
+    DivergenceRule,
+    MemoryRule,
+    NonFiniteRule,
+    RuleEngine,
+    SpikeRule,
+    ThroughputDropRule,
+    build_rules,
+    threshold_rules,
+)
+
+
+def records(metric: str, values: list[float], **extra: float) -> list[dict]:
+    return [{"step": i + 1, "t": 1000.0 + i, metric: v, **extra} for i, v in enumerate(values)]
+
+
+def fired_steps(rule, recs: list[dict]) -> list[int]:
+    return [a["step"] for rec in recs for a in rule.check(rec)]
+
+
+def noisy(n: int, level: float, rel_noise: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [level * (1 + rel_noise * (2 * rng.random() - 1)) for _ in range(n)]
+
+
+# -- spike -------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    level=st.floats(1e-3, 1e3),
+    noise=st.floats(0.0, 0.5),  # +-50 % uniform noise never reaches 3 x the median
+    seed=st.integers(0, 10_000),
+)
+def test_spike_rule_stays_quiet_on_noise(level: float, noise: float, seed: int) -> None:
+    rule = SpikeRule("grad_norm", factor=3.0, window=50, warmup=20, count=3)
+    assert fired_steps(rule, records("grad_norm", noisy(300, level, noise, seed))) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    level=st.floats(1e-3, 1e3),
+    height=st.floats(4.0, 1e4),  # times the level: above factor x median even with the noise
+    at=st.integers(30, 250),
+    length=st.integers(3, 10),
+    seed=st.integers(0, 10_000),
+)
+def test_spike_rule_fires_once_per_spike_of_count_steps(level: float, height: float, at: int, length: int, seed: int) -> None:
+    values = noisy(300, level, 0.2, seed)
+    for i in range(at, at + length):
+        values[i] = level * height
+    rule = SpikeRule("grad_norm", factor=3.0, window=50, warmup=20, count=3)
+    # fires on the third spiking step (step numbers are 1-based), once per spike
+    assert fired_steps(rule, records("grad_norm", values)) == [at + 3]
+
+
+def test_spike_shorter_than_count_does_not_fire_and_warmup_is_respected() -> None:
+    values = noisy(100, 1.0, 0.1, 1)
+    values[40] = values[41] = 50.0  # two spiking steps, count is 3
+    values[5:8] = [50.0, 50.0, 50.0]  # inside the warm-up
+    rule = SpikeRule("loss", factor=3.0, window=50, warmup=20, count=3)
+    assert fired_steps(rule, records("loss", values)) == []
+
+
+def test_spike_with_count_one_reports_value_and_threshold() -> None:
+    values = [1.0] * 30 + [10.0]
+    rule = SpikeRule("loss", count=1, warmup=20)
+    alerts = [a for rec in records("loss", values) for a in rule.check(rec)]
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a["rule"], a["metric"], a["value"], a["threshold"], a["step"], a["severity"]) == (
+        "spike",
+        "loss",
+        10.0,
+        3.0,
+        31,
+        "warning",
+    )
+    assert a["t"] == 1030.0  # the anomalous step's wall time
+
+
+# -- cooldown ----------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_cooldown_holds_a_flapping_rule_and_counts_what_it_held_back() -> None:
+    clock = FakeClock()
+    out: list[dict] = []
+    engine = RuleEngine(threshold_rules({"loss": 5.0}), out.append, cooldown_secs=60)
+    engine.cooldown = Cooldown(60, clock=clock)
+    for i in range(100):  # loss flaps above and below the limit every step, one step per second
+        clock.now = float(i)
+        engine.write([{"step": i, "t": float(i), "loss": 6.0 if i % 2 else 4.0}])
+    assert [a["step"] for a in out] == [1, 61]
+    assert "suppressed" not in out[0]
+    assert out[1]["suppressed"] == 29  # odd steps 3..59 were held back
+
+
+@settings(max_examples=40, deadline=None)
+@given(cooldown=st.floats(1, 100), times=st.lists(st.floats(0, 1000), min_size=1, max_size=200))
+def test_cooldown_never_lets_two_alerts_closer_than_its_length(cooldown: float, times: list[float]) -> None:
+    clock = FakeClock()
+    cool = Cooldown(cooldown, clock=clock)
+    let_through = []
+    for t in sorted(times):
+        clock.now = t
+        if cool.allow(("spike", "loss")):
+            let_through.append(t)
+    assert let_through[0] == min(times)
+    assert all(b - a >= cooldown for a, b in zip(let_through, let_through[1:], strict=False))
+
+
+def test_cooldown_is_per_rule_and_metric() -> None:
+    out: list[dict] = []
+    engine = RuleEngine([*threshold_rules({"loss": 5.0, "grad_norm": 1.0})], out.append, cooldown_secs=300)
+    engine.write([{"step": 1, "loss": 6.0, "grad_norm": 2.0}, {"step": 2, "loss": 7.0, "grad_norm": 3.0}])
+    assert [(a["metric"], a["step"]) for a in out] == [("loss", 1), ("grad_norm", 1)]
+
+
+# -- thresholds (seed 003's warn_on_value) -----------------------------------------------
+
+
+def test_warn_on_value_bare_number_is_upper_bound_but_lower_bound_for_throughput() -> None:
+    cfg = load_config(
+        {"callback": {"params": {"warn_on_value": {"loss": 50.0, "tokens_per_second": 1000, "grad_norm": {"below": 0.01}}}}}
+    )
+    rules = {r.metric: r for r in build_rules(cfg) if r.name == "threshold"}
+    assert (rules["loss"].above, rules["loss"].below) == (50.0, None)
+    assert (rules["tokens_per_second"].above, rules["tokens_per_second"].below) == (None, 1000.0)
+    assert (rules["grad_norm"].above, rules["grad_norm"].below) == (None, 0.01)
+    assert rules["loss"].check({"step": 3, "loss": 51.0})[0]["threshold"] == 50.0
+    assert rules["loss"].check({"step": 3, "loss": 49.0}) == []
+    assert rules["tokens_per_second"].check({"step": 3, "tokens_per_second": 999.0})[0]["value"] == 999.0
+    assert rules["tokens_per_second"].check({"step": 3, "tokens_per_second": 5000.0}) == []
+    assert rules["grad_norm"].check({"step": 3, "grad_norm": 0.001})
+
+
+# -- the other rules ------------------------------------------------------------------
+
+
+def test_nonfinite_fires_on_nan_and_inf_and_ignores_overflow_steps() -> None:
+    rule = NonFiniteRule(actions=["stop"])
+    assert rule.check({"step": 1, "loss": 2.0, "grad_norm": 1.0}) == []
+    (a,) = rule.check({"step": 2, "loss": "nan", "grad_norm": 1.0})  # as stored in the JSONL
+    assert (a["metric"], a["severity"], a["actions"]) == ("loss", "error", ["stop"]) and math.isnan(a["value"])
+    assert rule.check({"step": 3, "loss": 2.0, "grad_norm": math.inf})[0]["metric"] == "grad_norm"
+    assert rule.check({"step": 4, "loss": 2.0, "grad_norm": math.inf, "overflow": True}) == []  # loss scale skips it
+
+
+def test_divergence_fires_on_a_rising_loss_and_not_on_a_noisy_falling_one() -> None:
+    rng = random.Random(3)
+    falling = [3.0 * math.exp(-i / 200) + 0.05 * rng.gauss(0, 1) for i in range(400)]
+    assert fired_steps(DivergenceRule(window=50), records("loss", falling)) == []
+    flat_noise = [2.0 + 0.3 * rng.gauss(0, 1) for _ in range(400)]
+    assert fired_steps(DivergenceRule(window=50), records("loss", flat_noise)) == []
+    rising = falling[:200] + [falling[199] * (1 + 0.02 * i) + 0.05 * rng.gauss(0, 1) for i in range(100)]
+    steps = fired_steps(DivergenceRule(window=50), records("loss", rising))
+    assert steps and 200 < steps[0] <= 240
+
+
+def test_throughput_drop_fires_when_loss_is_normal_only() -> None:
+    sps = [100.0] * 40 + [30.0] * 10
+    normal = [
+        {"step": i + 1, "samples_per_second": v, "loss": 2.0, "step_time": 0.01, "data_time": 0.007 if v < 50 else 0.0}
+        for i, v in enumerate(sps)
+    ]
+    rule = ThroughputDropRule(warmup=20, count=3)
+    alerts = [a for rec in normal for a in rule.check(rec)]
+    assert [a["step"] for a in alerts] == [43]
+    assert "70 % of the step is spent waiting for data" in alerts[0]["message"]
+    diverging = [dict(r, loss=2.0 if r["step"] <= 40 else 50.0) for r in normal]
+    rule = ThroughputDropRule(warmup=20, count=3)
+    assert [a for rec in diverging for a in rule.check(rec)] == []
+
+
+def test_data_wait_share_above_limit_fires_after_count() -> None:
+    recs = [{"step": i + 1, "step_time": 0.1, "data_time": 0.02 if i < 20 else 0.08} for i in range(40)]
+    assert fired_steps(DataWaitRule(limit=0.5, warmup=5, count=5), recs) == [25]
+
+
+def test_memory_rule_uses_fraction_of_total() -> None:
+    rule = MemoryRule(fraction=0.9, host_total_gb=10.0, device_total_gb=64.0)
+    assert rule.check({"step": 1, "host_rss_gb": 8.9, "device_mem_gb": 10.0}) == []
+    (a,) = rule.check({"step": 2, "host_rss_gb": 9.5})
+    assert (a["metric"], a["threshold"]) == ("host_rss_gb", 9.0)
+    assert rule.check({"step": 3, "device_mem_gb": 60.0})[0]["metric"] == "device_mem_gb"
+
+
+# -- engine ------------------------------------------------------------------------------
+
+
+def test_engine_files_actions_on_control_once_and_survives_a_broken_rule(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        name = "broken"
+
+        def check(self, rec):
+            raise ZeroDivisionError("boom")
+
+    control, out = Control(), []
+    engine = RuleEngine([Broken(), NonFiniteRule(actions=["stop", "checkpoint"])], out.append, control=control, cooldown_secs=0)
+    engine.write([{"step": 7, "loss": math.nan}])
+    engine.write([{"step": 7, "loss": math.nan}])  # the same step again: requested once only
+    assert [a["rule"] for a in out] == ["nonfinite", "nonfinite"]
+    assert control.pending
+    assert [(act, a["step"]) for act, a in control.take()] == [("stop", 7), ("checkpoint", 7)]
+    assert not control.pending and control.take() == []
+    assert "alert rule broken failed" in caplog.text
+
+
+def test_default_config_switches_on_the_documented_rules() -> None:
+    names = sorted({r.name for r in build_rules(load_config({}))})
+    assert names == ["data_wait", "divergence", "memory", "nonfinite", "spike", "throughput_drop"]
+    assert build_rules(load_config({"alerts": {"enabled": False}})) == []
