@@ -98,16 +98,19 @@ class PrometheusSink:
         self._skipped: set[str] = set()
         self._owners: dict[tuple[str, ...], str] = {}
         reg = self.registry
-        self._step = Gauge(f"{PREFIX}step", "Last recorded training step.", LABELS, registry=reg).labels(**self._labels)
+        # step and its timestamp get a series at the first step, not before: a 0 would read as "stalled since 1970"
+        self._step = Gauge(f"{PREFIX}step", "Last recorded training step.", LABELS, registry=reg)
         self._last_t = Gauge(
             f"{PREFIX}last_step_timestamp_seconds", "Wall time (Unix seconds) of the last recorded step.", LABELS, registry=reg
-        ).labels(**self._labels)
+        )
         Gauge(
             f"{PREFIX}host_memory_total_gb", "Memory this process may use (machine or cgroup limit), GB.", LABELS, registry=reg
         ).labels(**self._labels).set(host_memory_total_gb())
         self._nonfinite = Counter(
             f"{PREFIX}nonfinite_values", "Recorded values that were NaN or infinite.", [*LABELS, "metric"], registry=reg
         )
+        for metric in ("loss", "grad_norm"):  # present from the start, so increase() sees the first NaN
+            self._nonfinite.labels(**self._labels, metric=metric)
         self._alerts = Counter(
             f"{PREFIX}alerts", "Alerts raised by mindwatch's rules.", [*LABELS, "rule", "severity"], registry=reg
         )
@@ -148,9 +151,9 @@ class PrometheusSink:
         last = records[-1]
         step, t = last.get("step"), last.get("t")
         if isinstance(step, int):
-            self._step.set(step)
+            self._step.labels(**self._labels).set(step)
         if isinstance(t, (int, float)):
-            self._last_t.set(t)
+            self._last_t.labels(**self._labels).set(t)
 
     def alert(self, alert: dict[str, Any]) -> None:
         self._alerts.labels(
