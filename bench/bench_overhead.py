@@ -1,0 +1,199 @@
+"""Cost of monitoring: the callback's hot path per step, and the slowdown of the demo training.
+
+Run: ``python -m bench overhead`` (``MINDWATCH_BENCH_QUICK=1`` for a short smoke run).
+
+1. Hot path: ``on_train_step_begin`` + ``on_train_step_end`` per step, driven with MindSpore's own
+   ``RunContext``/callback params, against an empty callback, a naive ``json.dumps`` + ``write`` per
+   step, and tensorboardX ``add_scalar`` of the same values, in one run. The train cell's outputs
+   are host floats here, so the device sync that reading a Tensor loss needs is excluded (it is
+   measured separately, as ``+ Tensor outputs``).
+2. Demo slowdown: the demo model (GRAPH mode, CPU) trained alternately without and with the
+   monitor (all default metrics), on one compiled network, several rounds; median step times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+QUICK = os.environ.get("MINDWATCH_BENCH_QUICK") == "1"
+
+
+def _run_context(outputs):
+    from mindspore.train.callback import RunContext, _InternalCallbackParam
+
+    cb = _InternalCallbackParam()
+    cb.cur_step_num, cb.cur_epoch_num = 0, 1
+    cb.net_outputs = outputs
+    cb.train_network = cb.optimizer = cb.network = None
+    cb.train_dataset_element = (np.zeros((16, 64), np.int32), np.zeros((16, 64), np.int32))
+    return RunContext(cb), cb
+
+
+def _drive(callback, steps: int, outputs) -> tuple[float, float | None]:
+    """Seconds per step of the begin+end hooks; for mindwatch also the worker's seconds per record.
+
+    mindwatch's worker thread is held back while the hooks run (records wait in the queue), so
+    the first figure is the training thread's own cost; then the worker drains the queue alone.
+    """
+    from mindwatch.core.monitor import Monitor
+
+    rc, cb = _run_context(outputs)
+    start = Monitor.start
+    Monitor.start = lambda self: self  # type: ignore[method-assign]
+    try:
+        callback.on_train_begin(rc)
+    finally:
+        Monitor.start = start  # type: ignore[method-assign]
+    begin, end = callback.on_train_step_begin, callback.on_train_step_end
+    t0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        cb.cur_step_num = step
+        begin(rc)
+        end(rc)
+    dt = (time.perf_counter() - t0) / steps
+    worker = None
+    session = getattr(callback, "session", None)
+    if session is not None:
+        t0 = time.perf_counter()
+        session.monitor._drain()
+        worker = (time.perf_counter() - t0) / steps
+        session.monitor.start()
+    callback.on_train_end(rc)
+    return dt, worker
+
+
+def hot_path(steps: int) -> dict[str, float]:
+    import mindspore as ms
+    from mindspore.train import Callback
+    from tensorboardX import SummaryWriter
+
+    from mindwatch.mindspore import MonitorCallback
+
+    floats = (2.31, 0.93, 1e-4)
+    values = {"loss": 2.31, "grad_norm": 0.93, "lr": 1e-4, "step_time": 0.08, "data_time": 0.001, "tokens_per_second": 12000.0}
+
+    class Empty(Callback):
+        def on_train_step_begin(self, run_context):
+            pass
+
+        def on_train_step_end(self, run_context):
+            pass
+
+    class NaiveJson(Callback):
+        def __init__(self, path: Path) -> None:
+            self.f = open(path, "a")  # noqa: SIM115
+
+        def on_train_step_end(self, run_context):
+            cb = run_context.original_args()
+            self.f.write(json.dumps({"step": cb.cur_step_num, **values}) + "\n")
+
+    class TensorboardX(Callback):
+        def __init__(self, logdir: str) -> None:
+            self.w = SummaryWriter(logdir)
+
+        def on_train_step_end(self, run_context):
+            step = run_context.original_args().cur_step_num
+            for k, v in values.items():
+                self.w.add_scalar(k, v, step)
+
+        def on_train_end(self, run_context):
+            self.w.close()
+
+    class Declared:  # a train network that names its outputs, as TrainOneStepWithGradNorm does
+        mindwatch_outputs = ("loss", "grad_norm", "lr")
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        mw_config = {"save_dir": tmp, "interval": 3600, "queue_size": steps + 100}
+
+        def mindwatch_cb():
+            cb = MonitorCallback(mw_config)
+            orig = cb.on_train_begin
+
+            def begin(rc):
+                rc.original_args().train_network = Declared()
+                orig(rc)
+
+            cb.on_train_begin = begin
+            return cb
+
+        tensor_outputs = (ms.Tensor(2.31, ms.float32), ms.Tensor(0.93, ms.float32), ms.Tensor(1e-4, ms.float32))
+        contenders = {
+            "empty callback": lambda: (Empty(), floats),
+            "mindwatch": lambda: (mindwatch_cb(), floats),
+            "mindwatch + Tensor outputs (3 device reads)": lambda: (mindwatch_cb(), tensor_outputs),
+            "naive json.dumps+write": lambda: (NaiveJson(Path(tmp) / "naive.jsonl"), floats),
+            "tensorboardX add_scalar x6": lambda: (TensorboardX(str(Path(tmp) / "tbx")), floats),
+        }
+        for name, make in contenders.items():
+            n = steps // 10 if name.startswith("tensorboardX") else steps
+            runs = []
+            for _ in range(3):
+                cb, outputs = make()
+                runs.append(_drive(cb, n, outputs))
+            results[name] = min(r[0] for r in runs)
+            if runs[0][1] is not None:
+                results[f"{name} [worker thread, per record]"] = min(r[1] for r in runs)  # type: ignore[type-var]
+    return results
+
+
+def demo_slowdown(steps: int, rounds: int) -> tuple[list[float], list[float]]:
+    from mindspore.train import Callback
+
+    from mindwatch.demo.train import DemoSettings, build_training
+    from mindwatch.mindspore import MonitorCallback
+
+    class StepTimer(Callback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_train_step_end(self, run_context):
+            self.ends.append(time.perf_counter())
+
+        def mean_step(self, skip: int = 5) -> float:
+            return float(np.mean(np.diff(self.ends[skip:])))
+
+    model, dataset = build_training(DemoSettings(steps=steps * (2 * rounds + 1), mode="graph"))
+    dataset = dataset.take(steps)  # the lr schedule covers every round; each round trains `steps` batches
+    model.train(1, dataset, callbacks=[StepTimer()], dataset_sink_mode=False)  # compile once, warm up
+    off, on = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for arm in ("off", "on"):
+                timer = StepTimer()
+                callbacks = [timer] if arm == "off" else [MonitorCallback({"save_dir": tmp, "interval": 3600}), timer]
+                model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
+                (off if arm == "off" else on).append(timer.mean_step())
+    return off, on
+
+
+def main() -> None:
+    import logging
+
+    logging.getLogger("mindwatch").setLevel(logging.WARNING)
+    steps = 20_000 if QUICK else 200_000
+    res = hot_path(steps)
+    empty = res["empty callback"]
+    print(f"hot path, {steps:,} steps (tensorboardX: {steps // 10:,}), best of 3, per step:")
+    for name, dt in res.items():
+        if "worker" in name:
+            print(f"  {name:56s} {dt * 1e6:8.2f} us   (off the training thread)")
+            continue
+        extra = f"{dt / res['mindwatch']:6.1f}x mindwatch" if name != "mindwatch" else ""
+        print(f"  {name:56s} {dt * 1e6:8.2f} us   (above empty: {(dt - empty) * 1e6:7.2f} us) {extra}")
+    print(f"  mindwatch cost above an empty callback: {(res['mindwatch'] - empty) * 1e6:.2f} us/step (target <= 5 us)")
+
+    demo_steps, rounds = (60, 2) if QUICK else (200, 4)
+    off, on = demo_slowdown(demo_steps, rounds)
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    print(f"demo training (GRAPH, CPU), {rounds} rounds x {demo_steps} steps, mean step time per round:")
+    print(f"  without monitor: {', '.join(f'{x * 1e3:.2f}' for x in off)} ms  (median {m_off * 1e3:.2f} ms)")
+    print(f"  with monitor:    {', '.join(f'{x * 1e3:.2f}' for x in on)} ms  (median {m_on * 1e3:.2f} ms)")
+    print(f"  slowdown: {(m_on / m_off - 1) * 100:+.2f} %  (ratio {m_on / m_off:.4f}; target <= 2 %)")
