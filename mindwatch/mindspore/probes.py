@@ -68,20 +68,40 @@ def host_memory_sampler() -> Callable[[], dict[str, float]]:
 
 
 def device_memory_sampler() -> Callable[[], dict[str, float]] | None:
-    """Device memory in use and its peak, in GB, where the device reports it; None on CPU."""
-    if ms.get_context("device_target") == "CPU":
+    """Device memory in use and its peak, in GB, where the device reports it; None on CPU.
+
+    MindSpore's own allocator statistics (``mindspore.runtime``) first; on NVIDIA GPUs whose
+    allocator reports nothing, NVML (``pip install nvidia-ml-py``) for the device in use.
+    """
+    target = ms.get_context("device_target")
+    if target == "CPU":
         return None
-    try:
-        from mindspore import runtime
+    from mindspore import runtime
 
-        def sample() -> dict[str, float]:
-            used = runtime.memory_allocated()
-            if not used:
-                return {}
+    nvml = _nvml_handle() if target == "GPU" else None
+    peak = 0.0
+
+    def sample() -> dict[str, float]:
+        nonlocal peak
+        used = runtime.memory_allocated()
+        if used:
             return {"device_mem_gb": used / 1e9, "device_mem_peak_gb": runtime.max_memory_allocated() / 1e9}
+        if nvml is not None:
+            info = nvml[0].nvmlDeviceGetMemoryInfo(nvml[1])
+            peak = max(peak, info.used / 1e9)
+            return {"device_mem_gb": info.used / 1e9, "device_mem_peak_gb": peak}
+        return {}
 
-        return sample
-    except ImportError:
+    return sample
+
+
+def _nvml_handle() -> tuple[Any, Any] | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(int(ms.get_context("device_id") or 0))
+    except Exception:  # no NVML library or no NVIDIA device: report what MindSpore reports
         return None
 
 
