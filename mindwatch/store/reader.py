@@ -204,7 +204,7 @@ class Run:
 
     @property
     def last_step(self) -> int | None:
-        steps = [s.get("last_step") for s in self.statuses.values() if s.get("last_step") is not None]
+        steps: list[int] = [s["last_step"] for s in self.statuses.values() if isinstance(s.get("last_step"), int)]
         steps += [r["step"] for r in self.last_record.values() if isinstance(r.get("step"), int)]
         return max(steps) if steps else None
 
