@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,15 +105,29 @@ def checkpoint_files(callbacks: list[Any] | None, latest: str | None) -> list[Pa
     return [f for f in files if f.is_file()]
 
 
-def last_healthy_checkpoint(files: list[Path], before: float) -> Path | None:
-    """The newest of ``files`` written before the wall time ``before`` (the anomaly)."""
-    dated = []
+_CKPT_NAME = re.compile(r"-(\d+)_(\d+)(?:_breakpoint)?\.ckpt$")  # ModelCheckpoint: <prefix>-<epoch>_<step in epoch>.ckpt
+
+
+def last_healthy_checkpoint(files: list[Path], *, before_step: int, steps_per_epoch: int | None, before_t: float) -> Path | None:
+    """The newest of ``files`` saved before step ``before_step`` (the anomaly) changed the weights.
+
+    ``ModelCheckpoint`` names give the step (``<prefix>-<epoch>_<step>.ckpt``, with ``steps_per_epoch``);
+    other files count when they were written before the wall time ``before_t``.
+    """
+    healthy = []
     for f in files:
+        m = _CKPT_NAME.search(f.name)
         try:
-            dated.append((f.stat().st_mtime, f))
+            mtime = f.stat().st_mtime
         except OSError:
             continue
-    healthy = [(t, f) for t, f in dated if t < before]
+        if m and steps_per_epoch:
+            step = (int(m.group(1)) - 1) * steps_per_epoch + int(m.group(2))
+            ok = step < before_step
+        else:
+            ok = mtime < before_t
+        if ok:
+            healthy.append((mtime, f))
     return max(healthy)[1] if healthy else None
 
 
@@ -219,7 +234,9 @@ class Interventions:
         path = directory / f"anomaly_rank{self.rank}_step{cb.cur_step_num}.ckpt"
         healthy = last_healthy_checkpoint(
             checkpoint_files(getattr(cb, "list_callback", None), getattr(cb, "latest_ckpt_file", None)),
-            float(alert.get("t") or 0.0),
+            before_step=int(alert.get("step") or cb.cur_step_num),
+            steps_per_epoch=getattr(cb, "batch_num", None),
+            before_t=float(alert.get("t") or 0.0),
         )
         ms.save_checkpoint(network, str(path))
         last = f"; last checkpoint saved while healthy: {healthy}" if healthy else "; no earlier checkpoint found"
