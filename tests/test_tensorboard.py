@@ -134,3 +134,12 @@ def test_export_names_what_is_wrong(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="metrics.rank"):
         export_tensorboard(tmp_path / "empty")
+
+
+def test_crc32c_fallback_matches_the_standard_check_value() -> None:
+    """The pure-Python CRC-32C (used without the `crc32c` package) and the one in use agree with the standard."""
+    from mindwatch.sinks import tensorboard as tb
+
+    assert tb._crc32c_python(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720)
+    data = bytes(range(256)) * 3
+    assert tb._crc32c(data) == tb._crc32c_python(data)

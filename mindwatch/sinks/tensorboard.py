@@ -80,7 +80,12 @@ def _frame(data: bytes) -> bytes:
 
 
 # -- the few protobuf fields of tensorflow.Event we write -------------------------------------
+_SMALL = [bytes((i,)) for i in range(0x80)]
+
+
 def _varint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _SMALL[n]
     n &= (1 << 64) - 1  # int64 two's complement, as protobuf encodes negative numbers
     out = bytearray()
     while n > 0x7F:
@@ -103,11 +108,20 @@ def _event(wall_time: float, step: int, body: bytes) -> bytes:
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
+_HEADS: dict[str, bytes] = {}
+
+
 def _scalar_value(tag: str, value: float) -> bytes:
     # Summary.Value: tag (1), simple_value (2, float32: beyond its range a value is stored as +-inf)
     if abs(value) > _FLOAT32_MAX:
         value = math.copysign(math.inf, value)
-    return _field(1, _field(1, tag.encode("utf-8")) + b"\x15" + struct.pack("<f", value))
+    head = _HEADS.get(tag)
+    if head is None:  # the encoded tag and lengths, once per metric name
+        tag_field = _field(1, tag.encode("utf-8"))
+        head = b"\x0a" + _varint(len(tag_field) + 5) + tag_field + b"\x15"
+        if len(_HEADS) < 10_000:
+            _HEADS[tag] = head
+    return head + struct.pack("<f", value)
 
 
 #: SummaryMetadata{plugin_data: {plugin_name: "text"}}, so TensorBoard's Text tab shows the entry.
