@@ -44,7 +44,7 @@ class DashboardProcess:
     def __init__(self, logdir: str | os.PathLike[str], port: int = 8765, host: str = "127.0.0.1") -> None:
         self.logdir = Path(logdir)
         self.host = host
-        self.port = port if port_is_free(port, host) else free_port(host)
+        self.port = port if port and port_is_free(port, host) else free_port(host)  # 0 or taken: any free port
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -1,0 +1,123 @@
+"""End to end in headless Chromium: a real MindSpore training runs, the open run page gains points without reload."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from mindwatch.server.process import DashboardProcess
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)"),
+]
+
+# A small GRAPH-mode training (PyNative is several times slower on a busy 2-core machine), paced to at most
+# 20 steps/s so that the page is open while it runs even on a fast machine.
+TRAINING = """
+import sys, time
+from mindspore.train import Callback
+from mindwatch.demo.train import DemoSettings, build_training
+from mindwatch.mindspore import MonitorCallback
+
+class Pace(Callback):
+    def on_train_step_end(self, run_context):
+        time.sleep(0.05)
+
+settings = DemoSettings(steps=int(sys.argv[2]), layers=2, d_model=32, heads=2, batch_size=8, seq_length=32, mode="graph")
+model, dataset = build_training(settings)
+monitor = MonitorCallback({"project": "e2e", "save_dir": sys.argv[1], "interval": 60, "flush_secs": 0.5,
+    "metrics": ["loss", "lr", "grad_norm", "step_time", "data_time", "throughput", "memory_usage"],
+    "tags": {"test": "browser"}})
+model.train(1, dataset, callbacks=[monitor, Pace()], dataset_sink_mode=False)
+"""
+
+CHART_POINTS = """() => {
+  const el = document.querySelector('#chart-loss');
+  if (!el) return -1;
+  const c = echarts.getInstanceByDom(el);
+  const s = c && c.getOption().series.find((x) => x.name === 'loss');
+  return s ? s.data.filter((p) => p[1] !== '-').length : -1;
+}"""
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def api(url: str) -> dict:  # type: ignore[type-arg]
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    save_dir = tmp_path / "monitor_output"
+    script = tmp_path / "train.py"
+    script.write_text(TRAINING)
+    with DashboardProcess(save_dir, port=0) as dash:
+        log = open(tmp_path / "training.log", "wb")  # noqa: SIM115 (closed with the process)
+        training = subprocess.Popen([sys.executable, str(script), str(save_dir), "200"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            runs = wait_for(lambda: [r for r in api(dash.url + "api/runs")["runs"] if (r["last_step"] or 0) >= 3], 120, "the run")
+            run_id = runs[0]["id"]
+            with sync_playwright() as p:
+                browser = p.chromium.launch(
+                    executable_path=CHROMIUM,
+                    args=CHROMIUM_ARGS,
+                )
+                page = browser.new_page(viewport={"width": 1500, "height": 1150})
+                errors: list[str] = []
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                # The runs page lists the run, live.
+                page.goto(dash.url)
+                page.wait_for_selector(f'tr[data-run="{run_id}"] .state-running', timeout=20_000)
+
+                page.goto(f"{dash.url}#/run/{quote(run_id, safe='')}")
+                page.evaluate("() => { window.__notReloaded = true; }")
+                first = wait_for(lambda: max(page.evaluate(CHART_POINTS), 0), 30, "the first loss points")
+                wait_for(lambda: page.evaluate(CHART_POINTS) >= first + 20, 60, "pushed points on the open page")
+                assert page.evaluate("() => window.__notReloaded === true")  # the same page, no reload
+                assert page.evaluate("() => window.__mwPointsReceived") >= 20
+                assert training.poll() is None, "the training should still be running while points arrive"
+                page.screenshot(path=str(artifacts_dir / "dashboard_run_live.png"), full_page=True)
+
+                training.wait(timeout=300)
+                assert training.returncode == 0, (tmp_path / "training.log").read_text()[-2000:]
+                page.wait_for_selector("#banner.banner-finished", timeout=20_000)
+                final = api(f"{dash.url}api/run?run={quote(run_id)}")["status"]["last_step"]
+                wait_for(lambda: page.evaluate(CHART_POINTS) == final, 20, f"all {final} loss points on the page")
+                assert (
+                    page.query_selector("#chart-grad_norm") is not None and page.query_selector("#chart-throughput") is not None
+                )
+                page.screenshot(path=str(artifacts_dir / "dashboard_run_finished.png"), full_page=True)
+                assert not errors, errors
+                browser.close()
+        finally:
+            if training.poll() is None:
+                training.kill()
+                training.wait()
+            log.close()
