@@ -95,9 +95,11 @@ def test_callback_by_name_in_mindformers_yaml(tmp_path: Path) -> None:
     assert run.path.parent.name == "mindformers"
 
 
-def test_without_gradient_clipping_global_norm_is_absent_not_wrong(tmp_path: Path) -> None:
-    run, printed = _train("instance", tmp_path, "--no-clip")
+def test_seed_name_config_file_and_no_clipping(tmp_path: Path) -> None:
+    """The article's name, the monitor config as a file path; without clipping global_norm is absent, not wrong."""
+    run, printed = _train("yaml", tmp_path, "--no-clip", "--name", "MindSporeTransformersMonitor", "--config-as", "path")
     _assert_same_as_mfloss_monitor(run, printed, clipped=False)
+    assert (tmp_path / "monitor.yaml").is_file() and run.meta["config"]["interval"] == 1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mindformers") is not None, reason="MindFormers is installed in this environment")

@@ -29,6 +29,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--run-name", default=None)
     p.add_argument("--clip", action=argparse.BooleanOptionalAction, default=True, help="gradient clipping (global_norm)")
+    p.add_argument("--name", default="MonitorCallback", help="the callback's registered name in the YAML")
+    p.add_argument("--config-as", choices=["inline", "path"], default="inline", help="monitor config in the YAML or a file")
     args = p.parse_args()
     os.environ.setdefault("GLOG_v", "3")
 
@@ -85,7 +87,11 @@ def main() -> int:
 
         register()
         config_path = Path("llama_tiny.yaml").resolve()
-        config_path.write_text(yaml.safe_dump(_yaml_config(monitor, args.clip), sort_keys=False))
+        entry: dict = {"type": args.name, "config": monitor}
+        if args.config_as == "path":
+            Path("monitor.yaml").write_text(yaml.safe_dump({"monitor_config": monitor}))
+            entry["config"] = "monitor.yaml"
+        config_path.write_text(yaml.safe_dump(_yaml_config(entry, args.clip), sort_keys=False))
         trainer = Trainer(args=str(config_path), train_dataset=dataset)
         trainer.train()
         run_dir = _only_run(Path(args.save_dir) / "mindformers")
@@ -115,7 +121,7 @@ def _llama_kwargs() -> dict:
     }
 
 
-def _yaml_config(monitor: dict, clip: bool) -> dict:
+def _yaml_config(callback: dict, clip: bool) -> dict:
     return {
         "seed": 0,
         "output_dir": "./output",
@@ -134,7 +140,7 @@ def _yaml_config(monitor: dict, clip: bool) -> dict:
         },
         "callbacks": [
             {"type": "MFLossMonitor"},
-            {"type": "MonitorCallback", "config": monitor},
+            callback,
         ],
     }
 
