@@ -197,6 +197,36 @@ class AlertsSection(_Section):
     memory: MemorySettings = Field(default_factory=MemorySettings)
 
 
+class StragglerSettings(RuleSettings):
+    """A rank whose step or data time stays above the other ranks' median (checked on rank 0)."""
+
+    metrics: list[Literal["step_time", "data_time"]] = Field(default_factory=lambda: ["data_time", "step_time"])
+    #: A rank is slow at a step when its value is above ``factor`` x the median of the other ranks ...
+    factor: float = Field(default=2.0, gt=1)
+    #: ... and above it by at least this many seconds (tiny times are noise).
+    min_excess: float = Field(default=0.05, ge=0)
+    #: Steps in a row a rank must be slow before it is named.
+    count: int = Field(default=5, ge=1)
+
+
+class HangSettings(RuleSettings):
+    """When the run stalls, rank 0 reads every rank's stack dump and names the rank the others wait for."""
+
+    #: Seconds rank 0 waits for the other ranks' stack dumps after the first stall before it diagnoses.
+    wait: float = Field(default=10.0, gt=0)
+
+
+class DistributedSection(_Section):
+    """Distributed training (docs/distributed.md): run-id agreement and the cross-rank rules on rank 0."""
+
+    #: Seconds ranks > 0 wait for rank 0 to publish the run id at train begin.
+    rendezvous_timeout: float = Field(default=300.0, gt=0)
+    #: Rank 0 reads the other ranks' files at most this often (seconds).
+    poll_secs: float = Field(default=1.0, gt=0)
+    straggler: StragglerSettings = Field(default_factory=StragglerSettings)
+    hang: HangSettings = Field(default_factory=HangSettings)
+
+
 class NotifyChannel(_Section):
     """One webhook: ``{type: dingtalk, url_env: DINGTALK_URL, secret_env: DINGTALK_SECRET}``.
 
@@ -254,6 +284,7 @@ class MonitorConfig(_Section):
     prometheus: PrometheusSection = Field(default_factory=PrometheusSection)
     alerts: AlertsSection = Field(default_factory=AlertsSection)
     notify: list[NotifyChannel] = Field(default_factory=list)
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
 
     @field_validator("backend", mode="before")
     @classmethod

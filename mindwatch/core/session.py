@@ -33,6 +33,7 @@ from mindwatch.core.rules import RuleEngine, build_rules
 from mindwatch.core.watchdog import Watchdog
 from mindwatch.sinks.console import ConsoleSummary
 from mindwatch.store.layout import RunLayout, new_run_id, write_json_atomic
+from mindwatch.store.rendezvous import RendezvousTimeout, agree_run_id
 from mindwatch.store.writer import RunWriter
 
 log = logging.getLogger("mindwatch")
@@ -65,12 +66,18 @@ class RunSession:
         extra_sinks: list[Sink] | None = None,
         nonfinite_checked: tuple[str, ...] = (),
         versions: dict[str, str] | None = None,
+        launch_key: str | None = None,
+        launch_meta: dict[str, Any] | None = None,
     ) -> RunSession:
-        """Create (or join, for ranks > 0) the run directory and start the worker."""
+        """Create (or join, for ranks > 0) the run directory and start the worker.
+
+        ``launch_key``: the same string on every rank of one distributed launch (``RankInfo.launch_key``);
+        ranks > 0 then join the directory rank 0 created (:mod:`mindwatch.store.rendezvous`).
+        """
         setup_logging(config.log_level)
         parent = Path(config.save_dir) / config.project
         parent.mkdir(parents=True, exist_ok=True)
-        run_id = run_id or new_run_id(parent, config.run_name)
+        run_id = run_id or agreed_run_id(config, parent, rank, launch_key)
         run_dir = parent / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         writer = RunWriter(run_dir, rank, flush_secs=config.flush_secs)
@@ -83,7 +90,7 @@ class RunSession:
         session = cls(config, run_dir, rank, world_size, writer, monitor)
         session.watch(run_id, nonfinite_checked)
         if rank == 0:
-            session.meta = build_meta(config, run_id, world_size, versions or {})
+            session.meta = {**build_meta(config, run_id, world_size, versions or {}), **(launch_meta or {})}
             session.write_meta()
         monitor.start()
         if session.watchdog is not None:
@@ -122,14 +129,31 @@ class RunSession:
                     actions=alerts.stall.actions,
                 )
                 sinks.append(self.watchdog)
-        if cfg.notify:
+        notify = None
+        if cfg.notify and self.rank == 0:  # rank 0 alone notifies; it forwards the other ranks' alerts
             from mindwatch.sinks.notify import NotifySink, build_channels
 
             channels = build_channels(cfg.notify)
             if channels:
                 host = socket.gethostname()
                 context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
-                sinks.append(NotifySink(channels, context=context))
+                notify = NotifySink(channels, context=context)
+                sinks.append(notify)
+        if self.rank == 0 and self.world_size > 1:
+            from mindwatch.core.distributed import CrossRankWatch
+
+            forward = notify.alert if notify is not None else None
+            sinks.append(
+                CrossRankWatch(
+                    self.run_dir,
+                    self.world_size,
+                    self.emit_alert,
+                    cfg.distributed,
+                    alerts_enabled=alerts.enabled,
+                    cooldown_secs=alerts.cooldown_secs,
+                    forward=forward,
+                )
+            )
         self.monitor.sinks.extend(sinks)
 
     def emit_alert(self, alert: Alert) -> None:
@@ -165,6 +189,17 @@ def bridge_sinks(config: MonitorConfig, layout: RunLayout, run_id: str, rank: in
             port = prom.port + local_rank()
             sinks.append(PrometheusSink(project=config.project, run=run_id, rank=rank, port=port, host=prom.host))
     return sinks
+
+
+def agreed_run_id(config: MonitorConfig, parent: Path, rank: int, launch_key: str | None) -> str:
+    """The run id all ranks of a launch share; a rank that cannot learn it records into a directory of its own."""
+    propose = lambda: new_run_id(parent, config.run_name)  # noqa: E731
+    try:
+        return agree_run_id(parent, rank=rank, key=launch_key, propose=propose, timeout=config.distributed.rendezvous_timeout)
+    except (RendezvousTimeout, OSError) as e:
+        own = new_run_id(parent, f"{config.run_name or time.strftime('run_%Y%m%d_%H%M%S')}_rank{rank}")
+        log.warning("mindwatch: %s; rank %d records into %s instead", e, rank, parent / own)
+        return own
 
 
 def build_meta(config: MonitorConfig, run_id: str, world_size: int, versions: dict[str, str]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from mindwatch.mindspore.probes import (
     device_memory_sampler,
     host_memory_sampler,
 )
-from mindwatch.mindspore.ranks import discover_rank
+from mindwatch.mindspore.ranks import discover
 
 log = logging.getLogger("mindwatch")
 _perf = time.perf_counter
@@ -85,7 +85,8 @@ class MonitorCallback(Callback):
         if not self.enabled:
             return
         cb = run_context.original_args()
-        rank, world = discover_rank()
+        who = discover()
+        rank, world = who.rank, who.world_size
         self._rank = rank
         samplers = []
         if "host_rss_gb" in self._metrics:
@@ -101,6 +102,8 @@ class MonitorCallback(Callback):
             samplers=samplers,
             versions={"mindspore": ms.__version__},
             nonfinite_checked=Interventions.nonfinite_checked(self.config),
+            launch_key=who.launch_key,
+            launch_meta=who.as_meta(),
         )
         train_network = getattr(cb, "train_network", None)
         optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)

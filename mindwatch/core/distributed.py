@@ -1,0 +1,228 @@
+"""Rules across ranks, run on rank 0's worker thread: stragglers and hang diagnosis.
+
+Example::
+
+    watch = CrossRankWatch(run_dir, world_size=8, emit=session.emit_alert, config=cfg.distributed,
+                           cooldown_secs=cfg.alerts.cooldown_secs)
+    Monitor([writer, watch, ...])      # rank 0 only; it is a sink: it polls on write() and flush()
+
+Every ``poll_secs`` it reads the new lines of every rank's ``metrics.rank<R>.jsonl``
+(:class:`~mindwatch.store.crossrank.RankTails`), joins them by step and runs
+:class:`StragglerRule` on each step all ranks recorded. It also reads ``alerts.jsonl``: when
+ranks report a ``stall`` (the per-rank watchdog, which dumps its stacks into ``stacks/``), it waits
+until every rank's dump is there (or ``hang.wait`` seconds) and emits one ``hang`` alert that names
+the rank the others wait for (:mod:`mindwatch.core.hang`). Nothing here touches the training step.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mindwatch.core.alerts import RESUMED, STALL, Alert, make_alert
+from mindwatch.core.hang import diagnose
+from mindwatch.core.rules import RuleEngine, value_of
+from mindwatch.store.crossrank import RankTails, StepAligner
+from mindwatch.store.layout import RunLayout, read_json
+from mindwatch.store.reader import JsonlTail
+
+if TYPE_CHECKING:
+    from mindwatch.config import DistributedSection
+
+log = logging.getLogger("mindwatch")
+
+#: The rules' names in ``alerts.jsonl``.
+STRAGGLER, HANG = "straggler", "hang"
+
+
+class StragglerRule:
+    """A rank whose ``metric`` stays above ``factor`` x the other ranks' median (and by ``min_excess`` seconds)
+    for ``count`` steps in a row. It fires once per streak and re-arms when the rank catches up.
+
+    Input: one step across ranks, ``{"step": 12, "ranks": {0: record, 1: record, ...}}``.
+    """
+
+    name = STRAGGLER
+    severity = "warning"
+
+    def __init__(
+        self,
+        metrics: tuple[str, ...] | list[str] = ("data_time", "step_time"),
+        *,
+        factor: float = 2.0,
+        min_excess: float = 0.05,
+        count: int = 5,
+        actions: list[str] | None = None,
+    ) -> None:
+        self.metrics = tuple(metrics)
+        self.factor, self.min_excess, self.count = factor, min_excess, count
+        self.actions = list(actions or [])
+        self.streak: dict[tuple[int, str], int] = {}
+
+    def check(self, step_record: dict[str, Any]) -> list[Alert]:
+        ranks: dict[int, dict[str, Any]] = step_record["ranks"]
+        if len(ranks) < 2:
+            return []
+        out = []
+        for metric in self.metrics:
+            values = {r: v for r, rec in ranks.items() if (v := value_of(rec, metric)) is not None and v == v}
+            for rank, v in values.items():
+                others = [x for r, x in values.items() if r != rank]
+                if not others:
+                    continue
+                median = statistics.median(others)
+                key = (rank, metric)
+                if v > self.factor * median and v - median > self.min_excess:
+                    self.streak[key] = self.streak.get(key, 0) + 1
+                    if self.streak[key] == self.count:
+                        out.append(self._alert(step_record["step"], rank, metric, v, median))
+                else:
+                    self.streak[key] = 0
+        return out
+
+    def _alert(self, step: int, rank: int, metric: str, value: float, median: float) -> Alert:
+        msg = (
+            f"rank {rank} is a straggler: its {metric} {value * 1000:.0f} ms is {value / max(median, 1e-9):.1f} x "
+            f"the other ranks' median {median * 1000:.0f} ms, {self.count} steps in a row"
+        )
+        return make_alert(
+            self.name,
+            step=step,
+            rank=rank,
+            message=msg,
+            metric=metric,
+            value=value,
+            threshold=self.factor * median,
+            severity=self.severity,
+            actions=self.actions,
+            straggler=rank,
+            others_median=median,
+            reported_by=0,
+        )
+
+
+class CrossRankWatch:
+    """Sink for rank 0: the straggler rule over all ranks' files, the hang diagnosis after a stall, and
+    ``forward``: the other ranks' alerts (read from ``alerts.jsonl``) handed to rank 0's notify channels."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        world_size: int,
+        emit: Callable[[Alert], None],
+        config: DistributedSection,
+        *,
+        alerts_enabled: bool = True,
+        cooldown_secs: float = 300.0,
+        forward: Callable[[Alert], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.layout = RunLayout(Path(run_dir))
+        self.world_size = world_size
+        self.emit = emit
+        self.poll_secs = config.poll_secs
+        self.clock = clock
+        self.tails = RankTails(self.layout.root, world_size)
+        self.aligner = StepAligner(world_size)
+        s = config.straggler
+        on = alerts_enabled and s.enabled
+        rules = (
+            [StragglerRule(s.metrics, factor=s.factor, min_excess=s.min_excess, count=s.count, actions=s.actions)] if on else []
+        )
+        self.engine = RuleEngine(rules, emit, cooldown_secs=cooldown_secs)
+        self.forward = forward
+        self.hang_enabled = alerts_enabled and config.hang.enabled
+        self.hang_wait = config.hang.wait
+        self.hang_actions = list(config.hang.actions)
+        self._alerts = JsonlTail(self.layout.alerts)
+        for tail in [self._alerts, *self.tails.tails.values()]:
+            tail.offset = _size(tail.path)  # a resumed run's old lines are not news
+        self._stalls: dict[int, Alert] = {}
+        self._stall_since: float | None = None
+        self._diagnosed = False
+        self._last_poll = -1e18
+        self.diagnoses = 0
+
+    # -- sink interface (rank 0's worker thread) ----------------------------------
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if self.clock() - self._last_poll >= self.poll_secs:
+            self.poll()
+
+    def flush(self) -> None:
+        self.poll()
+
+    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        self.poll()
+
+    # -- one look at the other ranks --------------------------------------------------
+    def poll(self) -> None:
+        self._last_poll = self.clock()
+        for rank, records in self.tails.read_new().items():
+            for step, ranks in self.aligner.add(rank, records):
+                self.engine.write([{"step": step, "ranks": ranks}])
+        if self.hang_enabled or self.forward is not None:
+            self._read_alerts()
+
+    def _read_alerts(self) -> None:
+        for alert in self._alerts.read_new():
+            rank = alert.get("rank")
+            if not isinstance(rank, int):
+                continue
+            if self.forward is not None and alert.get("reported_by", rank) != 0:
+                self.forward(alert)  # rank 0 alone sends notifications: the other ranks' alerts go out from here
+            if not self.hang_enabled:
+                continue
+            if alert.get("rule") == STALL:
+                self._stalls[rank] = alert
+                if self._stall_since is None:
+                    self._stall_since = self.clock()
+            elif alert.get("rule") == RESUMED:
+                self._stalls.pop(rank, None)
+                if not self._stalls:
+                    self._stall_since, self._diagnosed = None, False
+        if not self.hang_enabled or self._stall_since is None or self._diagnosed:
+            return
+        if len(self._stalls) < self.world_size and self.clock() - self._stall_since < self.hang_wait:
+            return  # give the other ranks' watchdogs time to write their dumps
+        self._diagnosed = True
+        self.emit(self.diagnose())
+
+    def diagnose(self) -> Alert:
+        """The ``hang`` alert from the stall dumps collected so far."""
+        self.diagnoses += 1
+        dumps = {r: self._local(a["stacks"]) for r, a in self._stalls.items() if a.get("stacks")}
+        last_steps = {}
+        for r in range(self.world_size):
+            st = read_json(self.layout.status(r)) or {}
+            last_steps[r] = st.get("last_step")
+        d = diagnose(dumps, self.world_size, last_steps)
+        step = max((s for s in last_steps.values() if isinstance(s, int)), default=None)
+        where = {str(r): {"where": p.where, "detail": p.detail, "stacks": p.stacks} for r, p in d.places.items()}
+        return make_alert(
+            HANG,
+            step=step,
+            rank=d.culprits[0] if len(d.culprits) == 1 else 0,
+            message=f"run stalled after step {step}: {d.message}",
+            severity="error",
+            actions=self.hang_actions,
+            culprits=d.culprits,
+            waiting=d.waiting,
+            places=where,
+            reported_by=0,
+        )
+
+    def _local(self, path: str) -> Path:
+        """A dump path as another rank wrote it (maybe relative to its own working directory), found here."""
+        p = Path(path)
+        return p if p.exists() else self.layout.stacks / p.name
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,179 @@
+"""Hang diagnosis: from each rank's stack dump, which ranks wait in the training step and which one is elsewhere.
+
+Example::
+
+    from mindwatch.core.hang import diagnose
+
+    d = diagnose({0: "stacks/stall_rank0_20261129_080102.txt", 1: "stacks/stall_rank1_20261129_080102.txt"})
+    d.culprits        # [1]: not in the training step (e.g. blocked in its data pipeline)
+    d.waiting         # [0]: inside the compiled training step, i.e. waiting in a collective
+    d.message         # the sentence the alert carries
+
+In data-parallel training every step ends in a collective (the gradient AllReduce). When one
+rank stops reaching it, every other rank blocks inside the compiled step; the rank the others
+wait for is the one whose main thread is somewhere else: in the dataset iterator, in a callback,
+in user code. This is what PyTorch's flight recorder tells for NCCL, read here from Python stacks
+(``sys._current_frames()``, written by the stall watchdog into ``stacks/``): the graph's C++ frames
+are not visible, the Python frame that entered the graph is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Where a rank's main thread is.
+IN_STEP, IN_DATA, IN_PYTHON, UNKNOWN = "step", "data", "python", "unknown"
+
+_THREAD = re.compile(r"^--- thread (\d+): (.*?)( \(the watchdog itself\))?$", re.M)
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$', re.M)
+
+# A main thread inside one of these is running the training step: the compiled graph (GRAPH mode,
+# ``_exec_pip`` -> the C++ graph executor; ``mindspore/common/api.py`` in older MindSpore) or,
+# in PyNative mode, the ops and collectives of the step.
+_STEP_FILES = ("mindspore/graph/api.py", "mindspore/common/api.py", "mindspore/ops/", "mindspore/communication/")
+_STEP_FUNCS = ("_exec_pip", "_graph_executor", "compile_and_run", "run_graph")
+_DATA_FILES = ("mindspore/dataset/", "mindspore/train/dataset_helper.py")
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "mindwatch/")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str
+
+    def __str__(self) -> str:
+        return f"{Path(self.file).name}:{self.line} in {self.func}"
+
+
+@dataclass
+class Thread:
+    ident: int
+    name: str
+    frames: list[Frame]  # outermost first, as traceback prints them
+    is_watchdog: bool = False
+
+
+@dataclass
+class RankPlace:
+    """Where one rank was when it stalled."""
+
+    rank: int
+    where: str  # IN_STEP | IN_DATA | IN_PYTHON | UNKNOWN
+    detail: str
+    stacks: str | None = None
+
+    @property
+    def description(self) -> str:
+        return {
+            IN_STEP: "inside the compiled training step (waiting in a collective such as AllReduce)",
+            IN_DATA: "waiting for its data pipeline",
+            IN_PYTHON: "in Python code outside the training step",
+            UNKNOWN: "somewhere unknown",
+        }[self.where] + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass
+class Diagnosis:
+    places: dict[int, RankPlace]
+    culprits: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    message: str = ""
+
+
+def parse_stacks(text: str) -> list[Thread]:
+    """The threads of a stack dump written by :func:`mindwatch.core.watchdog.dump_stacks`."""
+    heads = list(_THREAD.finditer(text))
+    threads = []
+    for i, m in enumerate(heads):
+        body = text[m.end() : heads[i + 1].start() if i + 1 < len(heads) else len(text)]
+        frames = [Frame(f, int(n), fn.strip()) for f, n, fn in _FRAME.findall(body)]
+        threads.append(Thread(int(m.group(1)), m.group(2), frames, bool(m.group(3))))
+    return threads
+
+
+def locate(rank: int, text: str, stacks: str | None = None) -> RankPlace:
+    """Classify a rank from its stack dump: in the step, in the data pipeline, in Python code, or unknown."""
+    threads = parse_stacks(text)
+    main = next((t for t in threads if t.name == "MainThread"), None)
+    if main is None or not main.frames:
+        return RankPlace(rank, UNKNOWN, "no main-thread stack in the dump", stacks)
+    frames = main.frames
+    files = [f.file.replace("\\", "/") for f in frames]
+    # innermost first: the first recognisable frame from the inside decides
+    for f, path in zip(reversed(frames), reversed(files), strict=True):
+        if any(p in path for p in _DATA_FILES):
+            return RankPlace(rank, IN_DATA, _data_detail(f, threads), stacks)
+        if any(p in path for p in _STEP_FILES) or f.func in _STEP_FUNCS:
+            return RankPlace(rank, IN_STEP, str(f), stacks)
+        if not any(p in path for p in _LIBRARY):
+            return RankPlace(rank, IN_PYTHON, f"main thread at {f}", stacks)
+    return RankPlace(rank, IN_PYTHON, f"main thread at {frames[-1]}", stacks)
+
+
+def _data_detail(frame: Frame, threads: list[Thread]) -> str:
+    """The main thread's dataset frame, plus where the dataset's own Python code (a generator) is."""
+    parts = [f"main thread at {frame}"]
+    for t in threads:
+        if t.name == "MainThread" or t.is_watchdog or not t.frames:
+            continue
+        user = [f for f in t.frames if not any(p in f.file.replace("\\", "/") for p in _LIBRARY)]
+        if user and any("mindspore/dataset/" in f.file.replace("\\", "/") for f in t.frames):
+            parts.append(f"dataset code at {user[-1]}")
+    return "; ".join(parts)
+
+
+def diagnose(
+    dumps: dict[int, str | Path], world_size: int | None = None, last_steps: dict[int, int | None] | None = None
+) -> Diagnosis:
+    """Read each rank's stack dump and say which ranks the others wait for (see the module docstring).
+
+    ``dumps`` maps rank -> dump file; ranks of ``range(world_size)`` without a dump are named as
+    missing (a dead or wedged process writes none). ``last_steps`` (from the status files) names
+    ranks that are behind.
+    """
+    places: dict[int, RankPlace] = {}
+    for rank, path in sorted(dumps.items()):
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            places[rank] = RankPlace(rank, UNKNOWN, f"cannot read {path}: {e}", str(path))
+            continue
+        places[rank] = locate(rank, text, str(path))
+    ranks = list(range(world_size)) if world_size else sorted(places)
+    missing = [r for r in ranks if r not in places]
+    waiting = [r for r in ranks if r in places and places[r].where == IN_STEP]
+    elsewhere = [r for r in ranks if r in places and places[r].where != IN_STEP]
+    steps = {r: s for r, s in (last_steps or {}).items() if isinstance(s, int)}
+    behind = [r for r in ranks if steps and r in steps and steps[r] < max(steps.values())]
+
+    lines = []
+    if elsewhere and waiting:
+        culprits = elsewhere
+        lines.append(f"likely culprit: {_ranks(elsewhere)}, which the others wait for")
+    elif missing and waiting:
+        culprits = missing
+        lines.append(f"likely culprit: {_ranks(missing)}, which wrote no stack dump (dead or wedged) while the others wait")
+    elif behind:
+        culprits = behind
+        lines.append(f"likely culprit: {_ranks(behind)}, behind the others")
+    else:
+        culprits = []
+        if waiting and not elsewhere:
+            lines.append("every rank is inside the training step: a collective or the device itself is stuck")
+        else:
+            lines.append("no rank is inside the training step: each one is stuck on its own")
+    for r in ranks:
+        if r in places:
+            lines.append(f"rank {r}: {places[r].description}")
+        else:
+            lines.append(f"rank {r}: no stack dump")
+    if behind and culprits is not behind:
+        lines.append(f"{_ranks(behind)} behind at step {min(steps[r] for r in behind)} (others at {max(steps.values())})")
+    return Diagnosis(places, culprits, waiting, "; ".join(lines))
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)

@@ -1,0 +1,90 @@
+"""Data-parallel training of a tiny model under ``msrun`` (or a manual dynamic-cluster launch), monitored.
+
+Run by tests/test_distributed.py::
+
+    msrun --worker_num=2 --local_worker_num=2 --master_port=P --join=True --log_dir=DIR \
+        tests/dist_scripts/train_dp.py --save-dir OUT --steps 30 --slow-rank 1 --slow-secs 0.15
+
+``--slow-rank R --slow-secs S``: rank R's data pipeline takes S seconds per batch (a straggler).
+``--block-rank R --block-at N``: rank R's data pipeline blocks forever at batch N (a hang; the other
+rank then waits in the gradient AllReduce).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+
+import mindspore as ms
+import numpy as np
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.communication import get_rank, init
+from mindspore.train import Model
+
+from mindwatch.mindspore import MonitorCallback
+
+BATCH = 8
+
+
+class Batches:
+    """Random regression data, different on every rank; slow or stuck on purpose on one rank."""
+
+    def __init__(self, rank: int, steps: int, args: argparse.Namespace) -> None:
+        self.rank, self.n, self.args = rank, steps * BATCH, args
+        self.rng = np.random.default_rng(100 + rank)
+        self.w = np.linspace(-1, 1, 16).astype(np.float32)
+        self.never = threading.Event()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        batch = i // BATCH
+        if self.rank == self.args.block_rank and batch >= self.args.block_at:
+            self.never.wait()  # a data source that never answers
+        if self.rank == self.args.slow_rank and i % BATCH == 0:
+            time.sleep(self.args.slow_secs)
+        x = self.rng.standard_normal(16).astype(np.float32)
+        return x, np.array([x @ self.w], np.float32)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--save-dir", required=True)
+    p.add_argument("--project", default="dist")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-secs", type=float, default=0.0)
+    p.add_argument("--block-rank", type=int, default=-1)
+    p.add_argument("--block-at", type=int, default=10**9)
+    p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
+    args = p.parse_args()
+
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    ms.set_seed(0)
+    rank = get_rank()
+
+    net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 1))
+    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9))
+    data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(BATCH)
+    config = {
+        "project": args.project,
+        "save_dir": args.save_dir,
+        "interval": 0.2,
+        "flush_secs": 0.5,
+        "alerts": {"stall_timeout": 4.0},
+        "distributed": {"poll_secs": 0.2, "straggler": {"count": 5}, "hang": {"wait": 8.0}},
+    }
+    config.update(json.loads(args.config))
+    cb = MonitorCallback(config)
+    model.train(1, data, callbacks=[cb], dataset_sink_mode=False)
+    print(f"train_dp: rank {rank} finished, run dir {cb.run_dir}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

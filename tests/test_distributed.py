@@ -1,0 +1,278 @@
+"""Distributed training under MindSpore's own launcher: 2 data-parallel workers on CPU, monitored.
+
+Each launch costs ~30 s here (msrun, the scheduler and two MindSpore imports on 2 cores), so the
+module runs three: a straggler run that also checks the run layout, a hang that the test ends
+itself, and a manual dynamic-cluster launch without msrun.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import mindwatch
+from mindwatch.store.crossrank import CROSS_RANK_METRICS, band
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "tests" / "dist_scripts" / "train_dp.py"
+VENV_BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Launch:
+    """A group of processes started for one test, ended by the test (all of them, by process group)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.seen: set[int] = set()
+
+    def start(self, cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+        out = open(log, "wb")  # noqa: SIM115 (closed with the process)
+        p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.procs.append(p)
+        self.seen.add(p.pid)
+        return p
+
+    def remember_children(self) -> None:
+        # msrun starts each worker in a session of its own: note them while msrun still knows them
+        for p in self.procs:
+            with contextlib.suppress(psutil.Error):
+                self.seen.update(c.pid for c in psutil.Process(p.pid).children(recursive=True))
+
+    def alive(self) -> list[int]:
+        out = []
+        for pid in self.seen:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.Error:
+                pass
+        return out
+
+    def wait(self, timeout: float) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+            self.remember_children()
+            time.sleep(0.5)
+        return [p.returncode for p in self.procs]
+
+    def kill(self) -> None:
+        self.remember_children()
+        mine = os.getpgid(0)
+        for pid in sorted(self.seen):
+            try:
+                pgid = os.getpgid(pid)
+                if pgid != mine:
+                    os.killpg(pgid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(10)
+
+
+def base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # msrun starts `python` from PATH
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    env.setdefault("GLOG_v", "3")
+    for k in [k for k in env if k.startswith("MS_") or k in ("RANK_ID", "RANK_SIZE", "MINDWATCH_RUN_ID")]:
+        del env[k]
+    return env
+
+
+def msrun(launch: Launch, log_dir: Path, *args: str) -> int:
+    port = free_port()
+    cmd = [
+        str(VENV_BIN / "msrun"),
+        "--worker_num=2",
+        "--local_worker_num=2",
+        f"--master_port={port}",
+        "--join=True",
+        f"--log_dir={log_dir}",
+        str(SCRIPT),
+        *args,
+    ]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    launch.start(cmd, base_env(), log_dir / "msrun.out")
+    return port
+
+
+def only_run_dir(project_dir: Path) -> Path:
+    runs = [p for p in project_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert len(runs) == 1, f"every rank must write into one run directory, found {runs}"
+    return runs[0]
+
+
+def raw_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def worker_log(log_dir: Path, rank: int) -> str:
+    return (log_dir / f"worker_{rank}.log").read_text(errors="replace")
+
+
+# -- a straggler: rank 1's data pipeline takes 0.15 s per batch -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def straggler_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, int]]:
+    tmp = tmp_path_factory.mktemp("straggler")
+    launch = Launch()
+    try:
+        port = msrun(
+            launch, tmp / "logs", "--save-dir", str(tmp / "out"), "--steps", "30", "--slow-rank", "1", "--slow-secs", "0.15"
+        )
+        codes = launch.wait(300)
+        assert codes == [0], f"msrun failed ({codes}); see {tmp / 'logs'}:\n{(tmp / 'logs' / 'msrun.out').read_text()[-3000:]}"
+        yield only_run_dir(tmp / "out" / "dist"), tmp / "logs", port
+    finally:
+        launch.kill()
+
+
+def test_every_rank_writes_its_own_files_and_steps_align(straggler_run: tuple[Path, Path, int]) -> None:
+    run_dir, _, _ = straggler_run
+    steps = {}
+    for rank in (0, 1):
+        records = raw_records(run_dir / f"metrics.rank{rank}.jsonl")
+        assert {r["rank"] for r in records} == {rank}
+        steps[rank] = [r["step"] for r in records]
+        status = json.loads((run_dir / f"status.rank{rank}.json").read_text())
+        assert status["rank"] == rank and status["state"] == "finished" and status["last_step"] == 30
+    assert steps[0] == steps[1] == list(range(1, 31))
+
+
+def test_meta_has_world_size_and_only_rank_zero_wrote_it(straggler_run: tuple[Path, Path, int]) -> None:
+    run_dir, _, port = straggler_run
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["world_size"] == 2
+    assert meta["launcher"] == "msrun" and meta["scheduler"] == f"127.0.0.1:{port}"
+    status0 = json.loads((run_dir / "status.rank0.json").read_text())
+    assert meta["pid"] == status0["pid"], "meta.json must come from rank 0"
+    # the run id was agreed through rank 0's rendezvous file, keyed by the launch
+    rendezvous = json.loads((run_dir.parent / ".rendezvous" / f"127.0.0.1_{port}_w2.json").read_text())
+    assert rendezvous["run_id"] == run_dir.name == meta["run_id"]
+
+
+def test_console_summaries_only_on_rank_zero(straggler_run: tuple[Path, Path, int]) -> None:
+    _, logs, _ = straggler_run
+    summary = re.compile(r"mindwatch step \d+ \| loss")
+    assert len(summary.findall(worker_log(logs, 0))) >= 2
+    assert summary.findall(worker_log(logs, 1)) == []
+
+
+def test_straggler_alert_names_the_slow_rank(straggler_run: tuple[Path, Path, int]) -> None:
+    run_dir, logs, _ = straggler_run
+    alerts = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "straggler"]
+    assert alerts, f"no straggler alert; alerts: {raw_records(run_dir / 'alerts.jsonl')}"
+    assert {a["rank"] for a in alerts} == {1}
+    first = alerts[0]
+    assert first["metric"] == "data_time" and first["reported_by"] == 0
+    assert first["value"] > 0.1 and first["value"] > 2 * first["others_median"]
+    assert "rank 1 is a straggler" in first["message"]
+    assert "rank 1 is a straggler" in worker_log(logs, 0)  # rank 0 raised it
+
+
+def test_cross_rank_band_matches_the_per_rank_series(straggler_run: tuple[Path, Path, int]) -> None:
+    run_dir, _, _ = straggler_run
+    run = mindwatch.open_run(run_dir)
+    per_rank = {r: {rec["step"]: rec for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")} for r in (0, 1)}
+    for metric in CROSS_RANK_METRICS:
+        if metric == "tokens_per_second":
+            continue  # the model reads float features, not token ids
+        b = band(run, metric)
+        assert b.ranks == [0, 1] and b.step.tolist() == list(range(1, 31)), metric
+        for i, step in enumerate(b.step.tolist()):
+            values = [per_rank[r][step][metric] for r in (0, 1)]
+            assert b.min[i] == pytest.approx(min(values)) and b.max[i] == pytest.approx(max(values)), (metric, step)
+            assert b.mean[i] == pytest.approx(sum(values) / 2)
+            assert b.argmax[i] == int(np.argmax(values)) and b.count[i] == 2
+    # the band shows who the straggler is: rank 1 waits for data at (nearly) every step once the prefetch ran dry
+    data = band(run, "data_time")
+    assert (data.argmax[-10:] == 1).all()
+
+
+# -- a hang: rank 1's data pipeline blocks, rank 0 waits in the gradient AllReduce -----------------------
+
+
+def test_hang_alert_names_the_blocked_rank_not_the_one_in_allreduce(tmp_path: Path) -> None:
+    launch = Launch()
+    out = tmp_path / "out"
+    try:
+        msrun(launch, tmp_path / "logs", "--save-dir", str(out), "--steps", "40", "--block-rank", "1", "--block-at", "10")
+        # MindSpore's CPU AllReduce gives up after 30 s; the watchdogs (4 s) and rank 0's diagnosis come first
+        hang = None
+        deadline = time.monotonic() + 240
+        while hang is None and time.monotonic() < deadline:
+            launch.remember_children()
+            alerts_files = list(out.glob("dist/*/alerts.jsonl"))
+            if alerts_files:
+                hang = next((a for a in raw_records(alerts_files[0]) if a["rule"] == "hang"), None)
+            time.sleep(0.5)
+        assert hang is not None, f"no hang alert; logs in {tmp_path / 'logs'}"
+    finally:
+        launch.kill()
+    assert launch.alive() == [], "the test must end every worker it started"
+
+    run_dir = only_run_dir(out / "dist")
+    assert hang["culprits"] == [1] and hang["rank"] == 1
+    assert hang["waiting"] == [0]
+    assert "likely culprit: rank 1" in hang["message"]
+    assert hang["places"]["0"]["where"] == "step" and hang["places"]["1"]["where"] == "data"
+    assert "train_dp.py" in hang["places"]["1"]["detail"]  # where the stuck dataset code is
+    dumps = {r: sorted((run_dir / "stacks").glob(f"stall_rank{r}_*.txt")) for r in (0, 1)}
+    dumps = {r: [p for p in paths if not p.name.endswith(".faulthandler.txt")] for r, paths in dumps.items()}
+    assert dumps[0] and dumps[1], f"both ranks dump their stacks: {list((run_dir / 'stacks').iterdir())}"
+    assert "_exec_pip" in dumps[0][0].read_text()  # rank 0: inside the compiled step
+    assert "iterators.py" in dumps[1][0].read_text()  # rank 1: inside the dataset iterator
+    stalls = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "stall"]
+    assert {a["rank"] for a in stalls} == {0, 1}
+
+
+# -- a manual dynamic-cluster launch: scheduler and workers started by hand, no msrun -------------------
+
+
+def test_manual_dynamic_cluster_launch(tmp_path: Path) -> None:
+    launch = Launch()
+    out = tmp_path / "out"
+    port = free_port()
+    try:
+        for role, node in (("MS_SCHED", None), ("MS_WORKER", 0), ("MS_WORKER", 1)):
+            env = base_env()
+            env.update(MS_ROLE=role, MS_WORKER_NUM="2", MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=str(port))
+            if node is not None:
+                env["MS_NODE_ID"] = str(node)
+            log = tmp_path / f"{role}_{node}.log"
+            launch.start([sys.executable, str(SCRIPT), "--save-dir", str(out), "--steps", "6"], env, log)
+        codes = launch.wait(300)
+        assert codes == [0, 0, 0], [p.read_text()[-2000:] for p in sorted(tmp_path.glob("*.log"))]
+    finally:
+        launch.kill()
+    run_dir = only_run_dir(out / "dist")
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["world_size"] == 2 and meta["launcher"] == "dynamic-cluster" and meta["scheduler"] == f"127.0.0.1:{port}"
+    for rank in (0, 1):
+        assert [r["step"] for r in raw_records(run_dir / f"metrics.rank{rank}.jsonl")] == list(range(1, 7))
