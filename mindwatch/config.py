@@ -285,6 +285,8 @@ class MonitorConfig(_Section):
     alerts: AlertsSection = Field(default_factory=AlertsSection)
     notify: list[NotifyChannel] = Field(default_factory=list)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
+    #: Rules for ``mindwatch check`` (CI gate), e.g. ``"final(loss) < 2.5"``; parsed when the config loads.
+    checks: list[str] = Field(default_factory=list)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -302,6 +304,18 @@ class MonitorConfig(_Section):
         bad = [m for m in v if m not in allowed]
         if bad:
             raise ValueError(f"unknown metric {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
+        return v
+
+    @field_validator("checks")
+    @classmethod
+    def _parsable_checks(cls, v: list[str]) -> list[str]:
+        from mindwatch.report.rules import RuleError, parse_rule  # the rule parser is pure Python, no numpy
+
+        for rule in v:
+            try:
+                parse_rule(rule)
+            except RuleError as e:
+                raise ValueError(f"bad rule:\n{e.pointed()}") from None
         return v
 
     @property

@@ -15,3 +15,47 @@ def artifacts_dir() -> Path:
     """Where tests keep screenshots and reports for a person to look at (git-ignored)."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def report_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three real small trainings, run once per session: ``finished``, ``failed`` (NaN loss, then the data
+    source raises) and ``killed`` (``kill -9`` mid-run). See tests/scripts/report_training.py."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    save_dir = tmp_path_factory.mktemp("report-runs")
+    script = REPO / "tests" / "scripts" / "report_training.py"
+    env = {**os.environ, "GLOG_v": "3", "PYTHONUNBUFFERED": "1"}
+
+    def start(kind: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, str(script), kind, str(save_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=save_dir,
+        )
+
+    procs = {kind: start(kind) for kind in ("finished", "failed", "killed")}
+    killed, seen = procs["killed"], []
+    deadline = time.time() + 240
+    assert killed.stdout is not None
+    for line in killed.stdout:  # kill -9 once 8 steps are done
+        seen.append(line)
+        if line.strip() == "STEP 8" or time.time() > deadline:
+            break
+    metrics = save_dir / "report-tests" / "killed" / "metrics.rank0.jsonl"
+    while time.time() < deadline and '"step":8,' not in (metrics.read_text() if metrics.exists() else ""):
+        time.sleep(0.02)  # the worker writes each step within ~50 ms; kill once step 8 is on disk
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(30)
+    assert "STEP 8\n" in seen, "".join(seen[-30:])
+    for kind in ("finished", "failed"):
+        out, _ = procs[kind].communicate(timeout=300)
+        assert ("RUN_DIR" in out) and (procs[kind].returncode == 0) == (kind == "finished"), out[-3000:]
+    return {kind: save_dir / "report-tests" / kind for kind in procs}

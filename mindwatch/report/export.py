@@ -1,0 +1,141 @@
+"""``mindwatch export``: a run's metrics as one table (csv, jsonl or parquet).
+
+Example::
+
+    from mindwatch.report.export import export_run, metrics_table
+    export_run("monitor_output/gpt/run_20261129_074500", "csv", "gpt.csv")
+    table = metrics_table("monitor_output/gpt/run_20261129_074500")   # {column: numpy array}
+
+One row per recorded step and rank, columns ``step, rank, t, epoch`` then every metric
+(sorted). A metric a record does not hold is empty (csv), ``null`` (jsonl) or null (parquet);
+non-finite values are ``nan``/``inf``/``-inf`` (csv), the run store's strings ``"nan"``,
+``"inf"``, ``"-inf"`` (jsonl) and IEEE floats (parquet). Rows are ordered by step, then rank.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from mindwatch.store.jsonl import decode_value, encode_line
+from mindwatch.store.layout import RunLayout
+from mindwatch.store.reader import COORDINATES, JsonlTail
+
+FORMATS = ("csv", "jsonl", "parquet")
+#: Columns that are whole numbers (nullable in parquet); every other metric column is float64.
+_INTEGER_COLUMNS = ("step", "rank", "epoch")
+
+
+def metrics_table(run_dir: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Every record of every rank as columns: ``step``, ``rank``, ``t`` (float, NaN when absent), then metrics.
+
+    Metric columns are float64 with NaN where a record lacks the metric; ``present[name]`` masks
+    tell a missing value from a recorded NaN (see :func:`table_with_masks`).
+    """
+    return table_with_masks(run_dir)[0]
+
+
+def table_with_masks(run_dir: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``(columns, present)``: the table and, per metric column, a bool mask of recorded values."""
+    layout = RunLayout(Path(run_dir))
+    if not layout.root.is_dir():
+        raise FileNotFoundError(f"no run directory at {layout.root}")
+    steps: list[int] = []
+    ranks: list[int] = []
+    times: list[float] = []
+    values: dict[str, dict[int, float]] = {}
+    n = 0
+    for rank in layout.ranks():
+        for rec in JsonlTail(layout.metrics(rank)).read_new():
+            step = rec.get("step")
+            if not isinstance(step, int):
+                continue  # the same records open_run skips
+            t = rec.get("t")
+            steps.append(step)
+            ranks.append(rank)
+            times.append(float(t) if isinstance(t, (int, float)) else math.nan)
+            for key, raw in rec.items():
+                if key in COORDINATES:
+                    continue
+                v = decode_value(raw)
+                if v is not None:
+                    values.setdefault(key, {})[n] = v
+            n += 1
+    order = np.lexsort((np.asarray(ranks, np.int64), np.asarray(steps, np.int64))) if n else np.empty(0, np.int64)
+    cols: dict[str, np.ndarray] = {
+        "step": np.asarray(steps, np.int64)[order],
+        "rank": np.asarray(ranks, np.int64)[order],
+        "t": np.asarray(times, np.float64)[order],
+    }
+    present: dict[str, np.ndarray] = {}
+    names = sorted(values, key=lambda k: (k != "epoch", k))
+    for name in names:
+        col = np.full(n, np.nan)
+        mask = np.zeros(n, bool)
+        idx = np.fromiter(values[name].keys(), np.int64, len(values[name]))
+        col[idx] = np.fromiter(values[name].values(), np.float64, len(values[name]))
+        mask[idx] = True
+        cols[name], present[name] = col[order], mask[order]
+    return cols, present
+
+
+def export_run(run_dir: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str] | None = None) -> Path:
+    """Write the table to ``out`` (default ``<run_dir>/metrics.<fmt>``) and return its path."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    cols, present = table_with_masks(run_dir)
+    path = Path(out) if out is not None else Path(run_dir) / f"metrics.{fmt}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    {"csv": _write_csv, "jsonl": _write_jsonl, "parquet": _write_parquet}[fmt](path, cols, present)
+    return path
+
+
+def _cell(name: str, v: float, present: np.ndarray | None, i: int) -> float | int | None:
+    if present is not None and not present[i]:
+        return None
+    if name in _INTEGER_COLUMNS and math.isfinite(v) and float(v).is_integer():
+        return int(v)
+    return float(v)
+
+
+def _rows(cols: dict[str, np.ndarray], present: dict[str, np.ndarray]):
+    names = list(cols)
+    n = len(cols["step"])
+    lists = {k: cols[k].tolist() for k in names}
+    for i in range(n):
+        yield {k: _cell(k, lists[k][i], present.get(k), i) for k in names}
+
+
+def _write_csv(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(list(cols))
+        for row in _rows(cols, present):
+            w.writerow(["" if v is None else (repr(v) if isinstance(v, float) else v) for v in row.values()])
+
+
+def _write_jsonl(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:
+    with open(path, "wb") as f:
+        for row in _rows(cols, present):
+            f.write(encode_line(row))
+
+
+def _write_parquet(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SystemExit("mindwatch export --format parquet needs pyarrow: pip install 'pyarrow<20'") from None
+    arrays = {}
+    for name, col in cols.items():
+        mask = ~present[name] if name in present else None
+        if name in _INTEGER_COLUMNS:
+            whole = np.where(np.isfinite(col), col, 0).astype(np.int64)
+            arrays[name] = pa.array(whole, type=pa.int64(), mask=mask)
+        else:
+            arrays[name] = pa.array(col, type=pa.float64(), mask=mask, from_pandas=False)
+    pq.write_table(pa.table(arrays), path)

@@ -1,0 +1,422 @@
+"""``mindwatch report``: one self-contained HTML file per run (charts included), optionally a PDF.
+
+Example::
+
+    from mindwatch.report.html import write_report
+    write_report(["monitor_output/gpt/run_20261129_074500"], "report.html")
+    write_report([run_a, run_b], "compare.html")        # the first run, compared with the others
+
+The page holds its data as JSON and ECharts inline (from npm, :func:`mindwatch.assets.echarts_js`),
+so it opens offline and can be mailed or attached to a model as a delivery artefact. Long runs
+are thinned per series to :data:`MAX_POINTS` keeping each bucket's min and max, so spikes stay.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+import os
+import string
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mindwatch import __version__
+from mindwatch.assets import echarts_js
+from mindwatch.report.summary import SEVERITIES, RunSummary, ordered_metrics, summarize_run
+from mindwatch.server.downsample import keep_extremes
+from mindwatch.store.reader import Run, open_run
+
+#: Points per series in a chart; min/max pairs per bucket, so spikes survive.
+MAX_POINTS = 2000
+#: Step columns in the attention-entropy heat map.
+MAX_HEATMAP_STEPS = 300
+#: Alerts listed in the table (all of them are counted and drawn).
+MAX_ALERT_ROWS = 500
+_ENTROPY = "attention_entropy/"
+_HERE = Path(__file__).resolve().parent
+
+
+def write_report(runs: list[str | os.PathLike[str] | Run], out: str | os.PathLike[str], *, pdf: bool = False) -> list[Path]:
+    """Write the HTML report of ``runs[0]`` (compared with the rest) to ``out``; with ``pdf`` also ``out`` as .pdf."""
+    opened = [r if isinstance(r, Run) else open_run(r) for r in runs]
+    if not opened:
+        raise ValueError("give at least one run directory")
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(opened), encoding="utf-8")
+    written = [path]
+    if pdf:
+        from mindwatch.report.pdf import html_to_pdf
+
+        written.append(html_to_pdf(path, path.with_suffix(".pdf")))
+    return written
+
+
+def render_report(runs: list[Run]) -> str:
+    """The report page as a string."""
+    labels = _labels(runs)
+    summaries = [summarize_run(r) for r in runs]
+    data = {
+        "metrics": _metric_charts(runs, labels),
+        "histogram": _histogram(runs, labels),
+        "heatmap": _heatmap(runs[0]),
+        "alerts": _alerts_chart(runs, labels),
+        "step_range": _step_range(runs),
+    }
+    main = runs[0]
+    title = f"mindwatch report: {main.meta.get('project', main.path.parent.name)}/{main.id}"
+    body = "\n".join(
+        [
+            f"<h1>{_e(title)}</h1>",
+            f'<p class="sub">generated {_time(_now())} by mindwatch {__version__} from {_e(str(main.path))}'
+            + (f" · compared with {_e(', '.join(labels[1:]))}" if len(runs) > 1 else "")
+            + "</p>",
+            *(_banner(s, lab) for s, lab in zip(summaries, labels, strict=True)),
+            "<h2>Summary</h2>",
+            _summary_table(summaries, labels),
+            "<h2>Curves</h2>",
+            '<div class="grid" id="curves"></div>' if data["metrics"] else '<p class="muted">no metrics recorded yet</p>',
+            "<h2>Distributions</h2>" if data["histogram"] or data["heatmap"] else "",
+            '<div class="grid" id="distributions"></div>',
+            "<h2>Alerts</h2>",
+            '<div class="grid" id="alerts-chart"></div>',
+            _alerts_table(runs, labels),
+            "<h2>Config and tags</h2>",
+            *(_config_section(r, lab, len(runs) > 1) for r, lab in zip(runs, labels, strict=True)),
+        ]
+    )
+    template = string.Template((_HERE / "template.html").read_text(encoding="utf-8"))
+    return template.substitute(
+        title=_e(title),
+        version=__version__,
+        body=body,
+        data=_script_json(data),
+        echarts=_script_text(echarts_js().read_text(encoding="utf-8")),
+        script=_script_text((_HERE / "report.js").read_text(encoding="utf-8")),
+    )
+
+
+# -- chart data -----------------------------------------------------------------------------------
+def _labels(runs: list[Run]) -> list[str]:
+    labels = [r.id for r in runs]
+    if len(set(labels)) < len(labels):
+        labels = [f"{r.meta.get('project', r.path.parent.name)}/{r.id}" for r in runs]
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        seen[lab] = seen.get(lab, 0) + 1
+        out.append(lab if seen[lab] == 1 else f"{lab} ({seen[lab]})")
+    return out
+
+
+def _step_range(runs: list[Run]) -> list[int] | None:
+    """First and last step over every run, rank and metric: every curve shares this x axis."""
+    lo = [int(r.series(m, rank=k).step.min()) for r in runs for k in r.ranks for m in r.metrics if len(r.series(m, rank=k))]
+    hi = [r.last_step for r in runs if r.last_step is not None]
+    return [min(lo), max(hi)] if lo and hi else None
+
+
+def _metric_names(runs: list[Run]) -> list[str]:
+    names = {m for r in runs for m in r.metrics if m != "epoch"}
+    plain = ordered_metrics({m for m in names if not m.startswith(_ENTROPY)})
+    return plain + ([_ENTROPY + "*"] if any(m.startswith(_ENTROPY) for m in names) else [])
+
+
+def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
+    charts = []
+    for name in _metric_names(runs):
+        series = []
+        thinned = False
+        for run, label in zip(runs, labels, strict=True):
+            metrics = sorted(m for m in run.metrics if m.startswith(_ENTROPY)) if name.endswith("*") else [name]
+            for metric in metrics:
+                for rank in run.ranks:
+                    s = run.series(metric, rank=rank)
+                    if not len(s):
+                        continue
+                    idx = keep_extremes(s.step, s.value, MAX_POINTS)
+                    thinned |= len(idx) < len(s)
+                    parts = [label] if len(runs) > 1 else []
+                    if name.endswith("*"):
+                        parts.append(metric[len(_ENTROPY) :])
+                    if len(run.ranks) > 1:
+                        parts.append(f"rank {rank}")
+                    bad = s.step[~np.isfinite(s.value)]
+                    series.append(
+                        {
+                            "label": " ".join(parts) or metric,
+                            "data": [
+                                [int(x), _finite(y)] for x, y in zip(s.step[idx].tolist(), s.value[idx].tolist(), strict=True)
+                            ],
+                            "nonfinite": [int(x) for x in bad[:100].tolist()],
+                        }
+                    )
+        if not series:
+            continue
+        values = np.array([p[1] for s in series for p in s["data"] if p[1] is not None], dtype=np.float64)
+        log = bool(len(values) and values.min() > 0 and values.max() / values.min() > 1e3 and name == "grad_norm")
+        note = f"thinned to {MAX_POINTS} points per series (min and max per bucket)" if thinned else ""
+        if log:
+            note = (note + "; " if note else "") + "log scale"
+        charts.append({"name": name, "series": series, "log": log, "points_note": note})
+    return charts
+
+
+def _histogram(runs: list[Run], labels: list[str], bins: int = 30) -> dict[str, Any] | None:
+    per_run = []
+    for run in runs:
+        parts = [run.series("grad_norm", rank=r).value for r in run.ranks]
+        v = np.concatenate(parts) if parts else np.empty(0)
+        per_run.append(v)
+    finite = [v[np.isfinite(v)] for v in per_run]
+    pooled = np.concatenate(finite) if finite else np.empty(0)
+    if not len(pooled):
+        return None
+    lo, hi = float(pooled.min()), float(pooled.max())
+    log = lo > 0 and hi / lo >= 100
+    if hi == lo:
+        edges = np.array([lo - 0.5, hi + 0.5]) if lo == 0 else np.array([lo * 0.95, hi * 1.05])
+    elif log:
+        edges = np.logspace(math.log10(lo), math.log10(hi), bins + 1)
+    else:
+        edges = np.linspace(lo, hi, bins + 1)
+    series = [
+        {"label": lab, "counts": np.histogram(f, bins=edges)[0].tolist()}
+        for lab, f in zip(labels, finite, strict=True)
+        if len(f) or len(labels) == 1
+    ]
+    nonfinite = sum(int((~np.isfinite(v)).sum()) for v in per_run)
+    note = f"{sum(len(f) for f in finite)} values, every rank" + (f"; {nonfinite} non-finite not shown" if nonfinite else "")
+    labels_out = [f"{_short(a)}–{_short(b)}" for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)]
+    return {"labels": labels_out, "series": series, "log": bool(log), "note": note}
+
+
+def _heatmap(run: Run) -> dict[str, Any] | None:
+    layers = sorted(m for m in run.metrics if m.startswith(_ENTROPY))
+    rank = next((r for r in run.ranks if any(len(run.series(m, rank=r)) for m in layers)), None)
+    if not layers or rank is None:
+        return None
+    series = {m: run.series(m, rank=rank) for m in layers}
+    steps = np.unique(np.concatenate([s.step for s in series.values()]))
+    note = f"rank {rank}, {len(steps)} samples"
+    if len(steps) > MAX_HEATMAP_STEPS:
+        steps = steps[np.linspace(0, len(steps) - 1, MAX_HEATMAP_STEPS).round().astype(int)]
+        note += f", {MAX_HEATMAP_STEPS} shown"
+    col = {int(s): i for i, s in enumerate(steps.tolist())}
+    data, values = [], []
+    for y, m in enumerate(layers):
+        s = series[m]
+        for step, v in zip(s.step.tolist(), s.value.tolist(), strict=True):
+            x = col.get(int(step))
+            if x is not None and math.isfinite(v):
+                data.append([x, y, v])
+                values.append(v)
+    if not data:
+        return None
+    return {
+        "steps": [str(s) for s in steps.tolist()],
+        "layers": [m[len(_ENTROPY) :] for m in layers],
+        "data": data,
+        "min": min(values),
+        "max": max(values),
+        "note": note,
+    }
+
+
+def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:
+    symbols = ("circle", "triangle", "diamond", "rect", "pin")
+    series, steps = [], []
+    for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
+        points = []
+        for a in run.alerts:
+            step = a.get("step")
+            if not isinstance(step, int):
+                continue
+            sev = str(a.get("severity", "warning"))
+            steps.append(step)
+            tip = f"{_e(label)}<br>step {step} · {_e(sev)} · {_e(str(a.get('rule', '')))}<br>{_e(str(a.get('message', '')))}"
+            points.append({"step": step, "severity": sev, "tip": tip})
+        if points:
+            series.append({"label": label, "symbol": symbols[i % len(symbols)], "points": points})
+    last = max((r.last_step or 0 for r in runs), default=0)
+    severities = list(SEVERITIES[::-1]) + sorted({p["severity"] for s in series for p in s["points"]} - set(SEVERITIES))
+    return {
+        "series": series,
+        "severities": severities,
+        "min_step": 0,
+        "max_step": max([last, *steps]) or 1,
+        "note": f"{len(steps)} alerts",
+    }
+
+
+# -- HTML pieces ----------------------------------------------------------------------------------
+def _banner(s: RunSummary, label: str) -> str:
+    if s.state == "finished":
+        return ""
+    text = {
+        "failed": f"{label} failed" + (f": {s.error}" if s.error else ""),
+        "running": f"{label} is still running: this report shows it as of {_time(s.ended_at)}",
+        "stale": f"{label} stopped writing without a final state (killed, lost or hung) after step {s.last_step}",
+        "stalled": f"{label} stalled after step {s.last_step}",
+        "stopped": f"{label} was stopped" + (f": {s.error}" if s.error else ""),
+    }.get(s.state, f"{label}: state {s.state}")
+    return f'<div class="banner {_e(s.state)}">{_e(text)}</div>'
+
+
+def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
+    rows: list[tuple[str, list[str]]] = [
+        ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
+        ("steps", [_e(_num(s.last_step)) for s in summaries]),
+        ("records", [_e(str(s.records)) for s in summaries]),
+        ("ranks", [_e(", ".join(map(str, s.ranks)) or "-") for s in summaries]),
+        ("started", [_e(_time(s.started_at)) for s in summaries]),
+        ("duration", [_e(_duration(s.duration)) for s in summaries]),
+        ("final loss", [_e(_num(s.final_loss)) for s in summaries]),
+        (
+            "best loss",
+            [_e(_num(s.best_loss) + (f" (step {s.best_loss_step})" if s.best_loss_step is not None else "")) for s in summaries],
+        ),
+        ("loss non-finite from", [_e(_num(s.first_nonfinite_loss_step)) for s in summaries]),
+        (
+            "max grad norm",
+            [
+                _e(_num(s.max_grad_norm) + (f" (step {s.max_grad_norm_step})" if s.max_grad_norm_step is not None else ""))
+                for s in summaries
+            ],
+        ),
+        ("samples/s p50 / p5", [_e(f"{_num(s.samples_per_second_p50)} / {_num(s.samples_per_second_p5)}") for s in summaries]),
+        ("tokens/s p50 / p5", [_e(f"{_num(s.tokens_per_second_p50)} / {_num(s.tokens_per_second_p5)}") for s in summaries]),
+        ("data-wait share", [_e(_percent(s.data_wait_share)) for s in summaries]),
+        (
+            "alerts",
+            [
+                " · ".join(f'<span class="sev-{_e(k)}">{_e(k)} {n}</span>' if n else f"{_e(k)} 0" for k, n in s.alerts.items())
+                for s in summaries
+            ],
+        ),
+        ("tags", [_tags(s.tags) for s in summaries]),
+    ]
+    head = "".join(f"<th>{_e(lab)}</th>" for lab in labels) if len(labels) > 1 else "<th>value</th>"
+    body = "".join(
+        f'<tr data-key="{_e(key)}"><th>{_e(key)}</th>' + "".join(f'<td class="num">{v}</td>' for v in vals) + "</tr>"
+        for key, vals in rows
+    )
+    return f'<table id="summary"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _alerts_table(runs: list[Run], labels: list[str]) -> str:
+    rows = [(lab, a) for run, lab in zip(runs, labels, strict=True) for a in run.alerts]
+    if not rows:
+        return '<p class="muted" id="no-alerts">no alerts</p>'
+    multi = len(runs) > 1
+    cols = ["time", "step", "rank", "severity", "rule", "metric", "value", "threshold", "message", "actions"]
+    head = ("<th>run</th>" if multi else "") + "".join(f"<th>{c}</th>" for c in cols)
+    out = []
+    for lab, a in rows[:MAX_ALERT_ROWS]:
+        sev = str(a.get("severity", ""))
+        cells = [
+            _time(a.get("t")),
+            _num(a.get("step")),
+            _num(a.get("rank")),
+            f'<span class="sev-{_e(sev)}">{_e(sev)}</span>',
+            a.get("rule"),
+            a.get("metric"),
+            _num(a.get("value")),
+            _num(a.get("threshold")),
+            a.get("message"),
+            ", ".join(map(str, a.get("actions") or [])),
+        ]
+        tds = "".join(f"<td>{c if i == 3 else _e('' if c is None else str(c))}</td>" for i, c in enumerate(cells))
+        out.append("<tr>" + (f"<td>{_e(lab)}</td>" if multi else "") + tds + "</tr>")
+    more = f'<p class="muted">{len(rows) - MAX_ALERT_ROWS} more alerts not listed</p>' if len(rows) > MAX_ALERT_ROWS else ""
+    return f'<table id="alerts"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>{more}'
+
+
+def _config_section(run: Run, label: str, multi: bool) -> str:
+    meta = run.meta
+    facts = [
+        ("run", run.id),
+        ("project", meta.get("project")),
+        ("directory", str(run.path)),
+        ("world size", meta.get("world_size")),
+        ("hosts", ", ".join(map(str, meta.get("hosts") or []))),
+        ("command", " ".join(map(str, meta.get("command") or []))),
+        ("versions", ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items())),
+    ]
+    table = "".join(f"<tr><th>{_e(k)}</th><td>{_e('' if v is None else str(v))}</td></tr>" for k, v in facts)
+    config = json.dumps(meta.get("config", {}), indent=2, sort_keys=True, default=str)
+    head = f"<h3>{_e(label)}</h3>" if multi else ""
+    return (
+        f"{head}<p>{_tags(meta.get('tags', []))}</p><table>{table}</table>"
+        f'<details open><summary>config snapshot (meta.json)</summary><pre class="config">{_e(config)}</pre></details>'
+    )
+
+
+def _tags(tags: Any) -> str:
+    if isinstance(tags, dict):
+        items = [f"{k}={v}" for k, v in tags.items()]
+    elif isinstance(tags, list):
+        items = [str(t) for t in tags]
+    else:
+        items = [str(tags)] if tags else []
+    return "".join(f'<span class="tag">{_e(t)}</span>' for t in items) or '<span class="muted">none</span>'
+
+
+# -- formatting -----------------------------------------------------------------------------------
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (bool, int)):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.6g}" if v == 0 or 1e-4 <= abs(v) < 1e6 else f"{v:.4e}"
+    return str(v)
+
+
+def _short(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def _percent(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f} %"
+
+
+def _duration(secs: float | None) -> str:
+    if secs is None:
+        return "-"
+    h, rem = divmod(int(round(secs)), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{secs:.1f} s")
+
+
+def _now() -> float:
+    return _dt.datetime.now().timestamp()
+
+
+def _time(t: Any) -> str:
+    if not isinstance(t, (int, float)) or not math.isfinite(t):
+        return "-"
+    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _script_json(data: dict[str, Any]) -> str:
+    # inside <script>: '<' escaped so no '</script>' or '<!--' in the data can end the element
+    return json.dumps(data, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _script_text(js: str) -> str:
+    return js.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")

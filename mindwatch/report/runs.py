@@ -1,0 +1,80 @@
+"""``mindwatch runs``: the runs under a log directory, one line each.
+
+Example::
+
+    mindwatch runs monitor_output
+    mindwatch runs monitor_output --json     # for scripts
+
+Reads only ``meta.json``, the status files and the alert count of each run
+(:func:`mindwatch.store.catalog.summarize`), so it is fast on many long runs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from typing import Any
+
+from mindwatch.store.catalog import RunSummary, find_runs, summarize
+
+#: rich styles of run states, shared with ``mindwatch tail``.
+STATE_STYLE = {"finished": "bold green", "failed": "bold red", "stalled": "bold red", "stale": "bold red", "stopped": "yellow"}
+
+
+def list_runs(logdir: str | os.PathLike[str]) -> list[RunSummary]:
+    """Summaries of every run under ``logdir``, oldest first."""
+    summaries = [summarize(p) for p in find_runs(logdir)]
+    return sorted(summaries, key=lambda s: (s.started_at or 0.0, s.path))
+
+
+def format_tags(tags: Any) -> str:
+    if isinstance(tags, dict):
+        return ", ".join(f"{k}={v}" for k, v in tags.items())
+    if isinstance(tags, list):
+        return ", ".join(map(str, tags))
+    return str(tags or "")
+
+
+def format_duration(secs: float | None) -> str:
+    if secs is None:
+        return "-"
+    h, rem = divmod(int(round(secs)), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: Any = None) -> int:
+    """Print the runs table (or JSON); 0, or 2 when ``logdir`` does not exist."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    try:
+        summaries = list_runs(logdir)
+    except FileNotFoundError as e:
+        console.print(f"mindwatch runs: {e}", style="red")
+        return 2
+    if as_json:
+        print(json.dumps([s.to_dict() for s in summaries], indent=1, default=str))
+        return 0
+    if not summaries:
+        console.print(f"no runs under {logdir}")
+        return 0
+    table = Table(title=f"runs under {logdir}", title_justify="left")
+    for col in ("project", "run", "state", "steps", "duration", "started", "alerts", "tags"):
+        table.add_column(col, justify="right" if col in ("steps", "alerts", "duration") else "left", overflow="fold")
+    for s in summaries:
+        started = _dt.datetime.fromtimestamp(s.started_at).strftime("%Y-%m-%d %H:%M") if s.started_at else "-"
+        table.add_row(
+            s.project,
+            s.run_id,
+            f"[{STATE_STYLE.get(s.state, 'cyan')}]{s.state}[/]",
+            "-" if s.last_step is None else str(s.last_step),
+            format_duration(s.duration),
+            started,
+            str(s.alert_count),
+            format_tags(s.tags),
+        )
+    console.print(table)
+    return 0

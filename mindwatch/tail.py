@@ -1,0 +1,151 @@
+"""``mindwatch tail``: a live terminal view of a run, for people who only have SSH.
+
+Example::
+
+    mindwatch tail monitor_output/gpt/run_20261129_074500
+    mindwatch tail monitor_output            # the most recently started run under a log directory
+
+Shows the run's state, the latest value, min, max and a sparkline of every metric, and the
+alerts as they arrive. Reads the run directory incrementally (:meth:`mindwatch.store.reader.Run.refresh`)
+and exits when every rank reached a final state, or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from mindwatch.report.runs import STATE_STYLE
+from mindwatch.report.summary import ordered_metrics
+from mindwatch.store.catalog import find_runs, summarize
+from mindwatch.store.layout import is_run_dir
+from mindwatch.store.reader import Run, open_run
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def sparkline(values: list[float], width: int = 40) -> Text:
+    """The last ``width`` values as block characters; a non-finite value is a red ``!``."""
+    vals = values[-width:]
+    finite = [v for v in vals if math.isfinite(v)]
+    out = Text()
+    if not finite:
+        return Text("!" * len(vals), style="bold red")
+    lo, hi = min(finite), max(finite)
+    span = hi - lo
+    for v in vals:
+        if not math.isfinite(v):
+            out.append("!", style="bold red")
+        else:
+            i = 0 if span == 0 else int((v - lo) / span * (len(_BLOCKS) - 1) + 0.5)
+            out.append(_BLOCKS[i], style="green")
+    return out
+
+
+def resolve_run(path: str | os.PathLike[str]) -> Path:
+    """``path`` when it is a run directory, else the most recently started run found under it."""
+    p = Path(path)
+    if is_run_dir(p):
+        return p
+    if not p.is_dir():
+        raise FileNotFoundError(f"no run directory or log directory at {p}")
+    runs = find_runs(p)
+    if not runs:
+        raise FileNotFoundError(f"no runs under {p}: give a run directory (<save_dir>/<project>/<run_id>)")
+    return max(runs, key=lambda r: (summarize(r).started_at or 0.0, str(r)))
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if not math.isfinite(v):
+        return str(v)
+    a = abs(v)
+    return f"{v:.4e}" if a and (a < 1e-3 or a >= 1e6) else f"{v:.5g}"
+
+
+def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int = 8) -> Group:
+    """One frame: state line, metrics table, recent alerts."""
+    ranks = run.ranks
+    r = rank if rank is not None else (ranks[0] if ranks else 0)
+    state = run.state
+    last = run.last_record.get(r, {})
+    head = Text()
+    head.append(f"{run.meta.get('project', run.path.parent.name)}/{run.id}  ", style="bold")
+    head.append(state, style=STATE_STYLE.get(state, "bold cyan"))
+    head.append(f"  step {run.last_step if run.last_step is not None else '-'}")
+    if len(ranks) > 1:
+        head.append(f"  ranks {', '.join(map(str, ranks))} (showing {r})")
+    if isinstance(last.get("t"), (int, float)):
+        head.append(f"  last record {max(0.0, time.time() - last['t']):.0f} s ago", style="dim")
+    errors = [s.get("error") for s in run.statuses.values() if s.get("error")]
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col, justify in (("metric", "left"), ("last", "right"), ("min", "right"), ("max", "right"), ("trend", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for metric in ordered_metrics(run.metrics):
+        if metric == "epoch":
+            continue
+        s = run.series(metric, rank=r)
+        if not len(s):
+            continue
+        values = s.value[-width:].tolist()
+        finite = s.value[np.isfinite(s.value)]
+        table.add_row(
+            metric,
+            fmt(values[-1]),
+            fmt(float(finite.min())) if len(finite) else "-",
+            fmt(float(finite.max())) if len(finite) else "-",
+            sparkline(values, width),
+        )
+    parts: list[Any] = [head]
+    if errors:
+        parts.append(Text(f"error: {errors[0]}", style="red"))
+    parts.append(table if table.row_count else Text("no records yet", style="dim"))
+    if run.alerts:
+        parts.append(Text(f"alerts ({len(run.alerts)})", style="bold"))
+        for a in run.alerts[-max_alerts:]:
+            sev = str(a.get("severity", "warning"))
+            line = Text(f"  step {a.get('step', '-')}  ")
+            line.append(sev, style=_SEVERITY_STYLE.get(sev, ""))
+            line.append(f"  {a.get('rule', '')}: {a.get('message', '')}")
+            parts.append(line)
+    return Group(*parts)
+
+
+def tail(
+    path: str | os.PathLike[str],
+    *,
+    interval: float = 0.5,
+    rank: int | None = None,
+    once: bool = False,
+    console: Console | None = None,
+) -> int:
+    """Follow a run until it ends (exit 0) or Ctrl-C (exit 0); ``once`` prints one frame and returns."""
+    console = console or Console(highlight=False)
+    run = open_run(resolve_run(path))
+    if once:
+        console.print(render(run, rank))
+        return 0
+    try:
+        with Live(render(run, rank), console=console, refresh_per_second=4, auto_refresh=False) as live:
+            while True:
+                run.refresh()
+                live.update(render(run, rank), refresh=True)
+                if run.ended:
+                    break
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        console.print("stopped following (the run goes on)")
+        return 0
+    console.print(f"run ended: {run.state} at step {run.last_step}")
+    return 0

@@ -1,0 +1,128 @@
+"""``mindwatch export``: the table read back equals what ``open_run`` reads (csv, jsonl, parquet), and TensorBoard."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mindwatch
+from mindwatch.cli import main
+from mindwatch.store.writer import RunWriter
+
+
+def read_csv(path: Path) -> dict[str, list]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    cols = {k: [] for k in rows[0]} if rows else {}
+    for row in rows:
+        for k, v in row.items():
+            cols[k].append(None if v == "" else float(v))
+    return cols
+
+
+def read_jsonl(path: Path) -> dict[str, list]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    cols = {k: [] for k in rows[0]}
+    for row in rows:
+        assert list(row) == list(cols)  # one table: every row has every column
+        for k, v in row.items():
+            cols[k].append(float(v) if isinstance(v, str) else v)  # the store's "nan"/"inf" strings
+    return cols
+
+
+def read_parquet(path: Path) -> dict[str, list]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    assert table.schema.field("step").type == "int64" and table.schema.field("loss").type == "double"
+    return table.to_pydict()
+
+
+READERS = {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}
+
+
+def assert_same_as_open_run(run_dir: Path, cols: dict[str, list]) -> None:
+    run = mindwatch.open_run(run_dir)
+    assert list(cols)[:4] == ["step", "rank", "t", "epoch"]
+    assert set(cols) - {"step", "rank", "t"} == set(run.metrics)
+    steps, ranks = np.asarray(cols["step"], np.int64), np.asarray(cols["rank"], np.int64)
+    assert np.all(np.diff(steps) >= 0)  # ordered by step, then rank
+    for rank in run.ranks:
+        for metric in run.metrics:
+            expected = run.series(metric, rank=rank)
+            got = [
+                (s, v, t) for s, r, v, t in zip(steps, ranks, cols[metric], cols["t"], strict=True) if r == rank and v is not None
+            ]
+            assert len(got) == len(expected), (metric, rank)
+            np.testing.assert_array_equal([g[0] for g in got], expected.step)
+            np.testing.assert_array_equal(np.asarray([g[1] for g in got], np.float64), expected.value)  # NaN == NaN here
+            np.testing.assert_array_equal(np.asarray([g[2] for g in got], np.float64), expected.t)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_round_trip_of_a_real_failed_run(fmt: str, report_runs, tmp_path: Path) -> None:
+    run_dir = report_runs["failed"]  # NaN losses and grad norms, host_rss_gb only on some steps
+    out = tmp_path / f"metrics.{fmt}"
+    assert main(["export", str(run_dir), "--format", fmt, "-o", str(out)]) == 0
+    cols = READERS[fmt](out)
+    assert any(v is not None and math.isnan(v) for v in cols["loss"])
+    assert any(v is None for v in cols["host_rss_gb"])  # absent is not NaN
+    assert_same_as_open_run(run_dir, cols)
+
+
+def multi_rank_run(tmp_path: Path) -> Path:
+    """Two ranks written by the store's own writer (rank 1 first); metrics come and go; inf and -inf."""
+    run_dir = tmp_path / "multi"
+    for rank in (1, 0):
+        w = RunWriter(run_dir, rank=rank)
+        recs = []
+        for step in range(1, 31):
+            rec = {"step": step, "epoch": 1 + step // 10, "t": 1_800_000_000 + step + rank / 10, "rank": rank, "loss": 3.0 / step}
+            if step % 3 == 0:
+                rec["grad_norm"] = math.inf if step == 9 else float(step)
+            if step == 12:
+                rec["loss"] = -math.inf
+            if rank == 1 and step > 20:
+                rec["attention_entropy/blocks.0.attn"] = 1.5 + step / 100
+            recs.append(rec)
+        w.write(recs)
+        w.close("finished")
+    with (run_dir / "metrics.rank0.jsonl").open("a") as f:
+        f.write('{"step": 31, "loss": 0.1')  # a torn last line is not exported
+    return run_dir
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_round_trip_of_two_ranks(fmt: str, tmp_path: Path) -> None:
+    run_dir = multi_rank_run(tmp_path)
+    assert main(["export", str(run_dir), "--format", fmt]) == 0  # default: next to the run's files
+    cols = READERS[fmt](run_dir / f"metrics.{fmt}")
+    assert len(cols["step"]) == 60 and cols["rank"][:2] == [0, 1]
+    assert cols["epoch"][:3] == [1, 1, 1]
+    assert_same_as_open_run(run_dir, cols)
+
+
+def test_tensorboard_export_reads_back_in_tensorboard(report_runs, tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = report_runs["finished"]
+    out = tmp_path / "tb"
+    assert main(["export", str(run_dir), "--tensorboard", "-o", str(out)]) == 0
+    acc = EventAccumulator(str(out / "rank0"))
+    acc.Reload()
+    loss = mindwatch.open_run(run_dir).series("loss")
+    events = acc.Scalars("loss")
+    assert [e.step for e in events] == loss.step.tolist()
+    np.testing.assert_allclose([e.value for e in events], loss.value, rtol=1e-6)
+    assert main(["export", str(run_dir), "--tensorboard", "-o", str(out)]) == 2  # existing files: say so, do not clobber
+    assert main(["export", str(run_dir), "--tensorboard", "-o", str(out), "--overwrite"]) == 0
+
+
+def test_export_of_a_missing_run_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    assert main(["export", str(tmp_path / "nope"), "--format", "csv"]) == 2
+    assert "no run directory" in capsys.readouterr().err

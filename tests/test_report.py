@@ -1,0 +1,218 @@
+"""``mindwatch report`` on real trainings (finished, failed, killed), opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mindwatch.cli import main
+from mindwatch.store.writer import RunWriter
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def raw_records(run_dir: Path, rank: int = 0) -> list[dict]:
+    """The metrics file read independently of mindwatch (json + the store's 'nan' strings)."""
+    out = []
+    for line in (run_dir / f"metrics.rank{rank}.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        out.append({k: (float(v) if isinstance(v, str) else v) for k, v in rec.items()})
+    return out
+
+
+def raw_alerts(run_dir: Path) -> list[dict]:
+    p = run_dir / "alerts.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def report_data(html: str) -> dict:
+    m = re.search(r'<script id="mindwatch-data" type="application/json">(.*?)</script>', html, re.S)
+    assert m, "no embedded data"
+    return json.loads(m.group(1))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, html_path: Path):
+    """Open the report offline (every request but the file itself is refused and counted)."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    requests: list[str] = []
+
+    def route(r):
+        if r.request.url == html_path.resolve().as_uri():
+            r.continue_()
+        else:
+            requests.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(html_path.resolve().as_uri())
+    page.wait_for_function("window.mindwatchReport && window.mindwatchReport.ready", timeout=30_000)
+    return page, problems, requests
+
+
+def canvas_ink(page) -> list[int]:
+    """Non-transparent pixels of each chart canvas (0 means an empty chart)."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('.chart canvas')).map(c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })"""
+    )
+
+
+def summary_cell(page, key: str) -> str:
+    return page.inner_text(f'#summary tr[data-key="{key}"] td').strip()
+
+
+@pytest.mark.parametrize("kind", ["finished", "failed", "killed"])
+def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, artifacts_dir: Path) -> None:
+    run_dir = report_runs[kind]
+    out = tmp_path / f"report-{kind}.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "<script src" not in html and "<link" not in html  # self-contained
+
+    page, problems, requests = open_page(browser, out)
+    state = page.evaluate("window.mindwatchReport")
+    assert state["errors"] == [] and problems == [] and requests == []
+    data = report_data(html)
+    names = [m["name"] for m in data["metrics"]]
+    assert {"loss", "lr", "grad_norm", "step_time", "samples_per_second"} <= set(names)
+    ink = canvas_ink(page)
+    expected_charts = len(names) + 1 + (1 if data["heatmap"] else 0) + (1 if data["alerts"]["series"] else 0)
+    assert state["charts"] == expected_charts
+    assert len(ink) >= expected_charts and min(ink) > 300, ink  # every canvas drew something
+    page.screenshot(path=str(artifacts_dir / f"report-{kind}.png"), full_page=True)
+    (artifacts_dir / f"report-{kind}.html").write_text(html)
+
+    # the summary says what the files say
+    recs = raw_records(run_dir)
+    status = json.loads((run_dir / "status.rank0.json").read_text())
+    losses = [r["loss"] for r in recs]
+    finite = [v for v in losses if math.isfinite(v)]
+    assert summary_cell(page, "steps") == str(recs[-1]["step"])
+    assert summary_cell(page, "records") == str(len(recs))
+    assert float(summary_cell(page, "final loss")) == pytest.approx(losses[-1], rel=1e-5, nan_ok=True)
+    best = summary_cell(page, "best loss")
+    assert float(best.split()[0]) == pytest.approx(min(finite), rel=1e-5)
+    assert f"(step {recs[losses.index(min(finite))]['step']})" in best
+    norms = [r["grad_norm"] for r in recs]
+    max_norm = summary_cell(page, "max grad norm").split()[0]
+    if any(math.isnan(v) for v in norms):
+        assert max_norm == "nan"
+    else:
+        assert float(max_norm) == pytest.approx(max(norms), rel=1e-5)
+    sps = [r["samples_per_second"] for r in recs[1:]]
+    p50, p5 = (float(x) for x in summary_cell(page, "samples/s p50 / p5").split(" / "))
+    assert p50 == pytest.approx(float(np.percentile(sps, 50)), rel=1e-4)
+    assert p5 == pytest.approx(float(np.percentile(sps, 5)), rel=1e-4)
+    share = sum(r["data_time"] for r in recs[1:]) / sum(r["step_time"] for r in recs[1:])
+    assert summary_cell(page, "data-wait share") == f"{100 * share:.1f} %"
+    alerts = raw_alerts(run_dir)
+    n_errors = sum(a["severity"] == "error" for a in alerts)
+    assert f"error {n_errors}" in summary_cell(page, "alerts")
+    assert f"kind={kind}" in summary_cell(page, "tags")
+    assert len(page.query_selector_all("#alerts tbody tr")) == len(alerts)
+    config = page.inner_text("pre.config")
+    assert '"project": "report-tests"' in config and "final(loss) < first(loss)" in config
+
+    state_text = summary_cell(page, "state")
+    if kind == "finished":
+        assert state_text == "finished" == status["state"]
+        assert data["heatmap"] and data["heatmap"]["layers"]  # PyNative records attention entropy
+        assert page.query_selector(".banner") is None
+    elif kind == "failed":
+        assert state_text == "failed"
+        assert "corrupt shard" in page.inner_text(".banner.failed")
+        first_nan = next(r["step"] for r in recs if math.isnan(r["loss"]))
+        assert summary_cell(page, "loss non-finite from") == str(first_nan)
+        loss_chart = next(m for m in data["metrics"] if m["name"] == "loss")
+        assert loss_chart["series"][0]["nonfinite"][0] == first_nan
+    else:
+        assert state_text in ("running", "stale")  # no final state: the heartbeat just stops
+        assert status["state"] == "running" and recs[-1]["step"] >= 8
+        assert page.query_selector(".banner") is not None
+    page.close()
+
+
+def test_compare_and_pdf(report_runs, browser, tmp_path: Path, artifacts_dir: Path) -> None:
+    out = tmp_path / "compare.html"
+    code = main(["report", str(report_runs["finished"]), "--compare", str(report_runs["failed"]), "-o", str(out), "--pdf"])
+    assert code == 0
+    data = report_data(out.read_text())
+    loss = next(m for m in data["metrics"] if m["name"] == "loss")
+    assert [s["label"] for s in loss["series"]] == ["finished", "failed"]
+    page, problems, _ = open_page(browser, out)
+    assert problems == []
+    assert page.inner_text("#summary thead").split() == ["finished", "failed"]
+    assert page.evaluate("document.querySelectorAll('#curves .chart canvas').length") >= len(data["metrics"])
+    page.screenshot(path=str(artifacts_dir / "report-compare.png"), full_page=True)
+    page.close()
+    pdf = out.with_suffix(".pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and len(pdf) > 20_000
+    assert len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= 2
+    (artifacts_dir / "report-compare.pdf").write_bytes(pdf)
+
+
+def test_long_run_is_thinned_but_keeps_spikes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "long"
+    writer = RunWriter(run_dir)
+    n, spike = 100_000, 61_234
+    t0 = time.time()
+    loss = 2 + np.sin(np.arange(n) / 500.0) * 0.1
+    loss[spike] = 50.0
+    loss[70_000] = np.nan
+    for start in range(0, n, 10_000):
+        writer.write([{"step": i + 1, "t": t0 + i, "loss": float(loss[i])} for i in range(start, start + 10_000)])
+    writer.close("finished")
+    out = tmp_path / "long.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    chart = report_data(out.read_text())["metrics"][0]
+    points = chart["series"][0]["data"]
+    assert len(points) <= 2100
+    assert [spike + 1, 50.0] in points  # the one-step spike survives thinning
+    assert [70_001, None] in points and chart["series"][0]["nonfinite"] == [70_001]
+    assert "thinned" in chart["points_note"]
+
+
+def test_report_needs_no_mindspore(report_runs, tmp_path: Path) -> None:
+    """report, check, export, runs and tail on a machine without MindSpore: none of them imports it."""
+    run = str(report_runs["finished"])
+    code = f"""
+import sys
+from mindwatch.cli import main
+sys.modules['mindspore'] = None  # any import of mindspore now fails
+assert main(['report', {run!r}, '-o', {str(tmp_path / "r.html")!r}]) == 0
+assert main(['check', {run!r}, '--rule', 'final(loss) < first(loss)']) == 0
+assert main(['export', {run!r}, '--format', 'csv', '-o', {str(tmp_path / "m.csv")!r}]) == 0
+assert main(['runs', {str(Path(run).parent)!r}]) == 0
+assert main(['tail', {run!r}, '--once']) == 0
+print('NO MINDSPORE OK')
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "NO MINDSPORE OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -1,0 +1,108 @@
+"""``mindwatch tail`` in a pseudo-terminal: new steps and alerts show up as they are written; it exits when the run ends."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from mindwatch.store.layout import write_json_atomic
+from mindwatch.store.writer import RunWriter
+from mindwatch.tail import resolve_run, sparkline
+
+
+def spawn_tail(*args: str) -> pexpect.spawn:
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "140", "LINES": "40"}
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "mindwatch.cli", "tail", *args],
+        env=env,
+        dimensions=(40, 140),
+        encoding="utf-8",
+        timeout=30,
+    )
+
+
+def start_run(tmp_path: Path, name: str = "live") -> RunWriter:
+    run_dir = tmp_path / "proj" / name
+    writer = RunWriter(run_dir, flush_secs=0.5)
+    write_json_atomic(run_dir / "meta.json", {"run_id": name, "project": "proj", "started_at": time.time()})
+    return writer
+
+
+def record(step: int, loss: float) -> dict:
+    return {"step": step, "epoch": 1, "t": time.time(), "loss": loss, "grad_norm": 1.0 / step, "step_time": 0.1}
+
+
+def test_tail_follows_a_run_until_it_ends(tmp_path: Path) -> None:
+    writer = start_run(tmp_path)
+    writer.write([record(s, 3.0 - s / 100) for s in range(1, 4)])
+    child = spawn_tail(str(writer.layout.root), "--interval", "0.1")
+    try:
+        child.expect("proj/live")
+        child.expect("running")
+        child.expect("step 3")
+        writer.write([record(4, 1.2345)])  # a new step, written while tail watches
+        child.expect("step 4")
+        child.expect("1.2345")
+        writer.append_alert(
+            {
+                "t": time.time(),
+                "step": 4,
+                "rank": 0,
+                "rule": "spike",
+                "metric": "loss",
+                "value": 9.0,
+                "severity": "warning",
+                "message": "loss spiked to 9.0",
+                "actions": [],
+            }
+        )
+        child.expect("loss spiked to 9.0")
+        writer.write([record(5, 1.1)])
+        writer.close("finished")
+        child.expect("run ended: finished at step 5")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_leaves_cleanly(tmp_path: Path) -> None:
+    writer = start_run(tmp_path)
+    writer.write([record(1, 2.0)])
+    child = spawn_tail(str(tmp_path), "--interval", "0.1")  # a log directory: its newest run
+    try:
+        child.expect("step 1")
+        child.sendintr()
+        child.expect("stopped following")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    assert "Traceback" not in (child.before or "")
+    writer.close("finished")
+
+
+def test_tail_of_a_missing_run(tmp_path: Path) -> None:
+    child = spawn_tail(str(tmp_path / "nope"))
+    child.expect("no run directory")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2
+
+
+def test_newest_run_and_sparkline(tmp_path: Path) -> None:
+    old = start_run(tmp_path, "old")
+    time.sleep(0.05)
+    new = start_run(tmp_path, "new")
+    assert resolve_run(tmp_path) == new.layout.root
+    assert resolve_run(old.layout.root) == old.layout.root
+    line = sparkline([1.0, 2.0, 3.0, float("nan"), 8.0])
+    assert line.plain == "▁▂▃!█"
+    with pytest.raises(FileNotFoundError):
+        resolve_run(tmp_path / "proj" / "old" / "nothing")
