@@ -41,10 +41,13 @@ _MF_LINE = re.compile(
 )
 
 
-def _train(way: str, workdir: Path, *extra: str) -> tuple[mindwatch.Run, dict[int, dict[str, str]]]:
+def _train(
+    way: str, workdir: Path, *extra: str, launcher: tuple[str, ...] = ()
+) -> tuple[mindwatch.Run, dict[int, dict[str, str]]]:
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOG_v": "3"}
-    cmd = [str(MF_PYTHON), str(SCRIPT), "--way", way, "--save-dir", str(workdir / "monitor_output"), "--steps", str(STEPS)]
+    script = [str(SCRIPT), "--way", way, "--save-dir", str(workdir / "monitor_output"), "--steps", str(STEPS)]
+    cmd = [str(MF_PYTHON), *launcher, *script]
     proc = subprocess.run([*cmd, *extra], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"MindFormers training failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -95,9 +98,11 @@ def test_callback_by_name_in_mindformers_yaml(tmp_path: Path) -> None:
     assert run.path.parent.name == "mindformers"
 
 
-def test_seed_name_config_file_and_no_clipping(tmp_path: Path) -> None:
-    """The article's name, the monitor config as a file path; without clipping global_norm is absent, not wrong."""
-    run, printed = _train("yaml", tmp_path, "--no-clip", "--name", "MindSporeTransformersMonitor", "--config-as", "path")
+def test_launcher_seed_name_config_file_and_no_clipping(tmp_path: Path) -> None:
+    """An unedited launcher run through `python -m mindwatch.mindspore.mindformers`, the article's name, the monitor
+    config as a file path; without clipping global_norm is absent, not wrong."""
+    args = ("--no-register", "--no-clip", "--name", "MindSporeTransformersMonitor", "--config-as", "path")
+    run, printed = _train("yaml", tmp_path, *args, launcher=("-m", "mindwatch.mindspore.mindformers"))
     _assert_same_as_mfloss_monitor(run, printed, clipped=False)
     assert (tmp_path / "monitor.yaml").is_file() and run.meta["config"]["interval"] == 1
 

@@ -12,6 +12,10 @@ Example::
     #     config: monitor.yaml               # a monitor_config path, or the section inline:
     #     # config: {project: llama-pretrain, save_dir: ./monitor_output, tensorboard: true}
 
+With MindFormers' own launcher, which you do not edit, let mindwatch register first and then run it::
+
+    python -m mindwatch.mindspore.mindformers run_mindformer.py --config llama_7b.yaml --run_mode train
+
 Passing an instance works without registering:
 ``Trainer(args, model=..., train_dataset=..., callbacks=[MonitorCallback({...})])``.
 The callback reads MindFormers' train-cell outputs ``(loss, overflow, loss_scale, lr, global_norm)``
@@ -19,6 +23,10 @@ The callback reads MindFormers' train-cell outputs ``(loss, overflow, loss_scale
 """
 
 from __future__ import annotations
+
+import os
+import runpy
+import sys
 
 from mindwatch.mindspore.callback import MonitorCallback
 
@@ -49,4 +57,29 @@ def register() -> type[MonitorCallback]:
     return MonitorCallback
 
 
-__all__ = ["CALLBACK_NAMES", "MonitorCallback", "register"]
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mindwatch.mindspore.mindformers SCRIPT [ARGS...]``: :func:`register`, then run SCRIPT as ``__main__``.
+
+    For launchers you do not edit (MindFormers' ``run_mindformer.py``): their YAML can then name
+    ``MonitorCallback`` / ``MindSporeTransformersMonitor`` in ``callbacks:``. SCRIPT sees
+    ``sys.argv == [SCRIPT, *ARGS]`` and its own folder first on ``sys.path``, as with ``python SCRIPT``.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: python -m mindwatch.mindspore.mindformers SCRIPT [ARGS...]   (e.g. run_mindformer.py --config x.yaml)")
+        return 0 if args else 2
+    script = args[0]
+    if not os.path.isfile(script):
+        print(f"mindwatch: no such script: {script}", file=sys.stderr)
+        return 2
+    register()
+    sys.argv = args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+__all__ = ["CALLBACK_NAMES", "MonitorCallback", "main", "register"]
+
+if __name__ == "__main__":
+    sys.exit(main())

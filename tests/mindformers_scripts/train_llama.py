@@ -30,6 +30,7 @@ def main() -> int:
     p.add_argument("--run-name", default=None)
     p.add_argument("--clip", action=argparse.BooleanOptionalAction, default=True, help="gradient clipping (global_norm)")
     p.add_argument("--name", default="MonitorCallback", help="the callback's registered name in the YAML")
+    p.add_argument("--no-register", action="store_true", help="leave registering to `python -m mindwatch.mindspore.mindformers`")
     p.add_argument("--config-as", choices=["inline", "path"], default="inline", help="monitor config in the YAML or a file")
     args = p.parse_args()
     os.environ.setdefault("GLOG_v", "3")
@@ -85,7 +86,8 @@ def main() -> int:
 
         from mindwatch.mindspore.mindformers import register
 
-        register()
+        if not args.no_register:
+            register()
         config_path = Path("llama_tiny.yaml").resolve()
         entry: dict = {"type": args.name, "config": monitor}
         if args.config_as == "path":
