@@ -28,12 +28,11 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from mindwatch.core.rules import host_memory_total_gb
 from mindwatch.store.jsonl import decode_value
 from mindwatch.store.reader import COORDINATES
 
@@ -62,19 +61,6 @@ def metric_name(name: str) -> tuple[str, dict[str, str]]:
         return PREFIX + family, {_FAMILY_LABEL[family]: rest}
     sane = _INVALID.sub("_", name)
     return PREFIX + (sane if not sane[:1].isdigit() else "_" + sane), {}
-
-
-def host_memory_total_gb() -> float:
-    """What this process may use: the machine's memory, or the cgroup's limit when lower (containers)."""
-    total = psutil.virtual_memory().total
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(path).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total / 1e9
 
 
 class PrometheusSink:
