@@ -23,6 +23,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,8 @@ class RankColumns:
         self._segments: list[_Segment] = []
         self._steps = _Growable(np.int64)
         self._columns: dict[str, _Column] = {}
-        self.keys: set[str] = set()
+        self._keys: set[str] = set()
+        self._segments_scanned = 0  # segments whose keys are in _keys
         self.bad_lines = 0
         self.generation = getattr(self, "generation", -1) + 1  # bumps when the file was replaced
 
@@ -134,7 +136,6 @@ class RankColumns:
         seg = _Segment(start, start + raw_len, self.lines, n_lines, clean)
         self._steps.extend(np.array(steps, dtype=np.int64))
         self._segments.append(seg)
-        self._discover_keys(data)
 
     def _reencode(self, data: bytes) -> bytes:
         """Valid records, one flat object per line in the writer's format (as the reader: steps must be integers)."""
@@ -149,24 +150,36 @@ class RankColumns:
                 out.append(encode_line({k: v for k, v in rec.items() if not isinstance(v, (dict, list))}))
         return b"".join(out)
 
+    @property
+    def keys(self) -> set[str]:
+        """Names of the numeric values in the file (metrics), found lazily: a chart query does not need them."""
+        if self._segments_scanned < len(self._segments):
+            with open(self.path, "rb") as f:
+                for seg in self._segments[self._segments_scanned :]:
+                    self._discover_keys(self._segment_bytes(f, seg))
+                    self._segments_scanned += 1
+        return self._keys
+
     def _discover_keys(self, data: bytes) -> None:
         # Lines of one shape (same keys, numbers removed) share keys: decode one line per shape.
-        flat = data.translate(None, _DIGITS)
-        shapes = dict.fromkeys(flat.split(b"\n"))
+        flat = data.translate(None, _DIGITS).split(b"\n")
+        shapes = dict.fromkeys(flat)
         if len(shapes) > _MAX_SHAPES:
             samples = data.split(b"\n")
         else:
-            newlines = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-            starts = np.concatenate(([0], newlines + 1))
-            samples = []
-            for shape in shapes:
-                pos = 0 if flat.startswith(shape + b"\n") else flat.find(b"\n" + shape + b"\n") + 1
-                k = flat.count(b"\n", 0, pos)
-                samples.append(data[starts[k] : starts[k + 1] if k + 1 < len(starts) else len(data)])
+            starts = np.concatenate(([0], np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1))
+            samples = [data[starts[k] : starts[k + 1]] for k in (flat.index(shape) for shape in shapes) if k + 1 < len(starts)]
         for line in samples:
             rec = decode_line(line) if line.strip() else None
             if rec:
-                self.keys.update(k for k, v in rec.items() if k not in COORDINATES and decode_value(v) is not None)
+                self._keys.update(k for k, v in rec.items() if k not in COORDINATES and decode_value(v) is not None)
+
+    @staticmethod
+    def _segment_bytes(f: Any, seg: _Segment) -> bytes:
+        if seg.clean is not None:
+            return seg.clean
+        f.seek(seg.start)
+        return bytes(f.read(seg.end - seg.start))
 
     # -- columns ----------------------------------------------------------
     def column(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -183,12 +196,7 @@ class RankColumns:
         pattern = re.compile(rb'"' + re.escape(json.dumps(metric)[1:-1].encode()) + rb'"\s*:\s*([^,}\s]+)')
         with open(self.path, "rb") as f:
             for seg in self._segments[col.segments_done :]:
-                if seg.clean is not None:
-                    data = seg.clean
-                else:
-                    f.seek(seg.start)
-                    data = f.read(seg.end - seg.start)
-                self._extract(pattern, data, seg, col)
+                self._extract(pattern, self._segment_bytes(f, seg), seg, col)
                 col.segments_done += 1
 
     @staticmethod
