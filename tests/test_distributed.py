@@ -155,14 +155,15 @@ def straggler_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pa
 
 def test_every_rank_writes_its_own_files_and_steps_align(straggler_run: tuple[Path, Path, int]) -> None:
     run_dir, _, _ = straggler_run
-    steps = {}
+    records = {rank: raw_records(run_dir / f"metrics.rank{rank}.jsonl") for rank in (0, 1)}
     for rank in (0, 1):
-        records = raw_records(run_dir / f"metrics.rank{rank}.jsonl")
-        assert {r["rank"] for r in records} == {rank}
-        steps[rank] = [r["step"] for r in records]
+        assert {r["rank"] for r in records[rank]} == {rank}
         status = json.loads((run_dir / f"status.rank{rank}.json").read_text())
         assert status["rank"] == rank and status["state"] == "finished" and status["last_step"] == 30
-    assert steps[0] == steps[1] == list(range(1, 31))
+    assert [r["step"] for r in records[0]] == [r["step"] for r in records[1]] == list(range(1, 31))
+    # data parallel: each rank's loss is its own batch's, the gradient norm (after the AllReduce) is shared
+    assert any(abs(a["loss"] - b["loss"]) > 1e-4 for a, b in zip(records[0], records[1], strict=True))
+    assert [r["grad_norm"] for r in records[0]] == pytest.approx([r["grad_norm"] for r in records[1]], rel=1e-5)
 
 
 def test_meta_has_world_size_and_only_rank_zero_wrote_it(straggler_run: tuple[Path, Path, int]) -> None:

@@ -85,9 +85,10 @@ class StragglerRule:
         return out
 
     def _alert(self, step: int, rank: int, metric: str, value: float, median: float) -> Alert:
+        times = f"{value / median:.1f} x " if median > 0 else ""
         msg = (
-            f"rank {rank} is a straggler: its {metric} {value * 1000:.0f} ms is {value / max(median, 1e-9):.1f} x "
-            f"the other ranks' median {median * 1000:.0f} ms, {self.count} steps in a row"
+            f"rank {rank} is a straggler: its {metric} {_ms(value)} is {times}the other ranks' median {_ms(median)}, "
+            f"{self.count} steps in a row"
         )
         return make_alert(
             self.name,
@@ -226,3 +227,8 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _ms(secs: float) -> str:
+    ms = secs * 1000
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"

@@ -24,7 +24,7 @@ from mindspore import nn
 from mindspore.communication import get_rank, init
 from mindspore.train import Model
 
-from mindwatch.mindspore import MonitorCallback
+from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 
 BATCH = 8
 
@@ -70,7 +70,9 @@ def main() -> None:
     rank = get_rank()
 
     net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 1))
-    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9))
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
+    # the gradient norm is taken after the AllReduce: the same on every rank (the loss is each rank's own)
+    model = Model(TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), optimizer))
     data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(BATCH)
     config = {
         "project": args.project,
