@@ -48,7 +48,14 @@ def tb_run(tmp_path_factory: pytest.TempPathFactory) -> mindwatch.Run:
 
     save_dir = tmp_path_factory.mktemp("tb")
     model, dataset = build_training(DemoSettings(steps=STEPS, layers=1, d_model=32, heads=2, batch_size=8, seq_length=32))
-    monitor = MonitorCallback({"project": "tb", "save_dir": str(save_dir), "backend": "tensorboard", "interval": 60})
+    config = {
+        "project": "tb",
+        "save_dir": str(save_dir),
+        "backend": "tensorboard",
+        "interval": 60,
+        "callback": {"params": {"warn_on_value": {"loss": 0.5}}},  # a byte-level LM's loss is above 0.5: alerts
+    }
+    monitor = MonitorCallback(config)
 
     class EvalLike(Callback):  # user metrics with a '/' in the name, on some steps
         def on_train_step_end(self, run_context) -> None:
@@ -66,7 +73,13 @@ def test_live_sink_event_files_equal_the_jsonl(tb_run: mindwatch.Run) -> None:
     assert len(tb_run.series("loss")) == STEPS
     log_dir = tb_run.path / "tensorboard" / "rank0"
     assert any("tfevents" in p.name for p in log_dir.iterdir())
-    assert_events_equal_run(read_events(log_dir), tb_run)
+    acc = read_events(log_dir)
+    assert_events_equal_run(acc, tb_run)
+    # the alert rules' alerts reached the sink too (Monitor -> alert()), one text entry per alerts.jsonl line
+    assert tb_run.alerts, "warn_on_value loss: 0.5 should have raised an alert"
+    texts = acc.Tensors(ALERT_TAG)
+    assert [t.step for t in texts] == [a["step"] for a in tb_run.alerts]
+    assert all(a["rule"] in t.tensor_proto.string_val[0].decode() for t, a in zip(texts, tb_run.alerts, strict=True))
 
 
 def test_export_of_a_recorded_run_equals_the_jsonl(tb_run: mindwatch.Run, tmp_path: Path) -> None:
