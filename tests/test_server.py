@@ -331,3 +331,14 @@ def test_static_files_and_echarts_are_served_locally(logdir: Path) -> None:
         assert 't.version="6.' in c.get("/static/echarts.min.js").text  # the npm copy, served by us
         assert "MWCharts" in c.get("/static/charts.js").text
         assert c.get("/").headers["x-content-type-options"] == "nosniff"
+
+
+def test_band_across_ranks_gives_min_mean_max_per_step(logdir: Path) -> None:
+    make_run(logdir, "p", "ddp", steps=40, ranks=3)  # rank r's loss is (3 - s/40) + r
+    with client(logdir) as c:
+        assert c.get("/api/run", params={"run": "p/ddp"}).json()["band_metrics"][0] == "loss"
+        b = c.get("/api/band", params={"run": "p/ddp", "metric": "loss", "points": 20}).json()
+    assert b["ranks"] == [0, 1, 2] and len(b["points"]) <= 20
+    for step, lo, mean, hi in b["points"]:
+        base = 3.0 - step / 40
+        assert (lo, mean, hi) == pytest.approx((base, base + 1, base + 2))

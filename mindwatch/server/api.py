@@ -25,6 +25,8 @@ from starlette.responses import JSONResponse
 
 from mindwatch.server.downsample import keep_extremes
 from mindwatch.server.runs import BadRequest, Catalog, RunView
+from mindwatch.store.crossrank import CROSS_RANK_METRICS, band_of
+from mindwatch.store.reader import Series
 
 MAX_POINTS = 20_000
 MAX_COMPARE = 12
@@ -120,6 +122,7 @@ def run_info(view: RunView) -> dict[str, Any]:
             "ranks": sorted(view.ranks) or sorted(view.statuses),
             "status": view.status_summary(),
             "alert_count": len(view.alerts),
+            "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.ranks) > 1],
             "cursor": cursor_of(view),
         }
 
@@ -173,6 +176,29 @@ def series(
             "nonfinite": bad,
             "cursor": cursor_of(view),
         }
+
+
+def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
+    """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.store.crossrank`), thinned keeping extremes."""
+    if refresh:
+        view.refresh()
+    with view.lock:
+        per_rank = {}
+        for rank, cols in view.ranks.items():
+            line, value = cols.column(metric)
+            if len(line):
+                per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
+        b = band_of(metric, per_rank)
+    half = max(points // 2, 10)
+    idx = np.union1d(keep_extremes(b.step, b.max, half), keep_extremes(b.step, -b.min, half))
+    rows = np.stack([b.min[idx], b.mean[idx], b.max[idx]], axis=1)
+    clean = np.where(np.isfinite(rows), rows, np.nan).tolist()
+    return {
+        "run": view.id,
+        "metric": metric,
+        "ranks": b.ranks,
+        "points": [[s, *(None if v != v else v for v in r)] for s, r in zip(b.step[idx].tolist(), clean, strict=True)],
+    }
 
 
 def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[str, Any]:
@@ -237,6 +263,10 @@ class Api:
                 points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000,
             )
         )
+
+    def band(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        return JSONResponse(band(view, metric_param(req), points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000))
 
     def heatmap(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)

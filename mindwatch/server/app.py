@@ -100,6 +100,7 @@ def create_app(logdir: str | os.PathLike[str], token: str | None = None, poll_se
             Route("/api/runs", api.runs),
             Route("/api/run", api.run),
             Route("/api/series", api.series),
+            Route("/api/band", api.band),
             Route("/api/heatmap", api.heatmap),
             Route("/api/alerts", api.alerts),
             Route("/api/compare", api.compare),

@@ -170,6 +170,15 @@
           d.nonfinite = s.nonfinite;
         }
       }));
+      // Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.store.crossrank).
+      if (!win && view.x === "step" && ranksShown().length > 1) {
+        await Promise.all(c.group.metrics.filter((m) => (info.band_metrics || []).includes(m)).map(async (m) => {
+          const b = await getJSON(`/api/band?${new URLSearchParams({ run: runId, metric: m, points: POINTS })}`);
+          const first = c.defs.find((d) => d.metric === m);
+          first.band = { lower: b.points.map((p) => [p[0], p[1] ?? "-"]),
+            upper: b.points.map((p) => [p[0], p[3] === null || p[1] === null ? "-" : p[3] - p[1]]) };
+        }));
+      }
       draw(c);
     }
 
