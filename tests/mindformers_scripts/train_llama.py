@@ -30,6 +30,7 @@ def main() -> int:
     p.add_argument("--run-name", default=None)
     p.add_argument("--clip", action=argparse.BooleanOptionalAction, default=True, help="gradient clipping (global_norm)")
     p.add_argument("--name", default="MonitorCallback", help="the callback's registered name in the YAML")
+    p.add_argument("--local-norm", action="store_true", help="YAML: the wrapper also returns local norms (a 7-item output)")
     p.add_argument("--no-register", action="store_true", help="leave registering to `python -m mindwatch.mindspore.mindformers`")
     p.add_argument("--config-as", choices=["inline", "path"], default="inline", help="monitor config in the YAML or a file")
     args = p.parse_args()
@@ -93,7 +94,9 @@ def main() -> int:
         if args.config_as == "path":
             Path("monitor.yaml").write_text(yaml.safe_dump({"monitor_config": monitor}))
             entry["config"] = "monitor.yaml"
-        config_path.write_text(yaml.safe_dump(_yaml_config(entry, args.clip), sort_keys=False))
+        config = _yaml_config(entry, args.clip)
+        config["runner_wrapper"]["local_norm"] = args.local_norm
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         trainer = Trainer(args=str(config_path), train_dataset=dataset)
         trainer.train()
         run_dir = _only_run(Path(args.save_dir) / "mindformers")
