@@ -216,3 +216,17 @@ print('NO MINDSPORE OK')
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "NO MINDSPORE OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+def test_report_of_a_run_with_no_records_yet(browser, tmp_path: Path) -> None:
+    run_dir = tmp_path / "proj" / "just-started"
+    RunWriter(run_dir)  # status says running; no metrics yet
+    out = tmp_path / "empty.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    page, problems, _ = open_page(browser, out)
+    assert problems == [] and page.evaluate("window.mindwatchReport.errors") == []
+    assert "no metrics recorded yet" in page.inner_text("main")
+    assert summary_cell(page, "state") == "running" and summary_cell(page, "steps") == "-"
+    assert "still running" in page.inner_text(".banner.running")
+    page.close()
+    assert main(["report", str(tmp_path / "nope"), "-o", str(out)]) == 2

@@ -15,13 +15,14 @@ non-finite values are ``nan``/``inf``/``-inf`` (csv), the run store's strings ``
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 from pathlib import Path
 
 import numpy as np
 
-from mindwatch.store.jsonl import decode_value, encode_line
+from mindwatch.store.jsonl import decode_value
 from mindwatch.store.layout import RunLayout
 from mindwatch.store.reader import COORDINATES, JsonlTail
 
@@ -94,34 +95,46 @@ def export_run(run_dir: str | os.PathLike[str], fmt: str, out: str | os.PathLike
     return path
 
 
-def _cell(name: str, v: float, present: np.ndarray | None, i: int) -> float | int | None:
-    if present is not None and not present[i]:
-        return None
-    if name in _INTEGER_COLUMNS and math.isfinite(v) and float(v).is_integer():
-        return int(v)
-    return float(v)
+def _tokens(name: str, col: np.ndarray, mask: np.ndarray | None, missing: str, nonfinite: dict[float, str]) -> list[str]:
+    """One column as text cells: ``missing`` where absent, ``nonfinite[v]`` for NaN/Inf, whole numbers for ints."""
+    if col.dtype.kind == "i":
+        return [str(v) for v in col.tolist()]
+    integer = name in _INTEGER_COLUMNS
+    present = mask.tolist() if mask is not None else [True] * len(col)
+    out = []
+    for v, ok in zip(col.tolist(), present, strict=True):
+        if not ok:
+            out.append(missing)
+        elif not math.isfinite(v):
+            out.append(nonfinite[math.copysign(math.inf, v) if math.isinf(v) else 0.0])
+        elif integer and v.is_integer():
+            out.append(str(int(v)))
+        else:
+            out.append(repr(v))
+    return out
 
 
-def _rows(cols: dict[str, np.ndarray], present: dict[str, np.ndarray]):
-    names = list(cols)
-    n = len(cols["step"])
-    lists = {k: cols[k].tolist() for k in names}
-    for i in range(n):
-        yield {k: _cell(k, lists[k][i], present.get(k), i) for k in names}
+_CSV_NONFINITE = {0.0: "nan", math.inf: "inf", -math.inf: "-inf"}  # 0.0 stands for NaN (NaN is no dict key)
+_JSON_NONFINITE = {0.0: '"nan"', math.inf: '"inf"', -math.inf: '"-inf"'}  # the run store's strings
 
 
 def _write_csv(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:
+    names = list(cols)
+    cells = [_tokens(k, cols[k], present.get(k), "", _CSV_NONFINITE) for k in names]
     with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(list(cols))
-        for row in _rows(cols, present):
-            w.writerow(["" if v is None else (repr(v) if isinstance(v, float) else v) for v in row.values()])
+        csv.writer(f).writerow(names)
+        f.writelines(",".join(row) + "\n" for row in zip(*cells, strict=True))
 
 
 def _write_jsonl(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:
-    with open(path, "wb") as f:
-        for row in _rows(cols, present):
-            f.write(encode_line(row))
+    names = list(cols)
+    keys = [json.dumps(k) + ":" for k in names]
+    cells = [
+        [key + tok for tok in _tokens(k, cols[k], present.get(k), "null", _JSON_NONFINITE)]
+        for key, k in zip(keys, names, strict=True)
+    ]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines("{" + ",".join(row) + "}\n" for row in zip(*cells, strict=True))
 
 
 def _write_parquet(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:

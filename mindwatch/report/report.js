@@ -34,7 +34,7 @@
   function fmt(v) {
     if (v === null || v === undefined) return "";
     var a = Math.abs(v);
-    return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : String(Math.round(v * 1e4) / 1e4);
+    return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : String(Number(v.toPrecision(6)));
   }
 
   // -- one chart per metric ------------------------------------------------------------------
