@@ -28,6 +28,7 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,13 @@ def _crc32c_python(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
+_crc32c: Callable[[bytes], int] = _crc32c_python
 try:  # a native implementation when one is installed (the `crc32c` package); same result
-    from crc32c import crc32c as _crc32c
+    from crc32c import crc32c as _native_crc32c
+
+    _crc32c = _native_crc32c
 except ImportError:
-    _crc32c = _crc32c_python
+    pass
 
 
 def _masked_crc(data: bytes) -> int:
