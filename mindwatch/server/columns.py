@@ -129,7 +129,7 @@ class RankColumns:
         n_lines = data.count(b"\n")
         clean = None
         # Anything but one flat object per line (nested values, blank or foreign lines) goes through json.
-        if len(steps) != n_lines or data.count(b"{") != n_lines or b"\n\n" in data or not data.startswith(b"{"):
+        if len(steps) != n_lines or data.count(b"{") != n_lines or not data.startswith(b"{"):
             data = clean = self._reencode(data)
             steps = _STEP.findall(data)
             n_lines = len(steps)
