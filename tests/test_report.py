@@ -230,3 +230,28 @@ def test_report_of_a_run_with_no_records_yet(browser, tmp_path: Path) -> None:
     assert "still running" in page.inner_text(".banner.running")
     page.close()
     assert main(["report", str(tmp_path / "nope"), "-o", str(out)]) == 2
+
+
+def test_two_ranks_are_drawn_and_summarised_per_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "proj" / "dp"
+    t0 = time.time()
+    for rank in (0, 1):
+        w = RunWriter(run_dir, rank=rank)
+        w.write(
+            [
+                {"step": s, "t": t0 + s, "loss": 3.0 - s / 10 + rank, "grad_norm": 100.0 if (rank, s) == (1, 7) else 1.0}
+                for s in range(1, 11)
+            ]
+        )
+        w.close("finished")
+    out = tmp_path / "dp.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    html = out.read_text()
+    data = report_data(html)
+    loss = next(m for m in data["metrics"] if m["name"] == "loss")
+    assert [s["label"] for s in loss["series"]] == ["rank 0", "rank 1"]
+    assert loss["series"][1]["data"][0] == [1, pytest.approx(3.9)]
+    assert data["step_range"] == [1, 10]
+    assert sum(data["histogram"]["series"][0]["counts"]) == 20
+    assert re.search(r'data-key="max grad norm"><th>max grad norm</th><td class="num">100 \(step 7\)</td>', html)
+    assert re.search(r'data-key="final loss"><th>final loss</th><td class="num">2</td>', html)  # the lowest rank's
