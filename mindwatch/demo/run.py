@@ -48,6 +48,7 @@ def run_demo(args: argparse.Namespace) -> int:
             if not getattr(args, "exit_when_done", False) and sys.stdin.isatty():
                 print("mindwatch demo: the dashboard keeps running; press Ctrl-C to stop it", flush=True)
                 dashboard.wait()
+                print("mindwatch demo: dashboard stopped")
     finally:
         if dashboard is not None:
             dashboard.stop()

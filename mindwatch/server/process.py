@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -69,9 +71,14 @@ class DashboardProcess:
 
     def wait(self) -> None:
         """Block until the server exits or Ctrl-C."""
-        if self.proc is not None:
-            with contextlib.suppress(KeyboardInterrupt):
-                self.proc.wait()
+        if self.proc is None:
+            return
+        if threading.current_thread() is threading.main_thread():
+            # MindSpore installs its own C-level SIGINT handler, which ends the process with SIGTERM
+            # and no message; put Python's back so that Ctrl-C stops the dashboard cleanly.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        with contextlib.suppress(KeyboardInterrupt):
+            self.proc.wait()
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
