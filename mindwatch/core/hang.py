@@ -6,7 +6,7 @@ Example::
 
     d = diagnose({0: "stacks/stall_rank0_20261129_080102.txt", 1: "stacks/stall_rank1_20261129_080102.txt"})
     d.culprits        # [1]: not in the training step (e.g. blocked in its data pipeline)
-    d.waiting         # [0]: inside the compiled training step, i.e. waiting in a collective
+    d.waiting         # [0]: inside the training step, i.e. waiting in a collective
     d.message         # the sentence the alert carries
 
 In data-parallel training every step ends in a collective (the gradient AllReduce). When one
@@ -35,7 +35,8 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$', re.M)
 _STEP_FILES = ("mindspore/graph/api.py", "mindspore/common/api.py", "mindspore/ops/", "mindspore/communication/")
 _STEP_FUNCS = ("_exec_pip", "_graph_executor", "compile_and_run", "run_graph")
 _DATA_FILES = ("mindspore/dataset/", "mindspore/train/dataset_helper.py")
-_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "mindwatch/")
+_SITE = ("/site-packages/", "/dist-packages/", "/lib/python3")
+_LIBRARY = (*_SITE, "mindwatch/")
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class RankPlace:
     @property
     def description(self) -> str:
         return {
-            IN_STEP: "inside the compiled training step (waiting in a collective such as AllReduce)",
+            IN_STEP: "inside the training step (waiting in a collective such as AllReduce)",
             IN_DATA: "waiting for its data pipeline",
             IN_PYTHON: "in Python code outside the training step",
             UNKNOWN: "somewhere unknown",
@@ -107,10 +108,22 @@ def locate(rank: int, text: str, stacks: str | None = None) -> RankPlace:
         if any(p in path for p in _DATA_FILES):
             return RankPlace(rank, IN_DATA, _data_detail(f, threads), stacks)
         if any(p in path for p in _STEP_FILES) or f.func in _STEP_FUNCS:
-            return RankPlace(rank, IN_STEP, str(f), stacks)
+            return RankPlace(rank, IN_STEP, _step_detail(f, frames), stacks)
         if not any(p in path for p in _LIBRARY):
             return RankPlace(rank, IN_PYTHON, f"main thread at {f}", stacks)
     return RankPlace(rank, IN_PYTHON, f"main thread at {frames[-1]}", stacks)
+
+
+def _step_detail(frame: Frame, frames: list[Frame]) -> str:
+    """The step frame, plus the network code it came from in PyNative mode (GRAPH mode has none: it is compiled)."""
+    inside = False
+    caller = None
+    for f in frames:  # outermost first: code that runs after the first library frame is inside the step
+        lib = any(p in f.file.replace("\\", "/") for p in _SITE)
+        inside = inside or lib
+        if inside and not lib:
+            caller = f
+    return f"{frame}, called from {caller}" if caller is not None else str(frame)
 
 
 def _data_detail(frame: Frame, threads: list[Thread]) -> str:

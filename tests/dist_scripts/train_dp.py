@@ -60,10 +60,11 @@ def main() -> None:
     p.add_argument("--slow-secs", type=float, default=0.0)
     p.add_argument("--block-rank", type=int, default=-1)
     p.add_argument("--block-at", type=int, default=10**9)
+    p.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
     args = p.parse_args()
 
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
     init()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     ms.set_seed(0)
