@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,8 @@ class _Evaluator:
         if isinstance(node, Unary):
             v = self.eval(node.operand)
             if node.op == "not":
-                b = self.boolean(v, node.operand)
-                return b if isinstance(b, Missing) else not b
+                truth = self.boolean(v, node.operand)
+                return truth if isinstance(truth, Missing) else not truth
             x = self.number(v, node.operand)
             return x if isinstance(x, Missing) else (-x if node.op == "-" else x)
         if isinstance(node, Binary):
@@ -210,7 +211,7 @@ class _Evaluator:
             if isinstance(q, Missing) or not 0 <= q <= 100:
                 raise self.fail("the percentile must be a number from 0 to 100", qn)
             return float(np.percentile(values, q))
-        reducer = {"min": np.min, "max": np.max, "mean": np.mean, "median": np.median, "std": np.std, "sum": np.sum}[name]
+        reducer = _REDUCERS[name]
         return float(reducer(values))
 
 
@@ -228,12 +229,30 @@ _COMPARE = {
 }
 
 
+_REDUCERS: dict[str, Callable[[np.ndarray], Any]] = {
+    "min": np.min,
+    "max": np.max,
+    "mean": np.mean,
+    "median": np.median,
+    "std": np.std,
+    "sum": np.sum,
+}
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.divide,
+    "%": np.fmod,
+    "**": np.power,
+}
+
+
 def _arithmetic(op: str, a: float, b: float) -> float:
     # numpy float64 under errstate: 10 ** 1e10 is inf, 1 / 0 is inf, never an exception or a big integer
     x, y = np.float64(a), np.float64(b)
     with np.errstate(all="ignore"):
-        r = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "%": np.fmod, "**": np.power}[op](x, y)
-    return float(r)
+        ufunc = _ARITHMETIC[op]
+        return float(ufunc(x, y))
 
 
 def evaluate(run: Run, rule: Rule | str) -> CheckResult:

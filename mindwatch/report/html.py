@@ -129,7 +129,7 @@ def _metric_names(runs: list[Run]) -> list[str]:
 def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
     charts = []
     for name in _metric_names(runs):
-        series = []
+        series: list[dict[str, Any]] = []
         thinned = False
         for run, label in zip(runs, labels, strict=True):
             metrics = sorted(m for m in run.metrics if m.startswith(_ENTROPY)) if name.endswith("*") else [name]
@@ -229,7 +229,8 @@ def _heatmap(run: Run) -> dict[str, Any] | None:
 
 def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:
     symbols = ("circle", "triangle", "diamond", "rect", "pin")
-    series, steps = [], []
+    series: list[dict[str, Any]] = []
+    steps: list[int] = []
     for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
         points = []
         for a in run.alerts:
