@@ -7,7 +7,8 @@ Example::
 
 Shows the run's state, the latest value, min, max and a sparkline of every metric, and the
 alerts as they arrive. Reads the run directory incrementally (:meth:`mindwatch.store.reader.Run.refresh`)
-and exits when every rank reached a final state, or on Ctrl-C.
+and exits when every rank reached a final state, when the heartbeat stopped without one
+(``stale``: the process was killed or lost), or on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def tail(
     once: bool = False,
     console: Console | None = None,
 ) -> int:
-    """Follow a run until it ends (exit 0) or Ctrl-C (exit 0); ``once`` prints one frame and returns."""
+    """Follow a run until it ends or goes stale (exit 0) or Ctrl-C (exit 0); ``once`` prints one frame and returns."""
     console = console or Console(highlight=False)
     run = open_run(resolve_run(path))
     if once:
@@ -141,11 +142,12 @@ def tail(
             while True:
                 run.refresh()
                 live.update(render(run, rank), refresh=True)
-                if run.ended:
+                if run.ended or run.state == "stale":  # stale: the heartbeat stopped, the process is gone
                     break
                 time.sleep(interval)
     except KeyboardInterrupt:
         console.print("stopped following (the run goes on)")
         return 0
-    console.print(f"run ended: {run.state} at step {run.last_step}")
+    why = " (no heartbeat and no final state: killed or lost)" if run.state == "stale" else ""
+    console.print(f"run ended: {run.state} at step {run.last_step}{why}")
     return 0

@@ -106,3 +106,19 @@ def test_newest_run_and_sparkline(tmp_path: Path) -> None:
     assert line.plain == "▁▂▃!█"
     with pytest.raises(FileNotFoundError):
         resolve_run(tmp_path / "proj" / "old" / "nothing")
+
+
+def test_tail_of_a_killed_run_exits(tmp_path: Path) -> None:
+    writer = start_run(tmp_path)
+    writer.write([record(s, 2.0) for s in range(1, 6)])
+    status = writer.status()
+    status["updated_at"] = time.time() - 120  # the heartbeat stopped two minutes ago: kill -9
+    write_json_atomic(writer.layout.status(0), status)
+    child = spawn_tail(str(writer.layout.root), "--interval", "0.1")
+    try:
+        child.expect("stale")
+        child.expect("run ended: stale at step 5")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
