@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mindwatch.assets import echarts_js
 from mindwatch.server.api import Api
@@ -121,7 +121,7 @@ class _SecurityHeaders:
         self.headers = [(k.lower().encode(), v.encode()) for k, v in _SECURITY_HEADERS.items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_with_headers(msg: dict) -> None:  # type: ignore[type-arg]
+        async def send_with_headers(msg: Message) -> None:
             if msg["type"] == "http.response.start":
                 msg = {**msg, "headers": [*msg.get("headers", []), *self.headers]}
             await send(msg)

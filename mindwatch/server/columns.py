@@ -40,7 +40,7 @@ class _Growable:
     """An append-only numpy array with amortised O(1) appends."""
 
     def __init__(self, dtype: type) -> None:
-        self._data = np.empty(1024, dtype=dtype)
+        self._data: np.ndarray = np.empty(1024, dtype=dtype)
         self.size = 0
 
     def extend(self, values: np.ndarray) -> None:

@@ -121,9 +121,9 @@ class LiveHub:
         if self._runs_watchers and now - self._runs_at >= self.runs_secs:
             self._runs_at = now
             summaries = self.catalog.summaries(now)
-            sig = [(s["id"], s["state"], s["last_step"], s["alert_count"]) for s in summaries]
-            if sig != self._signatures.get("runs page"):
-                self._signatures["runs page"] = sig
+            runs_sig = [(s["id"], s["state"], s["last_step"], s["alert_count"]) for s in summaries]
+            if runs_sig != self._signatures.get("runs page"):
+                self._signatures["runs page"] = runs_sig
                 self.runs_summary = summaries
                 changed = True
         return changed
