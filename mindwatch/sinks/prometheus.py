@@ -33,8 +33,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from mindwatch.core.rules import host_memory_total_gb
-from mindwatch.store.jsonl import decode_value
-from mindwatch.store.reader import COORDINATES
+from mindwatch.store.jsonl import metric_values
 
 log = logging.getLogger("mindwatch")
 
@@ -122,12 +121,7 @@ class PrometheusSink:
     # -- sink interface (worker thread) -----------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
         for rec in records:
-            for key, raw in rec.items():
-                if key in COORDINATES:
-                    continue
-                v = decode_value(raw)
-                if v is None:
-                    continue
+            for key, v in metric_values(rec):
                 child = self._children.get(key) or self._child(key)
                 if child is None:
                     continue

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mindwatch.store.jsonl import decode_value
+from mindwatch.store.jsonl import metric_values
 from mindwatch.store.layout import RunLayout
-from mindwatch.store.reader import COORDINATES, JsonlTail
+from mindwatch.store.reader import JsonlTail
 
 log = logging.getLogger("mindwatch")
 
@@ -143,13 +143,7 @@ def scalars_event(record: dict[str, Any]) -> bytes | None:
     step = record.get("step")
     if not isinstance(step, int):
         return None
-    values = []
-    for key, raw in record.items():
-        if key in COORDINATES:
-            continue
-        v = decode_value(raw)
-        if v is not None:
-            values.append(_scalar_value(key, v))
+    values = [_scalar_value(key, v) for key, v in metric_values(record)]
     if not values:
         return None
     t = record.get("t")

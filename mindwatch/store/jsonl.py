@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
+
+#: Keys of a metrics record that are coordinates, not metrics.
+COORDINATES = ("step", "t", "rank")
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -58,3 +62,12 @@ def decode_line(line: bytes | str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def metric_values(record: dict[str, Any]) -> Iterator[tuple[str, float]]:
+    """``(name, value)`` of every metric in a record: coordinates skipped, values decoded, non-numbers dropped."""
+    for key, raw in record.items():
+        if key not in COORDINATES:
+            v = decode_value(raw)
+            if v is not None:
+                yield key, v

@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from mindwatch.store.jsonl import decode_line, decode_value
+from mindwatch.store.jsonl import COORDINATES, decode_line, metric_values
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.writer import FINAL_STATES
 
-#: Keys of a metrics record that are coordinates, not metrics.
-COORDINATES = ("step", "t", "rank")
+__all__ = ["COORDINATES", "JsonlTail", "Run", "Series", "open_run", "rank_state"]
 
 
 class JsonlTail:
@@ -158,12 +157,7 @@ class Run:
                 continue
             t = rec.get("t")
             t = float(t) if isinstance(t, (int, float)) else np.nan
-            for key, raw in rec.items():
-                if key in COORDINATES:
-                    continue
-                v = decode_value(raw)
-                if v is None:
-                    continue
+            for key, v in metric_values(rec):
                 c = cols.get(key)
                 if c is None:
                     c = cols[key] = _Columns()
