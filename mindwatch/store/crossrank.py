@@ -18,7 +18,6 @@ every rank has recorded it.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,25 +107,43 @@ def band_of(metric: str, series: dict[int, Series]) -> Band:
     if not ranks:
         empty_f, empty_i = np.empty(0, np.float64), np.empty(0, np.int64)
         return Band(metric, [], empty_i, empty_f, empty_f, empty_f, empty_i, empty_i, empty_i)
-    steps = np.unique(np.concatenate([series[r].step for r in ranks]))
-    grid = np.full((len(steps), len(ranks)), np.nan)
-    for j, r in enumerate(ranks):
-        s = series[r]
+    steps, columns = _aligned(series, ranks)
+    n = len(steps)
+    count = np.zeros(n, np.int64)
+    total = np.zeros(n)
+    lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+    argmin, argmax = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    # one vectorised pass per rank: a handful of ranks, many steps
+    for rank, col in zip(ranks, columns, strict=True):
+        finite = np.isfinite(col)
+        count += finite
+        total += np.where(finite, col, 0.0)
+        lower = finite & (col < lo)  # strict: on a tie the lower rank stays, as numpy's argmin would
+        lo, argmin = np.where(lower, col, lo), np.where(lower, rank, argmin)
+        higher = finite & (col > hi)
+        hi, argmax = np.where(higher, col, hi), np.where(higher, rank, argmax)
+    none = count == 0
+    lo[none] = hi[none] = np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / count
+    mean[none] = np.nan
+    return Band(metric, ranks, steps, lo, mean, hi, argmin, argmax, count)
+
+
+def _aligned(series: dict[int, Series], ranks: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The union of the ranks' steps and each rank's values on it (NaN where a rank has no record)."""
+    first = series[ranks[0]].step
+    increasing = len(first) < 2 or bool((np.diff(first) > 0).all())
+    if increasing and all(np.array_equal(series[r].step, first) for r in ranks[1:]):
+        return first.astype(np.int64), [series[r].value.astype(np.float64) for r in ranks]  # the common case: lock-step ranks
+    steps = np.unique(np.concatenate([series[r].step for r in ranks])).astype(np.int64)
+    columns = []
+    for r in ranks:
+        col = np.full(len(steps), np.nan)
         # a step recorded twice (a resumed run) keeps its last value: later writes win in fancy assignment
-        grid[np.searchsorted(steps, s.step), j] = s.value
-    finite = np.isfinite(grid)
-    count = finite.sum(axis=1)
-    rank_ids = np.asarray(ranks, dtype=np.int64)
-    lo = np.where(finite, grid, np.inf)
-    hi = np.where(finite, grid, -np.inf)
-    argmin = np.where(count > 0, rank_ids[lo.argmin(axis=1)], -1)
-    argmax = np.where(count > 0, rank_ids[hi.argmax(axis=1)], -1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN is the right answer there
-        mn = np.nanmin(np.where(finite, grid, np.nan), axis=1)
-        mean = np.nanmean(np.where(finite, grid, np.nan), axis=1)
-        mx = np.nanmax(np.where(finite, grid, np.nan), axis=1)
-    return Band(metric, ranks, steps.astype(np.int64), mn, mean, mx, argmin, argmax, count.astype(np.int64))
+        col[np.searchsorted(steps, series[r].step)] = series[r].value
+        columns.append(col)
+    return steps, columns
 
 
 class RankTails:
