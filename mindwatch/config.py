@@ -200,7 +200,7 @@ class AlertsSection(_Section):
 class StragglerSettings(RuleSettings):
     """A rank whose step or data time stays above the other ranks' median (checked on rank 0)."""
 
-    metrics: list[Literal["step_time", "data_time"]] = Field(default_factory=lambda: ["data_time", "step_time"])
+    metrics: list[Literal["step_time", "data_time"]] = ["data_time", "step_time"]  # pydantic copies the default
     #: A rank is slow at a step when its value is above ``factor`` x the median of the other ranks ...
     factor: float = Field(default=2.0, gt=1)
     #: ... and above it by at least this many seconds (tiny times are noise).

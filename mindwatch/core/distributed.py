@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,16 +51,16 @@ class StragglerRule:
 
     def __init__(
         self,
-        metrics: tuple[str, ...] | list[str] = ("data_time", "step_time"),
+        metrics: Sequence[str] = ("data_time", "step_time"),
         *,
         factor: float = 2.0,
         min_excess: float = 0.05,
         count: int = 5,
-        actions: list[str] | None = None,
+        actions: Sequence[str] = (),
     ) -> None:
         self.metrics = tuple(metrics)
         self.factor, self.min_excess, self.count = factor, min_excess, count
-        self.actions = list(actions or [])
+        self.actions = list(actions)
         self.streak: dict[tuple[int, str], int] = {}
 
     def check(self, step_record: dict[str, Any]) -> list[Alert]:

@@ -20,6 +20,7 @@ are not visible, the Python frame that entered the graph is.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def _data_detail(frame: Frame, threads: list[Thread]) -> str:
 
 
 def diagnose(
-    dumps: dict[int, str | Path], world_size: int | None = None, last_steps: dict[int, int | None] | None = None
+    dumps: Mapping[int, str | Path], world_size: int | None = None, last_steps: dict[int, int | None] | None = None
 ) -> Diagnosis:
     """Read each rank's stack dump and say which ranks the others wait for (see the module docstring).
 
