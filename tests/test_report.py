@@ -255,3 +255,29 @@ def test_two_ranks_are_drawn_and_summarised_per_run(tmp_path: Path) -> None:
     assert sum(data["histogram"]["series"][0]["counts"]) == 20
     assert re.search(r'data-key="max grad norm"><th>max grad norm</th><td class="num">100 \(step 7\)</td>', html)
     assert re.search(r'data-key="final loss"><th>final loss</th><td class="num">2</td>', html)  # the lowest rank's
+
+
+def test_names_and_messages_cannot_inject_html(browser, tmp_path: Path) -> None:
+    evil = "<img src=x onerror=window.pwned=1>"
+    run_dir = tmp_path / "proj" / "evil"
+    w = RunWriter(run_dir)
+    w.write([{"step": s, "t": time.time(), "loss": 1.0, f"attention_entropy/{evil}": 1.0 + s} for s in range(1, 5)])
+    w.append_alert({"t": time.time(), "step": 2, "rank": 0, "rule": evil, "severity": "error", "message": "</script>" + evil})
+    w.close("failed", error="</script><script>window.pwned=1</script>")
+    from mindwatch.store.layout import write_json_atomic
+
+    write_json_atomic(run_dir / "meta.json", {"run_id": "evil", "tags": {"x": "</script>" + evil}, "config": {"k": evil}})
+    out = tmp_path / "evil.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    page, problems, requests = open_page(browser, out)
+    for chart in ("chart-attention-entropy", "chart-alerts"):  # show each tooltip that carries a name or message
+        page.evaluate(
+            f"echarts.getInstanceByDom(document.getElementById('{chart}')).dispatchAction("
+            "{type: 'showTip', seriesIndex: 0, dataIndex: 0})"
+        )
+        page.wait_for_selector(f"#{chart} div:has-text('step')", timeout=5000)
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.pwned") is None
+    assert problems == [] and requests == []  # no <img src=x> was ever requested
+    assert evil in page.inner_text("#alerts") and evil in page.inner_text("pre.config")
+    page.close()

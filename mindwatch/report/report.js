@@ -31,6 +31,12 @@
     return { text: text, subtext: sub || "", left: 10, top: 6, textStyle: { fontSize: 13 }, subtextStyle: { fontSize: 11 } };
   }
 
+  function esc(text) {
+    return String(text).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+    });
+  }
+
   function fmt(v) {
     if (v === null || v === undefined) return "";
     var a = Math.abs(v);
@@ -89,7 +95,7 @@
     var hm = DATA.heatmap;
     make(chartDiv(dist, "chart-attention-entropy", false), {
       title: title("attention entropy (nats) per layer", hm.note),
-      tooltip: { position: "top", formatter: function (p) { return hm.layers[p.value[1]] + " @ step " + hm.steps[p.value[0]] + ": " + fmt(p.value[2]); } },
+      tooltip: { position: "top", formatter: function (p) { return esc(hm.layers[p.value[1]]) + " @ step " + hm.steps[p.value[0]] + ": " + fmt(p.value[2]); } },
       grid: { left: 150, right: 24, top: 58, bottom: 72 },
       xAxis: { type: "category", data: hm.steps, name: "step", splitArea: { show: true } },
       yAxis: { type: "category", data: hm.layers, axisLabel: { fontSize: 10, width: 140, overflow: "truncate" } },
