@@ -219,6 +219,28 @@ def test_cross_rank_band_matches_the_per_rank_series(straggler_run: tuple[Path, 
     assert (data.argmax[-10:] == 1).all()
 
 
+def test_dashboard_band_and_rank_lines_come_from_the_rank_files(straggler_run: tuple[Path, Path, int]) -> None:
+    from starlette.testclient import TestClient
+
+    from mindwatch.server.app import create_app
+
+    run_dir, _, _ = straggler_run
+    per_rank = {r: {rec["step"]: rec for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")} for r in (0, 1)}
+    run = f"dist/{run_dir.name}"
+    with TestClient(create_app(run_dir.parent.parent)) as c:
+        assert c.get("/api/run", params={"run": run}).json()["ranks"] == [0, 1]
+        for metric in ("loss", "data_time", "step_time"):
+            lines = {r: c.get("/api/series", params={"run": run, "metric": metric, "rank": r}).json()["points"] for r in (0, 1)}
+            for r in (0, 1):
+                assert lines[r] == [[s, pytest.approx(per_rank[r][s][metric])] for s in range(1, 31)], (metric, r)
+            body = c.get("/api/band", params={"run": run, "metric": metric}).json()
+            assert body["ranks"] == [0, 1]
+            for step, lo, mean, hi in body["points"]:
+                values = [per_rank[r][step][metric] for r in (0, 1)]
+                assert (lo, mean, hi) == pytest.approx((min(values), sum(values) / 2, max(values))), (metric, step)
+            assert [p[0] for p in body["points"]] == list(range(1, 31))
+
+
 # -- a hang: rank 1's data pipeline blocks, rank 0 waits in the gradient AllReduce -----------------------
 
 
