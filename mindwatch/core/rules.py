@@ -87,6 +87,36 @@ class RollingMedian:
         return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
+class Streak:
+    """A rolling median after a warm-up, and a count of anomalous values in a row.
+
+    Example::
+
+        streak = Streak(window=50, warmup=20, count=3)
+        median = streak.feed(v, lambda v, median: v > 3 * median)   # the median when v completes 3 in a row, else None
+    """
+
+    def __init__(self, window: int, warmup: int, count: int) -> None:
+        self.history = RollingMedian(window)
+        self.warmup, self.count = warmup, count
+        self.seen = 0
+        self.run = 0
+
+    def feed(self, v: float, anomalous: Callable[[float, float], bool]) -> float | None:
+        fired = None
+        if self.seen >= self.warmup and len(self.history):
+            median = self.history.median
+            if anomalous(v, median):
+                self.run += 1
+                if self.run == self.count:
+                    fired = median
+            else:
+                self.run = 0
+        self.seen += 1
+        self.history.add(v)
+        return fired
+
+
 class _Base:
     name = "rule"
     severity = "warning"
@@ -181,30 +211,19 @@ class SpikeRule(_Base):
         self, metric: str, *, factor: float = 3.0, window: int = 50, warmup: int = 20, count: int = 3, rank: int = 0, actions=()
     ) -> None:
         super().__init__(rank, actions)
-        self.metric, self.factor, self.warmup, self.count = metric, factor, warmup, count
-        self.history = RollingMedian(window)
-        self.seen = 0
-        self.run = 0
+        self.metric, self.factor, self.count = metric, factor, count
+        self.streak = Streak(window, warmup, count)
 
     def check(self, rec: Record) -> list[Alert]:
         v = value_of(rec, self.metric)
         if v is None or not math.isfinite(v):
             return []
-        out: list[Alert] = []
-        if self.seen >= self.warmup and len(self.history):
-            median = self.history.median
-            limit = self.factor * median
-            if median > 0 and v > limit:
-                self.run += 1
-                if self.run == self.count:
-                    in_a_row = f" for {self.count} recorded steps in a row" if self.count > 1 else ""
-                    msg = f"{self.metric} spiked to {v:.4g}, above {self.factor:g} x its rolling median {median:.4g}{in_a_row}"
-                    out.append(self._alert(rec, msg, metric=self.metric, value=v, threshold=limit))
-            else:
-                self.run = 0
-        self.seen += 1
-        self.history.add(v)
-        return out
+        median = self.streak.feed(v, lambda v, m: m > 0 and v > self.factor * m)
+        if median is None:
+            return []
+        in_a_row = f" for {self.count} recorded steps in a row" if self.count > 1 else ""
+        msg = f"{self.metric} spiked to {v:.4g}, above {self.factor:g} x its rolling median {median:.4g}{in_a_row}"
+        return [self._alert(rec, msg, metric=self.metric, value=v, threshold=self.factor * median)]
 
 
 class DivergenceRule(_Base):
@@ -273,11 +292,9 @@ class ThroughputDropRule(_Base):
         actions=(),
     ) -> None:
         super().__init__(rank, actions)
-        self.metric, self.fraction, self.warmup, self.count, self.loss_factor = metric, fraction, warmup, count, loss_factor
-        self.history = RollingMedian(window)
+        self.metric, self.fraction, self.loss_factor = metric, fraction, loss_factor
+        self.streak = Streak(window, warmup, count)
         self.loss = RollingMedian(window)
-        self.seen = 0
-        self.run = 0
 
     def check(self, rec: Record) -> list[Alert]:
         v = value_of(rec, self.metric)
@@ -287,27 +304,18 @@ class ThroughputDropRule(_Base):
         loss_normal = loss is None or (
             math.isfinite(loss) and (len(self.loss) == 0 or loss <= self.loss_factor * abs(self.loss.median))
         )
-        out: list[Alert] = []
-        if self.seen >= self.warmup and len(self.history):
-            median = self.history.median
-            limit = self.fraction * median
-            if v < limit and loss_normal:
-                self.run += 1
-                if self.run == self.count:
-                    share = _data_share(rec)
-                    why = f"; {100 * share:.0f} % of the step is spent waiting for data" if share is not None else ""
-                    msg = (
-                        f"{self.metric} fell to {v:.4g}, below {self.fraction:g} x its rolling median {median:.4g}, "
-                        f"while the loss looks normal{why}"
-                    )
-                    out.append(self._alert(rec, msg, metric=self.metric, value=v, threshold=limit))
-            else:
-                self.run = 0
-        self.seen += 1
-        self.history.add(v)
+        median = self.streak.feed(v, lambda v, m: v < self.fraction * m and loss_normal)
         if loss is not None:
             self.loss.add(loss)
-        return out
+        if median is None:
+            return []
+        share = _data_share(rec)
+        why = f"; {100 * share:.0f} % of the step is spent waiting for data" if share is not None else ""
+        msg = (
+            f"{self.metric} fell to {v:.4g}, below {self.fraction:g} x its rolling median {median:.4g}, "
+            f"while the loss looks normal{why}"
+        )
+        return [self._alert(rec, msg, metric=self.metric, value=v, threshold=self.fraction * median)]
 
 
 def _data_share(rec: Record) -> float | None:

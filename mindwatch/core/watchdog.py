@@ -88,6 +88,7 @@ class Watchdog:
         self.step: int | None = None
         self.stalled = False
         self.stalls = 0
+        self._stalled_beat: float | None = None
         self._gaps: deque[float] = deque(maxlen=100)
         self._last_t: float | None = None
         self._gil_guard = gil_guard
@@ -129,9 +130,14 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
+        """Stop the thread; a stall that steps ended since gets its ``resumed`` alert now."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2.0)
+        if self.stalled and self.last_beat != self._stalled_beat:
+            self.check(time.perf_counter())
         self._disarm_gil_guard()
 
     def _run(self) -> None:
