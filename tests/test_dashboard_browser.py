@@ -121,3 +121,36 @@ def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_
                 training.kill()
                 training.wait()
             log.close()
+
+
+WINDOW_POINTS = """([lo, hi]) => {
+  const c = echarts.getInstanceByDom(document.querySelector('#chart-loss'));
+  const s = c && c.getOption().series.find((x) => x.name === 'loss');
+  return s ? s.data.filter((p) => p[0] >= lo && p[0] <= hi).length : -1;
+}"""
+
+
+def test_zoom_fetches_every_point_of_the_window(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from mindwatch.store.writer import RunWriter
+
+    steps, lo, hi = 100_000, 61_000, 61_299
+    writer = RunWriter(tmp_path / "logs" / "p" / "long", 0)
+    loss = [2.0 + (s % 7) / 100 + (5.0 if s == 61_234 else 0.0) for s in range(1, steps + 1)]
+    writer.write([{"step": s, "t": 1e9 + s, "loss": v} for s, v in enumerate(loss, start=1)])
+    writer.close("finished")
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 800})
+        page.goto(f"{dash.url}#/run/p%2Flong")
+        wait_for(lambda: page.evaluate(CHART_POINTS) > 0, 60, "the loss chart")
+        overview = page.evaluate(WINDOW_POINTS, [lo, hi])
+        assert 0 < page.evaluate(CHART_POINTS) <= 2000 and overview < 50  # thinned: a few points of the window
+        page.evaluate(
+            f"""() => echarts.getInstanceByDom(document.querySelector('#chart-loss'))
+                .dispatchAction({{type: 'dataZoom', startValue: {lo}, endValue: {hi}}})"""
+        )
+        wait_for(lambda: page.evaluate(WINDOW_POINTS, [lo, hi]) == hi - lo + 1, 60, "the window's detail")
+        page.screenshot(path=str(artifacts_dir / "dashboard_zoom.png"))
+        browser.close()

@@ -212,7 +212,9 @@
         return c;
       });
       echarts.connect(charts.map((c) => c.chart.chart));
-      await Promise.all(charts.map((c) => loadChart(c)));
+      // The first chart (loss) first: on a cold server each metric is read from the file in turn.
+      if (charts.length) await loadChart(charts[0]);
+      await Promise.all(charts.slice(1).map((c) => loadChart(c)));
       const layers = info.metrics.filter((m) => m.startsWith("attention_entropy/"));
       if (layers.length) {
         const el = h("div", { class: "chart heat", id: "chart-attention-entropy" });
@@ -222,11 +224,15 @@
       }
     }
 
-    let zoomTimer = null;
+    let zoomTimer = null, zoomOrigin = null;
     function zoomed(c) {
+      // Connected charts all fire "datazoom": the window comes from the one the user zoomed (the first),
+      // or from the loss chart when that one has no data yet.
+      if (!zoomTimer) zoomOrigin = c.defs.some((d) => d.overview && d.overview.length) ? c : charts[0];
       clearTimeout(zoomTimer);
       zoomTimer = setTimeout(() => {
-        const win = c.chart.window();
+        zoomTimer = null;
+        const win = zoomOrigin.chart.window();
         charts.forEach((other) => { if (win) loadChart(other, win); else { other.defs.forEach((d) => { d.points = d.overview.slice(); }); draw(other); } });
       }, 250);
     }
