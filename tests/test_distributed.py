@@ -8,6 +8,7 @@ itself, and a manual dynamic-cluster launch without msrun.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import re
@@ -15,8 +16,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -141,23 +144,70 @@ def worker_log(log_dir: Path, rank: int) -> str:
 # -- a straggler: rank 1's data pipeline takes 0.15 s per batch -------------------------------------------
 
 
+class Webhooks:
+    """A local webhook endpoint that notes each post and which process sent it."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[int | None, dict]] = []
+        hooks = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                hooks.posts.append((sender_pid(self.client_address[1]), body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def sender_pid(client_port: int) -> int | None:
+    """The process whose TCP socket has local port ``client_port`` (the connection is open while we answer)."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.laddr and conn.laddr.port == client_port and conn.pid:
+            return conn.pid
+    return None
+
+
+@dataclass
+class DistRun:
+    run_dir: Path
+    logs: Path
+    port: int
+    posts: list[tuple[int | None, dict]]
+
+
 @pytest.fixture(scope="module")
-def straggler_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, int]]:
+def straggler_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DistRun]:
     tmp = tmp_path_factory.mktemp("straggler")
     launch = Launch()
+    hooks = Webhooks()
     try:
+        notify = json.dumps({"notify": [{"type": "webhook", "url": hooks.url}]})
         port = msrun(
-            launch, tmp / "logs", "--save-dir", str(tmp / "out"), "--steps", "30", "--slow-rank", "1", "--slow-secs", "0.15"
+            launch,
+            tmp / "logs",
+            *("--save-dir", str(tmp / "out"), "--steps", "30", "--slow-rank", "1", "--slow-secs", "0.15", "--config", notify),
         )
         codes = launch.wait(300)
         assert codes == [0], f"msrun failed ({codes}); see {tmp / 'logs'}:\n{(tmp / 'logs' / 'msrun.out').read_text()[-3000:]}"
-        yield only_run_dir(tmp / "out" / "dist"), tmp / "logs", port
+        yield DistRun(only_run_dir(tmp / "out" / "dist"), tmp / "logs", port, hooks.posts)
     finally:
         launch.kill()
+        hooks.close()
 
 
-def test_every_rank_writes_its_own_files_and_steps_align(straggler_run: tuple[Path, Path, int]) -> None:
-    run_dir, _, _ = straggler_run
+def test_every_rank_writes_its_own_files_and_steps_align(straggler_run: DistRun) -> None:
+    run_dir = straggler_run.run_dir
     records = {rank: raw_records(run_dir / f"metrics.rank{rank}.jsonl") for rank in (0, 1)}
     for rank in (0, 1):
         assert {r["rank"] for r in records[rank]} == {rank}
@@ -169,8 +219,8 @@ def test_every_rank_writes_its_own_files_and_steps_align(straggler_run: tuple[Pa
     assert [r["grad_norm"] for r in records[0]] == pytest.approx([r["grad_norm"] for r in records[1]], rel=1e-5)
 
 
-def test_meta_has_world_size_and_only_rank_zero_wrote_it(straggler_run: tuple[Path, Path, int]) -> None:
-    run_dir, _, port = straggler_run
+def test_meta_has_world_size_and_only_rank_zero_wrote_it(straggler_run: DistRun) -> None:
+    run_dir, port = straggler_run.run_dir, straggler_run.port
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["world_size"] == 2
     assert meta["launcher"] == "msrun" and meta["scheduler"] == f"127.0.0.1:{port}"
@@ -181,15 +231,26 @@ def test_meta_has_world_size_and_only_rank_zero_wrote_it(straggler_run: tuple[Pa
     assert rendezvous["run_id"] == run_dir.name == meta["run_id"]
 
 
-def test_console_summaries_only_on_rank_zero(straggler_run: tuple[Path, Path, int]) -> None:
-    _, logs, _ = straggler_run
+def test_console_summaries_only_on_rank_zero(straggler_run: DistRun) -> None:
+    logs = straggler_run.logs
     summary = re.compile(r"mindwatch step \d+ \| loss")
     assert len(summary.findall(worker_log(logs, 0))) >= 2
     assert summary.findall(worker_log(logs, 1)) == []
 
 
-def test_straggler_alert_names_the_slow_rank(straggler_run: tuple[Path, Path, int]) -> None:
-    run_dir, logs, _ = straggler_run
+def test_only_rank_zero_notifies_and_it_forwards_the_other_ranks_alerts(straggler_run: DistRun) -> None:
+    run_dir, posts = straggler_run.run_dir, straggler_run.posts
+    rank0_pid = json.loads((run_dir / "status.rank0.json").read_text())["pid"]
+    assert posts, "no webhook post arrived"
+    assert {pid for pid, _ in posts} == {rank0_pid}, "every post must come from rank 0's process"
+    alerts = raw_records(run_dir / "alerts.jsonl")
+    sent = sorted((b["rule"], b["rank"], b["step"]) for _, b in posts)
+    assert sent == sorted((a["rule"], a["rank"], a["step"]) for a in alerts)  # each alert once, whoever raised it
+    assert any(b["rank"] == 1 and "reported_by" not in b for _, b in posts)  # rank 1's own alert, forwarded
+
+
+def test_straggler_alert_names_the_slow_rank(straggler_run: DistRun) -> None:
+    run_dir, logs = straggler_run.run_dir, straggler_run.logs
     alerts = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "straggler"]
     assert alerts, f"no straggler alert; alerts: {raw_records(run_dir / 'alerts.jsonl')}"
     assert {a["rank"] for a in alerts} == {1}
@@ -200,8 +261,8 @@ def test_straggler_alert_names_the_slow_rank(straggler_run: tuple[Path, Path, in
     assert "rank 1 is a straggler" in worker_log(logs, 0)  # rank 0 raised it
 
 
-def test_cross_rank_band_matches_the_per_rank_series(straggler_run: tuple[Path, Path, int]) -> None:
-    run_dir, _, _ = straggler_run
+def test_cross_rank_band_matches_the_per_rank_series(straggler_run: DistRun) -> None:
+    run_dir = straggler_run.run_dir
     run = mindwatch.open_run(run_dir)
     per_rank = {r: {rec["step"]: rec for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")} for r in (0, 1)}
     for metric in CROSS_RANK_METRICS:
@@ -219,12 +280,12 @@ def test_cross_rank_band_matches_the_per_rank_series(straggler_run: tuple[Path, 
     assert (data.argmax[-10:] == 1).all()
 
 
-def test_dashboard_band_and_rank_lines_come_from_the_rank_files(straggler_run: tuple[Path, Path, int]) -> None:
+def test_dashboard_band_and_rank_lines_come_from_the_rank_files(straggler_run: DistRun) -> None:
     from starlette.testclient import TestClient
 
     from mindwatch.server.app import create_app
 
-    run_dir, _, _ = straggler_run
+    run_dir = straggler_run.run_dir
     per_rank = {r: {rec["step"]: rec for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")} for r in (0, 1)}
     run = f"dist/{run_dir.name}"
     with TestClient(create_app(run_dir.parent.parent)) as c:

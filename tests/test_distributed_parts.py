@@ -234,3 +234,22 @@ def test_cross_rank_watch_forwards_other_ranks_alerts_and_diagnoses_a_stall(tmp_
     writers[1].append_alert(make_alert("stall", step=9, rank=1, message="stalled", stacks=str(dump)))
     watch.flush()
     assert len(emitted) == 2  # a new stall, every rank reported: diagnosed at once
+
+
+def test_rank_zero_waits_at_close_for_the_other_ranks_last_alerts(tmp_path: Path) -> None:
+    writers = [RunWriter(tmp_path, r) for r in range(2)]
+    forwarded: list = []
+    watch = _watch(tmp_path, 2, [], forwarded)
+
+    def rank1_ends() -> None:
+        time.sleep(0.3)
+        writers[1].append_alert(make_alert("spike", step=30, rank=1, message="raised at the last step"))
+        writers[1].close("finished")
+
+    ender = threading.Thread(target=rank1_ends)
+    ender.start()
+    t0 = time.monotonic()
+    watch.close("finished")
+    ender.join()
+    assert [a["message"] for a in forwarded] == ["raised at the last step"]
+    assert time.monotonic() - t0 < watch.close_wait  # it left once rank 1's status was final

@@ -29,6 +29,7 @@ from mindwatch.core.rules import RuleEngine, value_of
 from mindwatch.store.crossrank import RankTails, StepAligner
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
+from mindwatch.store.writer import FINAL_STATES
 
 if TYPE_CHECKING:
     from mindwatch.config import DistributedSection
@@ -120,12 +121,14 @@ class CrossRankWatch:
         alerts_enabled: bool = True,
         cooldown_secs: float = 300.0,
         forward: Callable[[Alert], None] | None = None,
+        close_wait: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.layout = RunLayout(Path(run_dir))
         self.world_size = world_size
         self.emit = emit
         self.poll_secs = config.poll_secs
+        self.close_wait = close_wait
         self.clock = clock
         self.tails = RankTails(self.layout.root, world_size)
         self.aligner = StepAligner(world_size)
@@ -157,7 +160,21 @@ class CrossRankWatch:
         self.poll()
 
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
-        self.poll()
+        """A last look, after the other ranks ended too (up to ``close_wait`` s): their last alerts get forwarded."""
+        deadline = self.clock() + self.close_wait
+        while True:
+            self.poll()
+            if self._others_done() or self.clock() >= deadline:
+                return
+            time.sleep(0.05)
+
+    def _others_done(self) -> bool:
+        # a rank writes its final status after its last alert is in alerts.jsonl
+        for r in range(1, self.world_size):
+            st = read_json(self.layout.status(r))
+            if st is None or st.get("state") not in FINAL_STATES:
+                return False
+        return True
 
     # -- one look at the other ranks --------------------------------------------------
     def poll(self) -> None:

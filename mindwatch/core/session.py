@@ -138,7 +138,6 @@ class RunSession:
                 host = socket.gethostname()
                 context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
                 notify = NotifySink(channels, context=context)
-                sinks.append(notify)
         if self.rank == 0 and self.world_size > 1:
             from mindwatch.core.distributed import CrossRankWatch
 
@@ -154,6 +153,8 @@ class RunSession:
                     forward=forward,
                 )
             )
+        if notify is not None:
+            sinks.append(notify)  # after the cross-rank watch: its last forwards come before the notifier closes
         self.monitor.sinks.extend(sinks)
 
     def emit_alert(self, alert: Alert) -> None:
