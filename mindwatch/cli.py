@@ -147,8 +147,25 @@ def _tail(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _hang(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hang", help="say which rank a stalled distributed run waits for, from the ranks' stack dumps")
+    p.add_argument("run", metavar="RUN", help="run directory with stacks/stall_rank<R>_*.txt dumps")
+
+    def run(args: argparse.Namespace) -> int:
+        from mindwatch.core.hang import diagnose_run
+
+        d = diagnose_run(args.run)
+        if not d.places:
+            print(f"mindwatch hang: no stall stack dumps in {args.run}/stacks", file=sys.stderr)
+            return 2
+        print("\n".join(d.lines))
+        return 0
+
+    p.set_defaults(func=run)
+
+
 #: Each entry adds one subcommand. Keep one function per subcommand.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_demo, _serve, _report, _check, _export, _runs, _tail]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_demo, _serve, _report, _check, _export, _runs, _tail, _hang]
 
 
 def build_parser() -> argparse.ArgumentParser:

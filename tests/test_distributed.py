@@ -27,6 +27,7 @@ import psutil
 import pytest
 
 import mindwatch
+from mindwatch.cli import main
 from mindwatch.store.crossrank import CROSS_RANK_METRICS, band
 
 REPO = Path(__file__).resolve().parent.parent
@@ -306,7 +307,9 @@ def test_dashboard_band_and_rank_lines_come_from_the_rank_files(straggler_run: D
 
 
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
-def test_hang_alert_names_the_blocked_rank_not_the_one_in_allreduce(tmp_path: Path, mode: str) -> None:
+def test_hang_alert_names_the_blocked_rank_not_the_one_in_allreduce(
+    tmp_path: Path, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     launch = Launch()
     out = tmp_path / "out"
     try:
@@ -354,6 +357,11 @@ def test_hang_alert_names_the_blocked_rank_not_the_one_in_allreduce(tmp_path: Pa
     assert "iterators.py" in dumps[1][0].read_text()  # rank 1: inside the dataset iterator
     stalls = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "stall"]
     assert {a["rank"] for a in stalls} == {0, 1}
+    # the same verdict offline, from the run directory alone
+    assert main(["hang", str(run_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0] == "likely culprit: rank 1, which the others wait for"
+    assert "rank 1: waiting for its data pipeline" in printed
 
 
 # -- a manual dynamic-cluster launch: scheduler and workers started by hand, no msrun -------------------

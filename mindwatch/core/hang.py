@@ -9,6 +9,8 @@ Example::
     d.waiting         # [0]: inside the training step, i.e. waiting in a collective
     d.message         # the sentence the alert carries
 
+    d = diagnose_run("monitor_output/gpt/run_20261129_080440")   # the same from a run directory, offline
+
 In data-parallel training every step ends in a collective (the gradient AllReduce). When one
 rank stops reaching it, every other rank blocks inside the compiled step; the rank the others
 wait for is the one whose main thread is somewhere else: in the dataset iterator, in a callback,
@@ -83,6 +85,8 @@ class Diagnosis:
     culprits: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
     message: str = ""
+    #: The message's parts: the verdict, then one line per rank.
+    lines: list[str] = field(default_factory=list)
 
 
 def parse_stacks(text: str) -> list[Thread]:
@@ -136,7 +140,7 @@ def _data_detail(frame: Frame, threads: list[Thread]) -> str:
         user = [f for f in t.frames if not any(p in f.file.replace("\\", "/") for p in _LIBRARY)]
         if user and any("mindspore/dataset/" in f.file.replace("\\", "/") for f in t.frames):
             parts.append(f"dataset code at {user[-1]}")
-    return "; ".join(parts)
+    return ", ".join(parts)
 
 
 def diagnose(
@@ -186,8 +190,31 @@ def diagnose(
             lines.append(f"rank {r}: no stack dump")
     if behind and culprits is not behind:
         lines.append(f"{_ranks(behind)} behind at step {min(steps[r] for r in behind)} (others at {max(steps.values())})")
-    return Diagnosis(places, culprits, waiting, "; ".join(lines))
+    return Diagnosis(places, culprits, waiting, "; ".join(lines), lines)
 
 
 def _ranks(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+_DUMP = re.compile(r"^stall_rank(\d+)_.*(?<!\.faulthandler)\.txt$")
+
+
+def diagnose_run(run_dir: str | Path) -> Diagnosis:
+    """:func:`diagnose` from a run directory: each rank's newest ``stacks/stall_rank<R>_*.txt``, the world size
+    from ``meta.json`` (else the rank files) and the last steps from the status files. Works on any machine,
+    also when rank 0 (which diagnoses live) is the process that died."""
+    from mindwatch.store.layout import RunLayout, read_json
+
+    layout = RunLayout(Path(run_dir))
+    newest: dict[int, Path] = {}
+    if layout.stacks.is_dir():
+        for p in sorted(layout.stacks.iterdir(), key=lambda q: q.stat().st_mtime):
+            m = _DUMP.match(p.name)
+            if m:
+                newest[int(m.group(1))] = p
+    world = (read_json(layout.meta) or {}).get("world_size")
+    ranks = set(layout.ranks()) | set(newest)
+    world_size = world if isinstance(world, int) and world > 0 else (max(ranks) + 1 if ranks else None)
+    last_steps = {r: (read_json(layout.status(r)) or {}).get("last_step") for r in range(world_size or 0)}
+    return diagnose(newest, world_size, last_steps)
