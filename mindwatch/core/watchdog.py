@@ -5,7 +5,6 @@ Example::
     dog = Watchdog(emit=monitor.alert, stacks_dir=run_dir / "stacks", rank=0, timeout=120)
     dog.start()
     dog.last_beat = time.perf_counter()     # the training loop, at every step end (one attribute store)
-    dog.step = 120                          # optional: the step that just ended
     dog.stop()
 
 When no beat came for ``timeout`` seconds (or, with ``timeout=None``, for
@@ -84,7 +83,7 @@ class Watchdog:
         self.actions = actions or []
         #: perf_counter() of the last step end; None until the first (the watchdog is armed by it).
         self.last_beat: float | None = None
-        #: The step that ended last, when the training loop tells it.
+        #: The last recorded step (learnt from the records on the worker thread).
         self.step: int | None = None
         self.stalled = False
         self.stalls = 0
@@ -107,9 +106,12 @@ class Watchdog:
         s = sorted(self._gaps)
         return max(self.floor, self.factor * s[len(s) // 2])
 
-    # -- sink interface: learns the step rhythm from the recorded steps (worker thread) --
+    # -- sink interface: learns the step rhythm and the last step from the records (worker thread) --
     def write(self, records: list[dict[str, Any]]) -> None:
         for rec in records:
+            step = rec.get("step")
+            if isinstance(step, int):
+                self.step = step
             t = rec.get("t")
             if isinstance(t, (int, float)):
                 if self._last_t is not None and t > self._last_t:

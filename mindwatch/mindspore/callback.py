@@ -116,7 +116,7 @@ class MonitorCallback(Callback):
         self._act.prepare()
         self._control = self.session.control
         self._guard_nonfinite = self._act.guard_nonfinite
-        self._watchdog = self.session.watchdog or SimpleNamespace(last_beat=None, step=None)
+        self._watchdog = self.session.watchdog or SimpleNamespace(last_beat=None)
         self._setup_entropy(getattr(cb, "network", None) or train_network)
         self._batch_size = self.config.batch_size
         self._seq_length = self.config.seq_length
@@ -143,7 +143,6 @@ class MonitorCallback(Callback):
         cb = run_context.original_args()
         step = cb.cur_step_num
         self._watchdog.last_beat = now
-        self._watchdog.step = step
         self._data_acc += self._step_begin - self._prev_end
         self._prev_end = now
         n = step - self._last_recorded_step
