@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,7 +71,7 @@ class Watchdog:
         floor: float = 60.0,
         factor: float = 10.0,
         poll_secs: float = 0.1,
-        actions: list[str] | None = None,
+        actions: Sequence[str] = (),
         gil_guard: bool = True,
     ) -> None:
         self.emit = emit
@@ -80,7 +80,7 @@ class Watchdog:
         self.fixed_timeout = timeout
         self.floor, self.factor = floor, factor
         self.poll_secs = poll_secs
-        self.actions = actions or []
+        self.actions = list(actions)
         #: perf_counter() of the last step end; None until the first (the watchdog is armed by it).
         self.last_beat: float | None = None
         #: The last recorded step (learnt from the records on the worker thread).
@@ -92,6 +92,7 @@ class Watchdog:
         self._last_t: float | None = None
         self._gil_guard = gil_guard
         self._gil_file: IO[str] | None = None
+        self._gil_armed_at = -1e18
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -162,12 +163,11 @@ class Watchdog:
             self.stalls += 1
             self._stalled_beat = beat
             self._on_stall(idle, timeout)
-        elif self.stalled and beat != self._stalled_beat:
+        elif self.stalled and self._stalled_beat is not None and beat != self._stalled_beat:
             self.stalled = False
-            msg = f"steps are back after a stall of {now - self._stalled_beat:.1f} s"
-            self.emit(
-                make_alert(RESUMED, step=self.step, rank=self.rank, message=msg, severity="info", value=now - self._stalled_beat)
-            )
+            gap = beat - self._stalled_beat  # from the last step before the stall to the first after it
+            msg = f"steps are back after a stall of {gap:.1f} s"
+            self.emit(make_alert(RESUMED, step=self.step, rank=self.rank, message=msg, severity="info", value=gap))
 
     def _on_stall(self, idle: float, timeout: float) -> None:
         name = f"stall_rank{self.rank}_{time.strftime('%Y%m%d_%H%M%S')}"
@@ -195,14 +195,16 @@ class Watchdog:
 
     # -- GIL starvation guard -----------------------------------------------
     def _arm_gil_guard(self) -> None:
-        if not self._gil_guard:
+        now = time.monotonic()
+        if not self._gil_guard or now - self._gil_armed_at < 1.0:
             return
+        self._gil_armed_at = now
         try:
             if self._gil_file is None:
                 self.stacks_dir.mkdir(parents=True, exist_ok=True)
                 self._gil_file = open(self.stacks_dir / f"gil_hang_rank{self.rank}.txt", "w", encoding="utf-8")  # noqa: SIM115
-            # re-armed every poll: it fires only when this thread got no GIL for a whole timeout
-            faulthandler.dump_traceback_later(self.timeout + 2 * self.poll_secs, repeat=False, file=self._gil_file)
+            # re-armed every second: it fires only when this thread got no GIL for a whole timeout
+            faulthandler.dump_traceback_later(self.timeout + 1.0 + self.poll_secs, repeat=False, file=self._gil_file)
         except (OSError, ValueError, RuntimeError) as e:
             self._gil_guard = False
             log.warning("mindwatch: the GIL hang guard is off (%s)", e)
