@@ -40,13 +40,17 @@ def _serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; others need --token)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     p.add_argument("--token", default=None, help="require this token (default: $MINDWATCH_TOKEN); needed off loopback")
+    p.add_argument(
+        "--no-cache", action="store_true", help="do not keep long runs' columns in ~/.cache/mindwatch (or $MINDWATCH_CACHE_DIR)"
+    )
 
     def run(args: argparse.Namespace) -> int:
         import os
 
         from mindwatch.server.app import serve
 
-        return serve(args.logdir, host=args.host, port=args.port, token=args.token or os.environ.get("MINDWATCH_TOKEN"))
+        token = args.token or os.environ.get("MINDWATCH_TOKEN")
+        return serve(args.logdir, host=args.host, port=args.port, token=token, cache=not args.no_cache)
 
     p.set_defaults(func=run)
 

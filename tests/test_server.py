@@ -342,3 +342,38 @@ def test_band_across_ranks_gives_min_mean_max_per_step(logdir: Path) -> None:
     for step, lo, mean, hi in b["points"]:
         base = 3.0 - step / 40
         assert (lo, mean, hi) == pytest.approx((base, base + 1, base + 2))
+
+
+def test_column_cache_lets_a_new_server_continue_without_rereading(tmp_path: Path) -> None:
+    from mindwatch.server.cache import ColumnCache
+
+    path = tmp_path / "metrics.rank0.jsonl"
+    lines = [{"step": s, "t": float(s), "loss": 1.0 / s} for s in range(1, 3001)]
+    lines[10]["loss"] = math.nan
+    for rec in lines[::7]:
+        rec["grad_norm"] = 2.0  # a sparse metric: its line numbers are kept
+    path.write_bytes(b"".join(encode_line(r) for r in lines) + b"garbage\n")
+    cache = ColumnCache(tmp_path / "cache", min_lines=1000)
+    first = RankColumns(path, segment_bytes=4096, cache=cache)
+    first.refresh()
+    for metric in ("loss", "grad_norm"):
+        first.column(metric)
+    first.keys  # noqa: B018 (found lazily; the next save keeps them)
+    cache.save(first, wait=True)
+    cache.join()
+    assert not first.from_cache and list((tmp_path / "cache").glob("*.npz"))
+
+    second = RankColumns(path, cache=cache)  # a restarted server
+    assert second.from_cache and second.lines == 3000 and second.keys == {"loss", "grad_norm"}
+    for metric in ("loss", "grad_norm", "t"):
+        for a, b in zip(first.column(metric), second.column(metric), strict=True):
+            np.testing.assert_array_equal(a, b)
+    with open(path, "ab") as f:
+        f.write(encode_line({"step": 3001, "t": 3001.0, "loss": 0.5}))
+    assert second.refresh() == 1 and second.column("loss")[1][-1] == 0.5
+
+    path.write_bytes(path.read_bytes().replace(b'"step":1,', b'"step":9,', 1))  # same size, other content
+    third = RankColumns(path, cache=cache)
+    assert not third.from_cache  # a changed file is read again, never served from the cache
+    third.refresh()
+    assert third.steps[0] == 9

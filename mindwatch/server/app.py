@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mindwatch.assets import echarts_js
 from mindwatch.server.api import Api
 from mindwatch.server.auth import TokenGate, is_loopback
+from mindwatch.server.cache import ColumnCache
 from mindwatch.server.live import LiveHub
 from mindwatch.server.runs import BadRequest, Catalog, NotFound
 
@@ -52,9 +53,14 @@ def _static_dir() -> Path:
     return Path(str(resources.files("mindwatch.server") / "static"))
 
 
-def create_app(logdir: str | os.PathLike[str], token: str | None = None, poll_secs: float = 0.1) -> ASGIApp:
-    """The dashboard for the runs under ``logdir``; with ``token``, every request must carry it."""
-    catalog = Catalog(Path(logdir))
+def create_app(
+    logdir: str | os.PathLike[str], token: str | None = None, poll_secs: float = 0.1, cache: ColumnCache | None = None
+) -> ASGIApp:
+    """The dashboard for the runs under ``logdir``; with ``token``, every request must carry it.
+
+    ``cache`` keeps the columns of long runs on disk for the next start (see :mod:`mindwatch.server.cache`).
+    """
+    catalog = Catalog(Path(logdir), cache=cache)
     api = Api(catalog)
     hub = LiveHub(catalog, poll_secs=poll_secs)
     static = _static_dir()
@@ -91,6 +97,8 @@ def create_app(logdir: str | os.PathLike[str], token: str | None = None, poll_se
             yield
         finally:
             await hub.stop()
+            if cache is not None:
+                cache.join(timeout=10)  # finish writing the column cache for the next start
 
     app = Starlette(
         routes=[
@@ -138,13 +146,15 @@ def check_binding(host: str, token: str | None) -> None:
         )
 
 
-def serve(logdir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8765, token: str | None = None) -> int:
+def serve(
+    logdir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8765, token: str | None = None, cache: bool = True
+) -> int:
     """Run the dashboard until Ctrl-C."""
     import uvicorn
 
     check_binding(host, token)
     try:
-        app = create_app(logdir, token=token)
+        app = create_app(logdir, token=token, cache=ColumnCache() if cache else None)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"mindwatch serve: {e}") from None
     shown = f"[{host}]" if ":" in host else host

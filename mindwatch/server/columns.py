@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch.server.cache import ColumnCache
 from mindwatch.store.jsonl import decode_line, decode_value, encode_line
 from mindwatch.store.reader import COORDINATES, JsonlTail
 
@@ -76,10 +77,13 @@ class _Column:
 class RankColumns:
     """Steps of every line, and metric columns extracted on demand. See the module docstring."""
 
-    def __init__(self, path: Path, segment_bytes: int = 16 << 20) -> None:
+    def __init__(self, path: Path, segment_bytes: int = 16 << 20, cache: ColumnCache | None = None) -> None:
         self.path = Path(path)
         self.segment_bytes = segment_bytes
+        self.cache = cache
         self._reset()
+        self.from_cache = cache is not None and cache.load(self)
+        self._saved_work = self._work()
 
     def _reset(self) -> None:
         self._tail = JsonlTail(self.path)
@@ -121,6 +125,7 @@ class RankColumns:
             self._add_segment(start, data)
         for name, col in self._columns.items():
             self._extend(name, col)
+        self._maybe_save()
         return self.lines - before
 
     def _add_segment(self, start: int, data: bytes) -> None:
@@ -188,7 +193,59 @@ class RankColumns:
         if col is None:
             col = self._columns[metric] = _Column()
             self._extend(metric, col)
+            self._maybe_save()
         return col.line.view, col.value.view
+
+    # -- persistence (see mindwatch.server.cache) -------------------------------
+    def _work(self) -> int:
+        """Lines parsed so far, over the steps and every column: what a cache saves us from redoing."""
+        return self.lines + sum(col.line.size for col in self._columns.values())
+
+    def _maybe_save(self) -> None:
+        if self.cache is not None and self.cache.worth_saving(self._saved_work, self._work()):
+            self.cache.save(self)
+            self._saved_work = self._work()
+
+    def snapshot(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Everything read so far, as JSON-able state and numpy arrays (for :class:`ColumnCache`)."""
+        arrays: dict[str, np.ndarray] = {"steps": self.steps}
+        segments = []
+        for i, seg in enumerate(self._segments):
+            if seg.clean is not None:
+                arrays[f"clean{i}"] = np.frombuffer(seg.clean, np.uint8)
+            segments.append([seg.start, seg.end, seg.first_line, seg.lines, seg.clean is not None])
+        columns = {}
+        for i, (name, col) in enumerate(self._columns.items()):
+            line = col.line.view
+            dense = len(line) == self.lines and (not len(line) or (line[0] == 0 and line[-1] == len(line) - 1))
+            if not dense:  # a metric on every line needs no line numbers (they only increase)
+                arrays[f"line{i}"] = line
+            arrays[f"value{i}"] = col.value.view
+            columns[name] = [i, col.segments_done, bool(dense)]
+        state = {
+            "offset": self._tail.offset,
+            "segments": segments,
+            "columns": columns,
+            "keys": sorted(self._keys),
+            "segments_scanned": self._segments_scanned,
+            "bad_lines": self.bad_lines,
+        }
+        return state, arrays
+
+    def restore(self, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Continue from a :meth:`snapshot` of the same file, on a fresh instance (the caller checked the file)."""
+        self._tail.offset = int(state["offset"])
+        for i, (start, end, first, lines, dirty) in enumerate(state["segments"]):
+            self._segments.append(_Segment(start, end, first, lines, arrays[f"clean{i}"].tobytes() if dirty else None))
+        self._steps.extend(arrays["steps"])
+        for name, (i, done, dense) in state["columns"].items():
+            col = self._columns[name] = _Column(segments_done=done)
+            value = arrays[f"value{i}"]
+            col.line.extend(np.arange(len(value), dtype=np.int64) if dense else arrays[f"line{i}"])
+            col.value.extend(value)
+        self._keys = set(state["keys"])
+        self._segments_scanned = int(state["segments_scanned"])
+        self.bad_lines = int(state["bad_lines"])
 
     def _extend(self, metric: str, col: _Column) -> None:
         if col.segments_done == len(self._segments):

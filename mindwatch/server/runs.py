@@ -22,6 +22,7 @@ from collections import OrderedDict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mindwatch.server.cache import ColumnCache
 from mindwatch.server.columns import RankColumns
 from mindwatch.store.catalog import find_runs, summarize
 from mindwatch.store.layout import RunLayout, read_json
@@ -51,8 +52,9 @@ def check_run_id(run_id: str) -> str:
 class RunView:
     """One run directory read incrementally: meta, per-rank status and columns, alerts."""
 
-    def __init__(self, run_id: str, path: Path, root: Path) -> None:
+    def __init__(self, run_id: str, path: Path, root: Path, cache: ColumnCache | None = None) -> None:
         self.id = run_id
+        self.cache = cache
         self.layout = RunLayout(path)
         self.root = root
         self.meta: dict[str, Any] = {}
@@ -82,7 +84,7 @@ class RunView:
                     continue
                 cols = self.ranks.get(rank)
                 if cols is None:
-                    cols = self.ranks[rank] = RankColumns(metrics)
+                    cols = self.ranks[rank] = RankColumns(metrics, cache=self.cache)
                 added = cols.refresh()
                 if added:
                     new[rank] = added
@@ -126,8 +128,9 @@ class RunView:
 class Catalog:
     """Run directories under ``logdir`` (re-scanned at most every ``rescan_secs``) and their open views."""
 
-    def __init__(self, logdir: Path, rescan_secs: float = 1.0, max_open: int = 64) -> None:
+    def __init__(self, logdir: Path, rescan_secs: float = 1.0, max_open: int = 64, cache: ColumnCache | None = None) -> None:
         self.logdir = Path(logdir)
+        self.cache = cache
         if not self.logdir.is_dir():
             raise FileNotFoundError(f"log directory not found: {self.logdir}; pass the save_dir of your monitor_config")
         self.root = self.logdir.resolve()
@@ -168,7 +171,7 @@ class Catalog:
         with self._lock:
             view = self._views.get(run_id)
             if view is None:
-                view = self._views[run_id] = RunView(run_id, path, self.root)
+                view = self._views[run_id] = RunView(run_id, path, self.root, self.cache)
                 while len(self._views) > self.max_open:
                     self._views.popitem(last=False)
             self._views.move_to_end(run_id)
