@@ -340,6 +340,9 @@
       if (fresh && (fresh.metrics.length !== info.metrics.length || fresh.ranks.length !== info.ranks.length)) {
         if (es) es.close();
         await build();
+      } else if (heat && fresh && fresh.status.state === "running") {  // the heat map is re-binned, not pushed
+        const d = await getJSON(`/api/heatmap?run=${encodeURIComponent(runId)}&prefix=attention_entropy/&buckets=80&rank=${ranksShown()[0]}`);
+        heat.update(d);
       }
     }, 10000);
     cleanup.push(() => window.removeEventListener("resize", onResize), () => clearInterval(tick),
