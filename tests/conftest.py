@@ -9,6 +9,16 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
 
+#: Debian's Chromium, as the browser tests start it (headless, root, no network of its own).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
 
 @pytest.fixture
 def artifacts_dir() -> Path:

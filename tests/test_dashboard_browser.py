@@ -12,17 +12,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS
 
 from mindwatch.server.process import DashboardProcess
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)"),

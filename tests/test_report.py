@@ -12,17 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS
 
 from mindwatch.cli import main
 from mindwatch.store.writer import RunWriter
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def raw_records(run_dir: Path, rank: int = 0) -> list[dict]:
@@ -50,7 +43,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
 
