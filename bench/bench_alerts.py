@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -58,29 +59,30 @@ class _Receiver:
         self.server.server_close()
 
 
-class _BlackHole:
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(1024)
-        self.held: list[socket.socket] = []
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+_BLACK_HOLE = """
+import socket, sys
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1024)
+print(srv.getsockname()[1], flush=True)
+held = []
+while True:
+    held.append(srv.accept()[0])  # accept, never read, never answer
+"""
 
-    def _accept(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                self.held.append(self.sock.accept()[0])
-            except OSError:
-                continue
+
+class _BlackHole:
+    """An endpoint that accepts TCP connections and never answers, in a process of its own
+    (as a dead server would be: its accept loop must not share the training process's GIL)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _BLACK_HOLE], stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}/hook"
 
     def close(self) -> None:
-        self._stop.set()
-        for c in self.held:
-            c.close()
-        self.sock.close()
+        self.proc.kill()
+        self.proc.wait()
 
 
 def _dense_training(batches, lr: float = 0.0):
