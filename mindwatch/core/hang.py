@@ -179,7 +179,9 @@ def diagnose(
         lines.append(f"likely culprit: {_ranks(behind)}, behind the others")
     else:
         culprits = []
-        if waiting and not elsewhere:
+        if not places:
+            lines.append("no rank wrote a stack dump")
+        elif waiting and not elsewhere:
             lines.append("every rank is inside the training step: a collective or the device itself is stuck")
         else:
             lines.append("no rank is inside the training step: each one is stuck on its own")
