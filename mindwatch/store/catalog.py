@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mindwatch.store.jsonl import decode_line
 from mindwatch.store.layout import RunLayout, is_run_dir, read_json
 from mindwatch.store.reader import rank_state
 
@@ -87,8 +88,12 @@ def summarize(path: str | os.PathLike[str], now: float | None = None) -> RunSumm
     statuses = {r: s for r in layout.ranks() if (s := read_json(layout.status(r))) is not None}
     states = [rank_state(s, now) for s in statuses.values()]
     state = next((s for s in _STATE_ORDER if s in states), "finished" if states else "unknown")
+    # the heartbeat lags the metrics by up to flush_secs (and forever after a kill -9): take the newer of the two
+    lasts = [rec for r in layout.ranks() if (rec := last_record(layout.metrics(r))) is not None]
     last_steps = [s["last_step"] for s in statuses.values() if isinstance(s.get("last_step"), int)]
+    last_steps += [rec["step"] for rec in lasts if isinstance(rec.get("step"), int)]
     last_times = [s["last_step_time"] for s in statuses.values() if isinstance(s.get("last_step_time"), (int, float))]
+    last_times += [rec["t"] for rec in lasts if isinstance(rec.get("t"), (int, float))]
     errors = [s["error"] for s in statuses.values() if s.get("error")]
     started = meta.get("started_at") or min((s.get("started_at") or 0 for s in statuses.values()), default=None)
     return RunSummary(
@@ -114,3 +119,19 @@ def _count_lines(path: Path) -> int:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 16), b""))
     except OSError:
         return 0
+
+
+def last_record(path: Path, tail_bytes: int = 1 << 14) -> dict[str, Any] | None:
+    """The last complete record of a JSONL file, reading only its end."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail_bytes))
+            data = f.read(tail_bytes)
+    except OSError:
+        return None
+    for line in reversed(data.split(b"\n")):
+        rec = decode_line(line) if line.strip() else None
+        if rec is not None:
+            return rec
+    return None
