@@ -36,11 +36,12 @@ def _run_context(outputs):
     return RunContext(cb), cb
 
 
-def _drive(callback, steps: int, outputs) -> tuple[float, float | None]:
+def _drive(callback, steps: int, outputs, chunk: int = 1000) -> tuple[float, float | None]:
     """Seconds per step of the begin+end hooks; for mindwatch also the worker's seconds per record.
 
-    mindwatch's worker thread is held back while the hooks run (records wait in the queue), so
-    the first figure is the training thread's own cost; then the worker drains the queue alone.
+    mindwatch's worker thread is held back while the hooks run, so the first figure is the training
+    thread's own cost; every ``chunk`` steps the worker's drain runs (timed apart), so the queue stays
+    as short as it is in a real training, where steps take milliseconds.
     """
     from mindwatch.core.monitor import Monitor
 
@@ -51,22 +52,24 @@ def _drive(callback, steps: int, outputs) -> tuple[float, float | None]:
         callback.on_train_begin(rc)
     finally:
         Monitor.start = start  # type: ignore[method-assign]
-    begin, end = callback.on_train_step_begin, callback.on_train_step_end
-    t0 = time.perf_counter()
-    for step in range(1, steps + 1):
-        cb.cur_step_num = step
-        begin(rc)
-        end(rc)
-    dt = (time.perf_counter() - t0) / steps
-    worker = None
     session = getattr(callback, "session", None)
-    if session is not None:
+    begin, end = callback.on_train_step_begin, callback.on_train_step_end
+    hooks = worker = 0.0
+    for first in range(1, steps + 1, chunk):
         t0 = time.perf_counter()
-        session.monitor._drain()
-        worker = (time.perf_counter() - t0) / steps
+        for step in range(first, min(first + chunk, steps + 1)):
+            cb.cur_step_num = step
+            begin(rc)
+            end(rc)
+        t1 = time.perf_counter()
+        if session is not None:
+            session.monitor._drain()
+            worker += time.perf_counter() - t1
+        hooks += t1 - t0
+    if session is not None:
         session.monitor.start()
     callback.on_train_end(rc)
-    return dt, worker
+    return hooks / steps, (worker / steps if session is not None else None)
 
 
 def hot_path(steps: int) -> dict[str, float]:
@@ -190,10 +193,12 @@ def main() -> None:
         print(f"  {name:56s} {dt * 1e6:8.2f} us   (above empty: {(dt - empty) * 1e6:7.2f} us) {extra}")
     print(f"  mindwatch cost above an empty callback: {(res['mindwatch'] - empty) * 1e6:.2f} us/step (target <= 5 us)")
 
-    demo_steps, rounds = (60, 2) if QUICK else (200, 4)
+    demo_steps, rounds = (60, 2) if QUICK else (150, 6)
     off, on = demo_slowdown(demo_steps, rounds)
     m_off, m_on = statistics.median(off), statistics.median(on)
     print(f"demo training (GRAPH, CPU), {rounds} rounds x {demo_steps} steps, mean step time per round:")
     print(f"  without monitor: {', '.join(f'{x * 1e3:.2f}' for x in off)} ms  (median {m_off * 1e3:.2f} ms)")
     print(f"  with monitor:    {', '.join(f'{x * 1e3:.2f}' for x in on)} ms  (median {m_on * 1e3:.2f} ms)")
-    print(f"  slowdown: {(m_on / m_off - 1) * 100:+.2f} %  (ratio {m_on / m_off:.4f}; target <= 2 %)")
+    paired = statistics.median(b / a for a, b in zip(off, on, strict=True))
+    print(f"  slowdown: {(m_on / m_off - 1) * 100:+.2f} %  (ratio of medians {m_on / m_off:.4f}; target <= 2 %)")
+    print(f"  median of the paired per-round ratios: {paired:.4f}")

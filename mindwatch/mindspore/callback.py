@@ -108,13 +108,17 @@ class MonitorCallback(Callback):
         train_network = getattr(cb, "train_network", None)
         optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
         self._declared = getattr(train_network, "mindwatch_outputs", None)
-        self._layout: tuple[str, ...] | None = None
+        self._layout: tuple[tuple[int, str], ...] | None = None
+        # MindSpore's callback params are a dict whose attribute access raises and catches an
+        # AttributeError first (~1 us each): read them as dict items on the hot path.
+        self._arg = dict.__getitem__ if isinstance(cb, dict) else getattr
         self._lr = LrProbe(optimizer) if "lr" in self._metrics else None
         self._act = Interventions(
             self.session, optimizer=optimizer, train_network=train_network, lr_probe=self._lr or LrProbe(optimizer), rank=rank
         )
         self._act.prepare()
         self._control = self.session.control
+        self._record = self.session.monitor.record
         self._guard_nonfinite = self._act.guard_nonfinite
         self._watchdog = self.session.watchdog or SimpleNamespace(last_beat=None)
         self._setup_entropy(getattr(cb, "network", None) or train_network)
@@ -133,7 +137,7 @@ class MonitorCallback(Callback):
             return
         self._step_begin = _perf()
         if self._entropy is not None:
-            step = run_context.original_args().cur_step_num
+            step = self._arg(run_context.original_args(), "cur_step_num")
             self._entropy.sampling = step % self.config.attention_entropy.every == 0
 
     def on_train_step_end(self, run_context: Any) -> None:
@@ -141,7 +145,8 @@ class MonitorCallback(Callback):
             return
         now = _perf()
         cb = run_context.original_args()
-        step = cb.cur_step_num
+        arg = self._arg
+        step = arg(cb, "cur_step_num")
         self._watchdog.last_beat = now
         self._data_acc += self._step_begin - self._prev_end
         self._prev_end = now
@@ -152,8 +157,8 @@ class MonitorCallback(Callback):
             return
         self._first = False  # the first step is always recorded (in GRAPH mode its time includes compilation)
         elapsed = now - self._last_recorded_time
-        rec: dict[str, Any] = {"step": step, "epoch": cb.cur_epoch_num, "t": _wall(), "rank": self._rank}
-        outputs = cb.net_outputs
+        rec: dict[str, Any] = {"step": step, "epoch": arg(cb, "cur_epoch_num"), "t": _wall(), "rank": self._rank}
+        outputs = arg(cb, "net_outputs")
         if self._layout is None:
             self._layout = output_layout(outputs, self._declared)
         decode_outputs(outputs, self._layout, rec)
@@ -172,7 +177,7 @@ class MonitorCallback(Callback):
                     rec["tokens_per_second"] = self._batch_size * self._seq_length * n / elapsed
         if self._entropy is not None and self._entropy.values:
             rec.update(self._entropy.take())
-        self.session.monitor.record(rec)  # type: ignore[union-attr]
+        self._record(rec)
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
             self._act.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
         if self._control.pending:  # an alert rule asked for stop / checkpoint / lr_backoff / dump_stacks

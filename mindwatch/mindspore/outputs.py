@@ -26,13 +26,18 @@ MINDFORMERS_LAYOUTS: dict[int, tuple[str, ...]] = {
 RECORDED = ("loss", "overflow", "loss_scale", "lr", "grad_norm")
 
 
-def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[str, ...]:
-    """Names for each position of ``net_outputs``."""
+def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[tuple[int, str], ...]:
+    """``(position, name)`` of each value to record from ``net_outputs``; position -1: the output itself is the loss.
+
+    Worked out once per training, so the per-step decoding is a short loop.
+    """
     if not isinstance(net_outputs, (tuple, list)):
-        return ("loss",)
+        return ((-1, "loss"),)
     if declared is not None and len(declared) == len(net_outputs):
-        return declared
-    return MINDFORMERS_LAYOUTS.get(len(net_outputs), ("loss",))
+        names = declared
+    else:
+        names = MINDFORMERS_LAYOUTS.get(len(net_outputs), ("loss",))
+    return tuple((i, name) for i, name in enumerate(names) if name in RECORDED)
 
 
 def to_float(value: Any) -> float | None:
@@ -41,6 +46,8 @@ def to_float(value: Any) -> float | None:
     A non-scalar (MindFormers' loss has shape ``(1,)``, a per-micro-batch loss more) gives its mean,
     as MindFormers' ``_get_loss_output`` does (``np.mean(loss.asnumpy())``).
     """
+    if type(value) is float:
+        return value
     if value is None:
         return None
     if isinstance(value, (int, float)):
@@ -55,16 +62,9 @@ def to_float(value: Any) -> float | None:
         return None
 
 
-def decode_outputs(net_outputs: Any, layout: tuple[str, ...], out: dict[str, Any]) -> None:
-    """Put the recorded values of ``net_outputs`` into ``out`` as floats."""
-    if layout == ("loss",):
-        item = net_outputs[0] if isinstance(net_outputs, (tuple, list)) else net_outputs
-        v = to_float(item)
+def decode_outputs(net_outputs: Any, layout: tuple[tuple[int, str], ...], out: dict[str, Any]) -> None:
+    """Put the values ``layout`` names (see :func:`output_layout`) into ``out`` as floats."""
+    for i, name in layout:
+        v = to_float(net_outputs if i < 0 else net_outputs[i])
         if v is not None:
-            out["loss"] = v
-        return
-    for name, item in zip(layout, net_outputs, strict=False):
-        if name in RECORDED:
-            v = to_float(item)
-            if v is not None:
-                out[name] = v
+            out[name] = v
