@@ -17,27 +17,6 @@ from mindwatch.store.writer import RunWriter
 CONTRACT = ("t", "step", "rank", "rule", "metric", "value", "threshold", "severity", "message", "actions")
 
 
-class Counting:
-    """A sink that counts alerts (as the Prometheus and TensorBoard sinks do), noting the thread."""
-
-    def __init__(self) -> None:
-        self.alerts: list[dict] = []
-        self.threads: set[str] = set()
-
-    def alert(self, alert: dict) -> None:
-        self.alerts.append(alert)
-        self.threads.add(threading.current_thread().name)
-
-    def write(self, records) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self, state, error=None, reason=None) -> None:
-        pass
-
-
 class NoAlerts:
     """A sink without ``alert()``: it is skipped, not called."""
 
@@ -49,6 +28,18 @@ class NoAlerts:
 
     def close(self, state, error=None, reason=None) -> None:
         pass
+
+
+class Counting(NoAlerts):
+    """A sink that counts alerts (as the Prometheus and TensorBoard sinks do), noting the thread."""
+
+    def __init__(self) -> None:
+        self.alerts: list[dict] = []
+        self.threads: set[str] = set()
+
+    def alert(self, alert: dict) -> None:
+        self.alerts.append(alert)
+        self.threads.add(threading.current_thread().name)
 
 
 def test_every_sink_with_alert_gets_every_alert_on_the_worker_thread(tmp_path: Path) -> None:

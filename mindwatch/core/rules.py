@@ -147,26 +147,13 @@ class ThresholdRule(_Base):
         if v is None or not math.isfinite(v):
             return []  # NaN/Inf belongs to the non-finite rule
         if self.above is not None and v > self.above:
-            return [
-                self._alert(
-                    rec,
-                    f"{self.metric} {v:.4g} is above the limit {self.above:.4g}",
-                    metric=self.metric,
-                    value=v,
-                    threshold=self.above,
-                )
-            ]
-        if self.below is not None and v < self.below:
-            return [
-                self._alert(
-                    rec,
-                    f"{self.metric} {v:.4g} is below the limit {self.below:.4g}",
-                    metric=self.metric,
-                    value=v,
-                    threshold=self.below,
-                )
-            ]
-        return []
+            side, limit = "above", self.above
+        elif self.below is not None and v < self.below:
+            side, limit = "below", self.below
+        else:
+            return []
+        message = f"{self.metric} {v:.4g} is {side} the limit {limit:.4g}"
+        return [self._alert(rec, message, metric=self.metric, value=v, threshold=limit)]
 
 
 def threshold_rules(warn_on_value: dict[str, Any], *, rank: int = 0, actions: Sequence[str] = ()) -> list[ThresholdRule]:
