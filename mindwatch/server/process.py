@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from types import TracebackType
 
@@ -48,6 +49,9 @@ class DashboardProcess:
         self.host = host
         self.port = port if port and port_is_free(port, host) else free_port(host)  # 0 or taken: any free port
         self.proc: subprocess.Popen[bytes] | None = None
+        #: The server's last stderr lines. Drained continuously: an unread pipe fills up (64 KiB) and
+        #: then blocks the server's event loop on its next log line.
+        self.stderr_tail: deque[str] = deque(maxlen=200)
 
     @property
     def url(self) -> str:
@@ -58,16 +62,24 @@ class DashboardProcess:
         self.logdir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "mindwatch.cli", "serve", str(self.logdir), "--host", self.host, "--port", str(self.port)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        drain = threading.Thread(target=self._drain_stderr, args=(self.proc,), name="mindwatch-dashboard-stderr", daemon=True)
+        drain.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                drain.join(2)
+                err = "".join(self.stderr_tail)
                 raise RuntimeError(f"the dashboard exited at start (code {self.proc.returncode}): {err.strip()[-500:]}")
             with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
                 return self
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"the dashboard did not answer on {self.url} within {timeout:.0f} s")
+
+    def _drain_stderr(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.stderr_tail.append(line.decode(errors="replace"))
 
     def wait(self) -> None:
         """Block until the server exits or Ctrl-C."""
