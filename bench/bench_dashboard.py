@@ -2,11 +2,14 @@
 
     .venv/bin/python -m bench dashboard
 
-1. Chart query: a synthetic run of 1,000,000 steps x 10 metrics (~230 MB of JSONL). A fresh
-   ``mindwatch serve`` process answers its first 2,000-point ``/api/series`` query (cold: it has
-   never read the file), then the same query again (warm), a zoomed window, and a second metric.
-   Baseline: what the seed's Flask app does per query, ``json.loads`` of every line. Then a
-   restarted server answers from the column cache the first one left (mindwatch.server.cache).
+1. Chart query: a synthetic run of 1,000,000 steps x 10 metrics (~230 MB of JSONL) written by
+   RunWriter, so with the column files training writes beside it (mindwatch.store.columnfiles).
+   A fresh ``mindwatch serve`` process answers its first 2,000-point ``/api/series`` query (cold:
+   it has never read the run), then the same query again (warm), a zoomed window, and a second
+   metric; then a restarted server. All of it again on the same JSONL without column files (a
+   run from another tool or an older mindwatch), where the restarted server answers from the
+   column cache the first one left (mindwatch.server.cache). Baseline: what the seed's Flask app
+   does per query, ``json.loads`` of every line.
 2. Live latency: 50 SSE clients watch a run while a writer appends one record every 100 ms; latency
    is from the write to each client receiving the point. Baseline: the seed's 3 s polling, whose
    wait alone is uniform in [0, 3 s] (p95 = 2.85 s, before any request time).
@@ -28,6 +31,7 @@ import httpx
 import numpy as np
 
 from mindwatch.server.process import DashboardProcess
+from mindwatch.store.columnfiles import read_column_files
 from mindwatch.store.writer import RunWriter
 
 STEPS = 1_000_000
@@ -35,26 +39,34 @@ METRICS = ["loss", "lr", "grad_norm", "step_time", "data_time", "samples_per_sec
 SPIKE_STEP = 612_345
 CLIENTS = 50
 RECORDS = 60
+FLUSH_EVERY = 1000
 
 
 def write_long_run(root: Path) -> Path:
-    """meta + metrics.rank0.jsonl with ``STEPS`` lines of step, t and 10 metrics (incl. epoch and an entropy)."""
+    """meta + ``STEPS`` records of step, t and 10 metrics (incl. epoch and an entropy), written by RunWriter.
+
+    RunWriter also writes the column files (mindwatch.store.columnfiles) at every flush, as in
+    training; here every ``FLUSH_EVERY`` records (a 2 s heartbeat at ~500 steps/s).
+    """
     root.mkdir(parents=True, exist_ok=True)
     (root / "meta.json").write_text(json.dumps({"run_id": root.name, "project": "bench", "started_at": 1.7e9}))
     rng = np.random.default_rng(0)
     loss = 2.0 + 0.05 * rng.standard_normal(STEPS)
     loss[SPIKE_STEP - 1] = 40.0
-    cols = {m: np.round(rng.random(STEPS) + 1, 5) for m in METRICS[1:]}
-    path = root / "metrics.rank0.jsonl"
-    with open(path, "w") as f:
-        for chunk in range(0, STEPS, 100_000):
-            lines = []
-            for i in range(chunk, min(chunk + 100_000, STEPS)):
-                vals = ",".join(f'"{m}":{cols[m][i]}' for m in METRICS[1:])
-                head = f'{{"step":{i + 1},"epoch":1,"t":{1.7e9 + i * 0.1:.3f},"loss":{loss[i]:.5f}'
-                lines.append(f'{head},{vals},"attention_entropy/0":1.5}}\n')
-            f.write("".join(lines))
-    return path
+    cols = {m: np.round(rng.random(STEPS) + 1, 5).tolist() for m in METRICS[1:]}
+    loss = np.round(loss, 5).tolist()
+    writer = RunWriter(root, rank=0)
+    for chunk in range(0, STEPS, FLUSH_EVERY):
+        records = []
+        for i in range(chunk, min(chunk + FLUSH_EVERY, STEPS)):
+            rec = {"step": i + 1, "epoch": 1, "t": round(1.7e9 + i * 0.1, 3), "loss": loss[i]}
+            rec.update({m: cols[m][i] for m in METRICS[1:]})
+            rec["attention_entropy/0"] = 1.5
+            records.append(rec)
+        writer.write(records)
+        writer.flush()
+    writer.close("finished")
+    return writer.layout.metrics(0)
 
 
 def naive_query(path: Path, metric: str) -> int:
@@ -68,56 +80,81 @@ def naive_query(path: Path, metric: str) -> int:
     return len(values)
 
 
-def chart_query(logdir: Path) -> None:
-    path = logdir / "bench" / "long" / "metrics.rank0.jsonl"
-    if not path.exists():
-        t = time.perf_counter()
-        write_long_run(path.parent)
-        print(f"generated {STEPS:,} steps x 10 metrics ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
+def _cold_then_warm(logdir: Path, run: str) -> dict[str, float]:
+    """A fresh server's first query on ``run``, then warm, run info, zoom, a second metric; then a restarted server."""
     shutil.rmtree(os.environ["MINDWATCH_CACHE_DIR"], ignore_errors=True)  # cold: no column cache either
-    with open(path, "rb") as f:  # the OS page cache holds the file (as it does for a file being written); the server is fresh
+    with open(logdir / run / "metrics.rank0.jsonl", "rb") as f:  # the OS page cache holds the file, as for a file being written
         while f.read(1 << 24):
             pass
+    out: dict[str, float] = {}
+    q = {"run": run, "metric": "loss", "points": 2000}
     with DashboardProcess(logdir, port=0) as dash, httpx.Client(base_url=dash.url, timeout=600) as c:
-        q = {"run": "bench/long", "metric": "loss", "points": 2000}
         t = time.perf_counter()
         body = c.get("/api/series", params=q).json()
-        cold = time.perf_counter() - t
+        out["cold"] = time.perf_counter() - t
         assert body["total"] == STEPS and [SPIKE_STEP, 40.0] in body["points"], "the spike must survive downsampling"
         warm = []
         for _ in range(5):
             t = time.perf_counter()
             c.get("/api/series", params=q).raise_for_status()
             warm.append(time.perf_counter() - t)
+        out["warm"] = statistics.median(warm)
         t = time.perf_counter()
-        metrics = c.get("/api/run", params={"run": "bench/long"}).json()["metrics"]
-        info = time.perf_counter() - t
+        metrics = c.get("/api/run", params={"run": run}).json()["metrics"]
+        out["info"] = time.perf_counter() - t
         assert len(metrics) == 10, metrics
         t = time.perf_counter()
         win = c.get("/api/series", params={**q, "lo": 500_000, "hi": 520_000}).json()
-        zoom = time.perf_counter() - t
+        out["zoom"] = time.perf_counter() - t
+        out["zoom_points"] = len(win["points"])
         t = time.perf_counter()
         c.get("/api/series", params={**q, "metric": "grad_norm"}).raise_for_status()
-        second = time.perf_counter() - t
-    # A restarted server: the columns the first one read are in the column cache (mindwatch.server.cache).
+        out["second"] = time.perf_counter() - t
+    # A restarted server: the columns the first one parsed are in the column cache (mindwatch.server.cache).
     with DashboardProcess(logdir, port=0) as dash, httpx.Client(base_url=dash.url, timeout=600) as c:
         t = time.perf_counter()
         body = c.get("/api/series", params=q).json()
-        restarted = time.perf_counter() - t
+        out["restarted"] = time.perf_counter() - t
         assert [SPIKE_STEP, 40.0] in body["points"]
+    return out
+
+
+def chart_query(logdir: Path) -> None:
+    path = logdir / "bench" / "long" / "metrics.rank0.jsonl"
+    if not path.exists() or read_column_files(path) is None:
+        shutil.rmtree(path.parent, ignore_errors=True)
+        t = time.perf_counter()
+        write_long_run(path.parent)
+        print(f"generated {STEPS:,} steps x 10 metrics ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
+    # The same JSONL without column files: a run written by another tool or an older mindwatch.
+    bare = logdir / "bench" / "long-jsonl-only" / "metrics.rank0.jsonl"
+    shutil.rmtree(bare.parent, ignore_errors=True)
+    bare.parent.mkdir(parents=True)
+    shutil.copyfile(path.parent / "meta.json", bare.parent / "meta.json")
+    os.link(path, bare)
+    files_mb = sum(p.stat().st_size for p in (path.parent / "columns.rank0").iterdir()) / 1e6
+    with_files = _cold_then_warm(logdir, "bench/long")
+    jsonl_only = _cold_then_warm(logdir, "bench/long-jsonl-only")
     t = time.perf_counter()
     n = naive_query(path, "loss")
     naive = time.perf_counter() - t
     assert n == STEPS
-    print(f"chart query, {STEPS:,}-step run, 2,000 points (min/max per bucket; the planted spike kept):")
-    print(f"  cold (fresh server, file never read):    {cold:7.3f} s   (target <= 1 s)")
-    print(f"  restarted server, column cache present:  {restarted:7.3f} s")
-    print(f"  warm (median of 5):                      {statistics.median(warm):7.3f} s")
-    print(f"  run info, metric names found (first):    {info:7.3f} s")
-    print(f"  zoom window 20,000 steps -> {len(win['points'])} points:    {zoom:7.3f} s")
-    print(f"  second metric, first time (grad_norm):   {second:7.3f} s")
-    print(f"  naive json.loads of every line (seed):   {naive:7.3f} s")
-    print(f"  ratio naive / cold: {naive / cold:.1f}x   naive / warm: {naive / statistics.median(warm):.0f}x")
+    print(f"chart query, {STEPS:,}-step run ({path.stat().st_size / 1e6:.0f} MB JSONL + {files_mb:.0f} MB column files),")
+    print("2,000 points (min/max per bucket; the planted spike kept):")
+    print(f"  {'':42s} {'column files':>14s} {'JSONL only':>12s}")
+    rows = [
+        ("cold (fresh server, file never read)", "cold"),
+        ("restarted server (column cache)", "restarted"),
+        ("warm (median of 5)", "warm"),
+        ("run info, metric names (first)", "info"),
+        (f"zoom 20,000 steps -> {with_files['zoom_points']:.0f} points", "zoom"),
+        ("second metric, first time (grad_norm)", "second"),
+    ]
+    for label, key in rows:
+        print(f"  {label:42s} {with_files[key]:12.3f} s {jsonl_only[key]:10.3f} s")
+    print(f"  target for cold: <= 1 s; naive json.loads of every line (the seed): {naive:.3f} s")
+    ratios = f"{naive / with_files['cold']:.0f}x with column files, {naive / jsonl_only['cold']:.1f}x JSONL only"
+    print(f"  ratio naive / cold: {ratios}")
 
 
 async def _client(url: str, sent: dict[int, float], got: list[float], ready: asyncio.Event, n_ready: list[int]) -> None:

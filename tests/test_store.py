@@ -38,6 +38,8 @@ def test_roundtrip_with_non_finite_values(tmp_path: Path) -> None:
 def test_numpy_values_are_stored_as_numbers() -> None:
     rec = json.loads(encode_line({"step": 1, "loss": np.float32(1.5), "n": np.int64(3)}))
     assert rec == {"step": 1, "loss": 1.5, "n": 3.0}
+    both = json.loads(encode_line({"step": 2, "loss": math.nan, "gn": np.float32(2.0), "per_layer": [np.float64(math.inf), 1]}))
+    assert both == {"step": 2, "loss": "nan", "gn": 2.0, "per_layer": ["inf", 1]}  # a NaN and a numpy value together
     assert decode_value("inf") == math.inf and decode_value("x") is None and decode_value(True) == 1.0
 
 

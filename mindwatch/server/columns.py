@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mindwatch.server.cache import ColumnCache
+from mindwatch.store.columnfiles import NOT_STORED, ColumnFiles, read_column_files
 from mindwatch.store.jsonl import decode_line, decode_value, encode_line
 from mindwatch.store.reader import COORDINATES, JsonlTail
 
@@ -82,7 +83,8 @@ class RankColumns:
         self.segment_bytes = segment_bytes
         self.cache = cache
         self._reset()
-        self.from_cache = cache is not None and cache.load(self)
+        self.from_files = self._open_files()
+        self.from_cache = not self.from_files and cache is not None and cache.load(self)
         self._saved_work = self._work()
 
     def _reset(self) -> None:
@@ -94,6 +96,23 @@ class RankColumns:
         self._segments_scanned = 0  # segments whose keys are in _keys
         self.bad_lines = 0
         self.generation = getattr(self, "generation", -1) + 1  # bumps when the file was replaced
+        self._files: ColumnFiles | None = None
+        self._complete = 0  # leading segments whose every column is in the column files
+        self._free_work = 0  # lines and values taken from the column files (nothing a cache would save)
+
+    def _open_files(self) -> bool:
+        """Start from the writer's column files (see :mod:`mindwatch.store.columnfiles`) when they match the file."""
+        files = read_column_files(self.path)
+        if files is None or not files.lines:
+            return False
+        self._files, self._complete = files, 1
+        self._tail.offset = files.offset
+        self._segments.append(_Segment(0, files.offset, 0, files.lines))
+        self._steps.extend(files.steps)
+        self._keys = {name for name in files.names if name not in COORDINATES}
+        self._segments_scanned = 1
+        self._free_work = files.lines
+        return True
 
     # -- reading ----------------------------------------------------------
     @property
@@ -110,6 +129,7 @@ class RankColumns:
         try:
             if self.path.stat().st_size < self._tail.offset:  # truncated or replaced: start over
                 self._reset()
+                self._open_files()
         except OSError:
             return 0
         before = self.lines
@@ -192,6 +212,12 @@ class RankColumns:
         col = self._columns.get(metric)
         if col is None:
             col = self._columns[metric] = _Column()
+            stored = self._files.column(metric) if self._files is not None and metric not in NOT_STORED else None
+            if stored is not None:  # the column files hold all of it for the first segment
+                col.line.extend(stored[0])
+                col.value.extend(stored[1])
+                col.segments_done = self._complete
+                self._free_work += len(stored[0])
             self._extend(metric, col)
             self._maybe_save()
         return col.line.view, col.value.view
@@ -199,7 +225,7 @@ class RankColumns:
     # -- persistence (see mindwatch.server.cache) -------------------------------
     def _work(self) -> int:
         """Lines parsed so far, over the steps and every column: what a cache saves us from redoing."""
-        return self.lines + sum(col.line.size for col in self._columns.values())
+        return self.lines + sum(col.line.size for col in self._columns.values()) - self._free_work
 
     def _maybe_save(self) -> None:
         if self.cache is not None and self.cache.worth_saving(self._saved_work, self._work()):

@@ -21,27 +21,26 @@ def encode_line(record: dict[str, Any]) -> bytes:
     """One record as one JSON line (bytes, newline included)."""
     try:
         text = json.dumps(record, allow_nan=False, separators=(",", ":"))
-    except ValueError:  # a NaN or Inf somewhere: rare, so only then pay for the walk
-        text = json.dumps({k: _finite_or_str(v) for k, v in record.items()}, separators=(",", ":"))
-    except TypeError:  # a value json cannot encode (numpy scalar, Tensor): store its float or its text
-        text = json.dumps({k: _plain(v) for k, v in record.items()}, allow_nan=True, separators=(",", ":"))
-        return encode_line(json.loads(text, parse_constant=lambda c: _NON_FINITE[c]))
+    except (ValueError, TypeError):  # a NaN/Inf, or a value json cannot encode (numpy scalar, Tensor): rare, so walk only then
+        text = json.dumps(_plain(record), allow_nan=False, separators=(",", ":"))
     return text.encode("utf-8") + b"\n"
 
 
-def _finite_or_str(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    return v
-
-
 def _plain(v: Any) -> Any:
-    if isinstance(v, (str, int, float, bool, type(None), list, dict)):
+    """``v`` with non-finite floats as strings and anything else json cannot encode as its float (or its text)."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, (str, int, type(None))):  # bool is an int
         return v
     try:
-        return float(v)
+        f = float(v)
     except (TypeError, ValueError):
         return str(v)
+    if math.isfinite(f):
+        return f
+    return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
 
 
 def decode_value(v: Any) -> float | None:

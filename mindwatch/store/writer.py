@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
 from mindwatch.store.layout import RunLayout, write_json_atomic
 
@@ -30,7 +31,7 @@ FINAL_STATES = ("finished", "failed", "stopped")
 
 
 class RunWriter:
-    """Writes ``metrics.rank<R>.jsonl``, ``status.rank<R>.json`` and appends to ``alerts.jsonl``."""
+    """Writes ``metrics.rank<R>.jsonl`` (and its column files), ``status.rank<R>.json``, appends to ``alerts.jsonl``."""
 
     def __init__(self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0) -> None:
         self.layout = RunLayout(Path(run_dir))
@@ -48,6 +49,7 @@ class RunWriter:
         self._last_warning = 0.0
         self.started_at = time.time()
         self.layout.root.mkdir(parents=True, exist_ok=True)
+        self.columns = ColumnFilesWriter(self.layout.metrics(rank))
         self.flush()
 
     # -- sink interface -------------------------------------------------
@@ -62,9 +64,11 @@ class RunWriter:
             self._fh.write(data)
             self._fh.flush()
             self.records_written += len(records)
+            self.columns.add(records, len(data))
         except OSError as e:
             self.records_lost += len(records)
             self._close_file()
+            self.columns.stop("the metrics file could not be written")
             self._warn(
                 f"mindwatch: cannot write metrics to {self.layout.metrics(self.rank)} ({e}); "
                 f"{self.records_lost} records lost so far, training continues"
@@ -78,6 +82,7 @@ class RunWriter:
         try:
             if self._fh is not None:
                 os.fsync(self._fh.fileno())
+                self.columns.flush()
             write_json_atomic(self.layout.status(self.rank), self.status())
         except OSError as e:
             self._close_file()
