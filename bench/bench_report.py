@@ -3,15 +3,18 @@
     .venv/bin/python -m bench report
 
 The run is the dashboard benchmark's synthetic one (1,000,000 steps x 10 metrics, ~230 MB of
-JSONL, one spike). Baseline: ``json.loads`` of every line into a list, the least any reader of
-the run directory must do. Each command is timed as a user runs it (a fresh process), so the
-figures include Python start-up and imports.
+JSONL, one spike), written by RunWriter with its column files; then again without them (a run
+from another tool or an older mindwatch: the JSONL is parsed). Baseline: ``json.loads`` of every
+line into a list, the least any reader of the run directory must do without column files. Each
+command is timed as a user runs it (a fresh process), so the figures include Python start-up
+and imports.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,12 +72,16 @@ def main() -> None:
             ("export csv", ["export", str(run), "--format", "csv", "-o", str(Path(tmp) / "m.csv")]),
             ("export parquet", ["export", str(run), "--format", "parquet", "-o", str(Path(tmp) / "m.parquet")]),
         ]
-        for name, args in cases:
-            wall, rss, proc = timed(args)
-            if proc.returncode not in (0, 1):
-                print(f"{name}: failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-                continue
-            print(f"{name:16s} {wall:7.2f} s  ({wall / base:4.1f}x the bare parse)  peak RSS {rss:.2f} GB")
+        for variant in ("with column files", "JSONL only"):
+            if variant == "JSONL only":  # a run from another tool or an older mindwatch
+                shutil.rmtree(run / "columns.rank0")
+            print(f"{variant}:")
+            for name, args in cases:
+                wall, rss, proc = timed(args)
+                if proc.returncode not in (0, 1):
+                    print(f"  {name}: failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+                    continue
+                print(f"  {name:16s} {wall:7.2f} s  ({wall / base:4.2f}x the bare parse)  peak RSS {rss:.2f} GB")
         html = out.read_text()
         data = json.loads(re.search(r'id="mindwatch-data" type="application/json">(.*?)</script>', html, re.S).group(1))
         loss = next(m for m in data["metrics"] if m["name"] == "loss")["series"][0]["data"]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from mindwatch.store.columns import RankColumns
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
@@ -69,3 +73,25 @@ def report_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out, _ = procs[kind].communicate(timeout=300)
         assert ("RUN_DIR" in out) and (procs[kind].returncode == 0) == (kind == "finished"), out[-3000:]
     return {kind: save_dir / "report-tests" / kind for kind in procs}
+
+
+def parsed_copy(path: Path, tmp_path: Path) -> RankColumns:
+    """The same JSONL read the slow way: a copy with no column files beside it."""
+    copy = tmp_path / "parsed" / path.name
+    copy.parent.mkdir(exist_ok=True)
+    shutil.copyfile(path, copy)
+    cols = RankColumns(copy, segment_bytes=512)
+    cols.refresh()
+    assert not cols.from_files
+    return cols
+
+
+def assert_same_columns(a: RankColumns, b: RankColumns) -> None:
+    assert a.lines == b.lines
+    np.testing.assert_array_equal(a.steps, b.steps)
+    assert a.keys == b.keys
+    for metric in sorted(b.keys | {"t", "epoch", "absent"}):
+        for x, y in zip(a.column(metric), b.column(metric), strict=True):
+            np.testing.assert_array_equal(x, y, err_msg=metric)
+    line = np.arange(a.lines)
+    np.testing.assert_array_equal(a.time_of_lines(line), b.time_of_lines(line))

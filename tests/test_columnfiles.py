@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import assert_same_columns, parsed_copy
 
-from mindwatch.server.columns import RankColumns
 from mindwatch.store import RunWriter
 from mindwatch.store.columnfiles import columns_dir, read_column_files
-
-
-def parsed(path: Path, tmp_path: Path) -> RankColumns:
-    """The same JSONL read the slow way: a copy with no column files beside it."""
-    copy = tmp_path / "parsed" / path.name
-    copy.parent.mkdir(exist_ok=True)
-    shutil.copyfile(path, copy)
-    cols = RankColumns(copy, segment_bytes=512)
-    cols.refresh()
-    assert not cols.from_files
-    return cols
-
-
-def assert_same(a: RankColumns, b: RankColumns) -> None:
-    assert a.lines == b.lines
-    np.testing.assert_array_equal(a.steps, b.steps)
-    assert a.keys == b.keys
-    for metric in sorted(b.keys | {"t", "epoch", "absent"}):
-        for x, y in zip(a.column(metric), b.column(metric), strict=True):
-            np.testing.assert_array_equal(x, y, err_msg=metric)
-    line = np.arange(a.lines)
-    np.testing.assert_array_equal(a.time_of_lines(line), b.time_of_lines(line))
+from mindwatch.store.columns import RankColumns
 
 
 def odd_records(first: int, n: int) -> list[dict]:
@@ -72,11 +50,11 @@ def test_column_files_answer_what_parsing_answers(tmp_path: Path) -> None:
     fast = RankColumns(path)
     assert fast.from_files
     fast.refresh()
-    assert_same(fast, parsed(path, tmp_path))
+    assert_same_columns(fast, parsed_copy(path, tmp_path))
     w.write(odd_records(2000, 10))
     w.close("finished")
     assert fast.refresh() == 10
-    assert_same(fast, parsed(path, tmp_path))
+    assert_same_columns(fast, parsed_copy(path, tmp_path))
     assert read_column_files(path).offset == path.stat().st_size  # close flushes everything
 
 
@@ -95,7 +73,7 @@ def test_a_relaunch_continues_the_files_and_drops_what_a_crash_left_past_the_ind
     cols = RankColumns(path)
     assert cols.from_files and read_column_files(path).offset == path.stat().st_size
     cols.refresh()
-    assert_same(cols, parsed(path, tmp_path))
+    assert_same_columns(cols, parsed_copy(path, tmp_path))
 
 
 def test_files_that_do_not_match_the_jsonl_are_ignored(tmp_path: Path) -> None:
@@ -123,7 +101,7 @@ def test_files_that_do_not_match_the_jsonl_are_ignored(tmp_path: Path) -> None:
     cols = RankColumns(path, segment_bytes=256)
     assert cols.from_files
     cols.refresh()
-    assert_same(cols, parsed(path, tmp_path))
+    assert_same_columns(cols, parsed_copy(path, tmp_path))
 
 
 def test_a_column_dir_that_cannot_be_written_is_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

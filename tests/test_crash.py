@@ -10,7 +10,10 @@ import threading
 import time
 from pathlib import Path
 
+from conftest import assert_same_columns, parsed_copy
+
 import mindwatch
+from mindwatch.store.columns import RankColumns
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_until_killed.py"
 FLUSH_SECS = 0.5
@@ -56,3 +59,7 @@ def test_kill_9_loses_at_most_flush_secs(tmp_path: Path) -> None:
     assert recorded <= set(range(1, max(seen) + 2))  # nothing invented
     assert run.state in ("running", "stale") and not run.finished and not run.ended
     assert run.statuses[0]["state"] == "running"
+    fast = RankColumns(tmp_path / "crash" / "killed" / "metrics.rank0.jsonl")
+    assert fast.from_files, "the column files of the last heartbeat still match the JSONL"
+    fast.refresh()
+    assert_same_columns(fast, parsed_copy(fast.path, tmp_path))  # and with the JSONL tail, say what parsing says

@@ -15,8 +15,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from mindwatch.server.app import check_binding, create_app
-from mindwatch.server.columns import RankColumns
-from mindwatch.store.jsonl import encode_line
+from mindwatch.store.columns import RankColumns
+from mindwatch.store.jsonl import decode_value, encode_line
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.reader import open_run
 from mindwatch.store.writer import RunWriter
@@ -186,7 +186,24 @@ def test_torn_last_line_is_read_once_complete_and_growth_is_picked_up(logdir: Pa
         assert steps() == [1]
 
 
-def test_columns_agree_with_the_reader_on_odd_lines(tmp_path: Path) -> None:
+def reference_columns(path: Path) -> dict[str, tuple[list[int], list[float]]]:
+    """What the run-directory contract says a reader gets: json.loads of every line, integer steps only."""
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or type(rec.get("step")) is not int:
+            continue
+        for key, v in rec.items():
+            if key not in ("step", "t", "rank") and (x := decode_value(v)) is not None:
+                out.setdefault(key, ([], []))[0].append(rec["step"])
+                out[key][1].append(x)
+    return out
+
+
+def test_columns_agree_with_plain_json_on_odd_lines(tmp_path: Path) -> None:
     path = tmp_path / "metrics.rank0.jsonl"
     lines = [
         '{"step":1,"t":1.0,"loss":2.5,"flag":true,"phase":"train"}',
@@ -196,17 +213,21 @@ def test_columns_agree_with_the_reader_on_odd_lines(tmp_path: Path) -> None:
         '{"t":3.0,"loss":3.0}',
         '{"step":4,"t":4.0,"loss":"-inf","nested":{"loss":7}}',
         '{"step":5,"t":5.0,"acc@1":0.5}',
+        '{"step":true,"loss":8.0}',
     ]
     path.write_text("\n".join(lines) + "\n")
-    cols = RankColumns(path, segment_bytes=64)  # tiny segments: every path through the segment logic
-    cols.refresh()
-    run = open_run(tmp_path)
-    assert cols.keys == set(run.metrics) - {"epoch"}
-    for metric in run.metrics:
-        line, value = cols.column(metric)
-        s = run.series(metric)
-        assert cols.steps[line].tolist() == s.step.tolist(), metric
-        np.testing.assert_array_equal(value, s.value)
+    want = reference_columns(path)
+    assert set(want) == {"loss", "flag", "extra", "acc@1"}
+    for segment_bytes in (64, 1 << 20):  # tiny segments: every path through the segment logic
+        cols = RankColumns(path, segment_bytes=segment_bytes)
+        cols.refresh()
+        assert cols.keys == set(want)
+        for metric, (steps, values) in want.items():
+            line, value = cols.column(metric)
+            assert cols.steps[line].tolist() == steps, metric
+            np.testing.assert_array_equal(value, values)
+        run = open_run(tmp_path)  # open_run reads through the same columns
+        assert run.metrics == sorted(want) and run.series("loss").step.tolist() == want["loss"][0]
 
 
 def test_traversal_and_outside_paths_are_refused(logdir: Path, tmp_path: Path) -> None:

@@ -61,9 +61,9 @@ def test_reader_skips_garbage_lines_and_picks_up_growth(tmp_path: Path) -> None:
     assert run.series("loss").step.tolist() == [1, 2]
     with open(path, "ab") as f:
         f.write(b'{"step":3,"t":3,"loss":3.0}\n')
-    new = run.refresh()
-    assert [r["step"] for r in new[0]] == [3]
+    assert run.refresh() == {0: 1}  # new lines per rank
     assert run.series("loss").value.tolist() == [1.0, 2.0, 3.0]
+    assert run.last_record[0] == {"step": 3, "t": 3, "loss": 3.0}
 
 
 def test_stale_heartbeat_is_not_finished(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from mindwatch.server.columns import RankColumns
+    from mindwatch.store.columns import RankColumns
 
 log = logging.getLogger("mindwatch.server")
 
@@ -42,7 +42,7 @@ def default_cache_dir() -> Path:
 
 
 class ColumnCache:
-    """A directory of ``.npz`` snapshots of :class:`~mindwatch.server.columns.RankColumns`, one per metrics file."""
+    """A directory of ``.npz`` snapshots of :class:`~mindwatch.store.columns.RankColumns`, one per metrics file."""
 
     def __init__(self, directory: Path | None = None, min_lines: int = 200_000, max_bytes: int = 4 << 30) -> None:
         self.directory = Path(directory) if directory else default_cache_dir()

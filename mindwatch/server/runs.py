@@ -23,8 +23,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mindwatch.server.cache import ColumnCache
-from mindwatch.server.columns import RankColumns
 from mindwatch.store.catalog import find_runs, summarize
+from mindwatch.store.columns import RankColumns
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail, rank_state
 

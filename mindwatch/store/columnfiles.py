@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from mindwatch.store.jsonl import decode_line, decode_value
+from mindwatch.store.jsonl import decode_value, last_record
 from mindwatch.store.layout import read_json, write_json_atomic
 
 log = logging.getLogger("mindwatch")
@@ -270,15 +270,6 @@ def read_column_files(metrics: Path) -> ColumnFiles | None:
         return None
     if len(steps) != lines or (offset and not tail.endswith(b"\n")):
         return None
-    if lines and _last_step(tail) != int(steps[-1]):
+    if lines and (last_record(tail) or {}).get("step") != int(steps[-1]):
         return None  # the JSONL's last covered line is not the one the files end with
     return ColumnFiles(directory, index, steps.astype(np.int64, copy=False))
-
-
-def _last_step(tail: bytes) -> int | None:
-    """The integer step of the last line in ``tail`` that has one."""
-    for line in reversed(tail.splitlines()):
-        rec = decode_line(line)
-        if rec is not None and type(rec.get("step")) is int:
-            return int(rec["step"])
-    return None

@@ -1,4 +1,4 @@
-"""The JSONL line format of the run directory, shared by the writer and every reader.
+"""The JSONL line format of the run directory, shared by the writer and every reader, and a tail reader of such files.
 
 Non-finite floats are stored as the JSON strings ``"nan"``, ``"inf"`` and ``"-inf"``
 (plain JSON has no NaN); :func:`decode_value` turns them back into floats.
@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 #: Keys of a metrics record that are coordinates, not metrics.
@@ -63,6 +66,15 @@ def decode_line(line: bytes | str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+def last_record(data: bytes) -> dict[str, Any] | None:
+    """The last line in ``data`` that is a record with an integer step (what every reader counts), decoded."""
+    for line in reversed(data.splitlines()):
+        rec = decode_line(line)
+        if rec is not None and type(rec.get("step")) is int:
+            return rec
+    return None
+
+
 def metric_values(record: dict[str, Any]) -> Iterator[tuple[str, float]]:
     """``(name, value)`` of every metric in a record: coordinates skipped, values decoded, non-numbers dropped."""
     for key, raw in record.items():
@@ -70,3 +82,44 @@ def metric_values(record: dict[str, Any]) -> Iterator[tuple[str, float]]:
             v = decode_value(raw)
             if v is not None:
                 yield key, v
+
+
+class JsonlTail:
+    """Incremental reader of an append-only JSONL file: each call returns only new complete lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.bad_lines = 0
+
+    def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        out = []
+        for line in self.read_new_bytes(max_bytes).splitlines():
+            if not line.strip():
+                continue
+            rec = decode_line(line)
+            if rec is None:
+                self.bad_lines += 1
+            else:
+                out.append(rec)
+        return out
+
+    def read_new_bytes(self, max_bytes: int | None = None) -> bytes:
+        """The new complete lines as raw bytes (for readers that parse in bulk); advances the offset."""
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return b""  # only regular files: a device or pipe would never end
+                if st.st_size < self.offset:  # truncated or replaced: start over
+                    self.offset = 0
+                f.seek(self.offset)
+                n = st.st_size - self.offset  # what exists now; later growth is the next call's
+                data = f.read(min(n, max_bytes) if max_bytes else n)
+        except FileNotFoundError:
+            return b""
+        end = data.rfind(b"\n")
+        if end < 0:
+            return b""  # nothing complete yet: a torn line stays for the next call
+        self.offset += end + 1
+        return data[: end + 1]

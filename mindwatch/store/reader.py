@@ -15,60 +15,19 @@ Readers tolerate a torn last line (it is read again once complete) and unknown k
 from __future__ import annotations
 
 import os
-import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mindwatch.store.jsonl import COORDINATES, decode_line, metric_values
+from mindwatch.store.columns import RankColumns
+from mindwatch.store.jsonl import COORDINATES, JsonlTail
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.writer import FINAL_STATES
 
 __all__ = ["COORDINATES", "JsonlTail", "Run", "Series", "open_run", "rank_state"]
-
-
-class JsonlTail:
-    """Incremental reader of an append-only JSONL file: each call returns only new complete lines."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.offset = 0
-        self.bad_lines = 0
-
-    def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
-        out = []
-        for line in self.read_new_bytes(max_bytes).splitlines():
-            if not line.strip():
-                continue
-            rec = decode_line(line)
-            if rec is None:
-                self.bad_lines += 1
-            else:
-                out.append(rec)
-        return out
-
-    def read_new_bytes(self, max_bytes: int | None = None) -> bytes:
-        """The new complete lines as raw bytes (for readers that parse in bulk); advances the offset."""
-        try:
-            with open(self.path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    return b""  # only regular files: a device or pipe would never end
-                if st.st_size < self.offset:  # truncated or replaced: start over
-                    self.offset = 0
-                f.seek(self.offset)
-                n = st.st_size - self.offset  # what exists now; later growth is the next call's
-                data = f.read(min(n, max_bytes) if max_bytes else n)
-        except FileNotFoundError:
-            return b""
-        end = data.rfind(b"\n")
-        if end < 0:
-            return b""  # nothing complete yet: a torn line stays for the next call
-        self.offset += end + 1
-        return data[: end + 1]
 
 
 @dataclass
@@ -83,23 +42,6 @@ class Series:
         return len(self.step)
 
 
-@dataclass
-class _Columns:
-    step: list[int] = field(default_factory=list)
-    value: list[float] = field(default_factory=list)
-    t: list[float] = field(default_factory=list)
-    frozen: Series | None = None
-
-    def series(self) -> Series:
-        if self.frozen is None or len(self.frozen) != len(self.step):
-            self.frozen = Series(
-                np.asarray(self.step, dtype=np.int64),
-                np.asarray(self.value, dtype=np.float64),
-                np.asarray(self.t, dtype=np.float64),
-            )
-        return self.frozen
-
-
 class Run:
     """A run directory opened for reading. Use :func:`open_run`."""
 
@@ -111,10 +53,10 @@ class Run:
         self.meta: dict[str, Any] = {}
         self.statuses: dict[int, dict[str, Any]] = {}
         self.alerts: list[dict[str, Any]] = []
-        self._tails: dict[int, JsonlTail] = {}
+        self.columns: dict[int, RankColumns] = {}  # each rank's metrics file, read incrementally
+        self.last_record: dict[int, dict[str, Any]] = {}  # each rank's last record with a step
         self._alert_tail = JsonlTail(self.layout.alerts)
-        self._columns: dict[int, dict[str, _Columns]] = {}
-        self.last_record: dict[int, dict[str, Any]] = {}
+        self._series: dict[tuple[int, str], tuple[int, int, Series]] = {}
         self.refresh()
 
     @property
@@ -123,57 +65,50 @@ class Run:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(set(self._columns) | set(self.statuses))
+        return sorted(set(self.columns) | set(self.statuses))
 
     @property
     def metrics(self) -> list[str]:
         names: set[str] = set()
-        for cols in self._columns.values():
-            names.update(cols)
+        for cols in self.columns.values():
+            names |= cols.keys
         return sorted(names)
 
-    def refresh(self) -> dict[int, list[dict[str, Any]]]:
-        """Re-read meta and status, and append new lines; returns the new records per rank."""
+    def refresh(self) -> dict[int, int]:
+        """Re-read meta and status, read appended lines and alerts; returns how many lines each rank added."""
         self.meta = read_json(self.layout.meta) or self.meta
+        new: dict[int, int] = {}
         for rank in self.layout.ranks():
             st = read_json(self.layout.status(rank))
             if st is not None:
                 self.statuses[rank] = st
-        new: dict[int, list[dict[str, Any]]] = {}
-        for rank in self.layout.ranks():
-            tail = self._tails.setdefault(rank, JsonlTail(self.layout.metrics(rank)))
-            records = tail.read_new()
-            if records:
-                self._ingest(rank, records)
-                new[rank] = records
+            metrics = self.layout.metrics(rank)
+            if rank not in self.columns:
+                if not metrics.exists():
+                    continue
+                self.columns[rank] = RankColumns(metrics)
+            cols = self.columns[rank]
+            added = cols.refresh()
+            if added:
+                new[rank] = added
+                self.last_record[rank] = cols.last_record() or self.last_record.get(rank, {})
         self.alerts.extend(self._alert_tail.read_new())
         return new
-
-    def _ingest(self, rank: int, records: list[dict[str, Any]]) -> None:
-        cols = self._columns.setdefault(rank, {})
-        for rec in records:
-            step = rec.get("step")
-            if not isinstance(step, int):
-                continue
-            t = rec.get("t")
-            t = float(t) if isinstance(t, (int, float)) else np.nan
-            for key, v in metric_values(rec):
-                c = cols.get(key)
-                if c is None:
-                    c = cols[key] = _Columns()
-                c.step.append(step)
-                c.value.append(v)
-                c.t.append(t)
-            self.last_record[rank] = rec
 
     def series(self, metric: str, rank: int | None = None) -> Series:
         """Columnar series of ``metric`` for ``rank`` (default: the lowest rank). Empty when absent."""
         if rank is None:
             rank = self.ranks[0] if self.ranks else 0
-        c = self._columns.get(rank, {}).get(metric)
-        if c is None:
+        cols = self.columns.get(rank)
+        if cols is None:
             return Series(np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64))
-        return c.series()
+        cached = self._series.get((rank, metric))
+        if cached is not None and cached[:2] == (cols.generation, cols.lines):
+            return cached[2]
+        line, value = cols.column(metric)
+        s = Series(cols.steps[line], value, cols.time_of_lines(line))
+        self._series[(rank, metric)] = (cols.generation, cols.lines, s)
+        return s
 
     @property
     def state(self) -> str:

@@ -7,14 +7,16 @@ Example::
     line, value = cols.column("loss")   # line numbers and values, numpy arrays
     cols.steps[line]                    # the step of each value
 
-Why not :class:`mindwatch.store.reader.Run`: it decodes every line with ``json.loads`` into
-Python lists, which for a 1,000,000-step run with 10 metrics costs seconds and gigabytes.
-Here the file is read in segments of complete lines (:class:`JsonlTail`), the step of every
-line is pulled out with one regular expression per segment, and a metric's column is pulled
-out only when someone asks for it (one regular expression per segment, values converted by
-numpy). A segment whose lines do not all look like the writer's output (a torn line in the
-middle, foreign lines) is decoded with ``json.loads`` instead and kept re-encoded, so the
-answer is the same as the reader's, only the speed differs.
+Every reader of metrics goes through here (:func:`mindwatch.open_run`, the dashboard, reports).
+When the writer's column files match the file (:mod:`mindwatch.store.columnfiles`), what they
+cover is taken from them and only the rest of the JSONL is parsed. Parsing reads the file in
+segments of complete lines (:class:`JsonlTail`): the step of every line is pulled out with one
+regular expression per segment, and a metric's column only when someone asks for it (one
+regular expression per segment, values converted by numpy), instead of ``json.loads`` into
+Python lists, which for a 1,000,000-step run with 10 metrics costs many seconds and gigabytes.
+A segment whose lines do not all look like the writer's output (a torn line in the middle,
+foreign lines) is decoded with ``json.loads`` instead and kept re-encoded: the answer is what
+``json.loads`` of every line gives, only the speed differs.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mindwatch.server.cache import ColumnCache
 from mindwatch.store.columnfiles import NOT_STORED, ColumnFiles, read_column_files
-from mindwatch.store.jsonl import decode_line, decode_value, encode_line
-from mindwatch.store.reader import COORDINATES, JsonlTail
+from mindwatch.store.jsonl import COORDINATES, JsonlTail, decode_line, decode_value, encode_line, last_record
+
+if TYPE_CHECKING:
+    from mindwatch.server.cache import ColumnCache
 
 _STEP = re.compile(rb'"step"\s*:\s*(-?\d+)\s*[,}]')
 _DIGITS = b"0123456789.+-"
@@ -205,6 +208,17 @@ class RankColumns:
             return seg.clean
         f.seek(seg.start)
         return bytes(f.read(seg.end - seg.start))
+
+    def last_record(self, max_bytes: int = 1 << 16) -> dict[str, Any] | None:
+        """The last record read so far that has an integer step, decoded in full (None beyond ``max_bytes``)."""
+        end = self._tail.offset
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, end - max_bytes))
+                data = f.read(end - max(0, end - max_bytes))
+        except OSError:
+            return None
+        return last_record(data)
 
     # -- columns ----------------------------------------------------------
     def column(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
