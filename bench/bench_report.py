@@ -33,15 +33,19 @@ def bare_parse(path: Path) -> float:
 
 
 def timed(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Wall seconds and peak RSS (GB) of ``mindwatch ARGS`` in a fresh process."""
+    """Wall seconds and peak RSS (GB) of ``mindwatch ARGS`` in a fresh process.
+
+    Peak RSS is the process's own high-water mark (VmHWM, reset at exec); ``ru_maxrss`` is not,
+    on Linux it keeps the peak of the forked copy of this (large) benchmark process.
+    """
     code = (
-        "import resource, sys; from mindwatch.cli import main; rc = main(sys.argv[1:]); "
-        "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)"
+        "import re, sys; from mindwatch.cli import main; rc = main(sys.argv[1:]); "
+        "print('VMHWM', re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)); sys.exit(rc)"
     )
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
     wall = time.perf_counter() - t
-    m = re.search(r"MAXRSS (\d+)", proc.stdout)
+    m = re.search(r"VMHWM (\d+)", proc.stdout)
     return wall, (int(m.group(1)) / 1e6 if m else float("nan")), proc
 
 

@@ -22,9 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mindwatch.store.jsonl import decode_value
-from mindwatch.store.layout import RunLayout
-from mindwatch.store.reader import COORDINATES, JsonlTail
+from mindwatch.store.reader import open_run
 
 FORMATS = ("csv", "jsonl", "parquet")
 #: Columns that are whole numbers (nullable in parquet); every other metric column is float64.
@@ -42,46 +40,33 @@ def metrics_table(run_dir: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 
 def table_with_masks(run_dir: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """``(columns, present)``: the table and, per metric column, a bool mask of recorded values."""
-    layout = RunLayout(Path(run_dir))
-    if not layout.root.is_dir():
-        raise FileNotFoundError(f"no run directory at {layout.root}")
-    steps: list[int] = []
-    ranks: list[int] = []
-    times: list[float] = []
-    values: dict[str, dict[int, float]] = {}
+    run = open_run(run_dir)
+    steps, ranks, times = [], [], []
+    values: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # name -> (first row, lines, values) per rank
     n = 0
-    for rank in layout.ranks():
-        for rec in JsonlTail(layout.metrics(rank)).read_new():
-            step = rec.get("step")
-            if not isinstance(step, int):
-                continue  # the same records open_run skips
-            t = rec.get("t")
-            steps.append(step)
-            ranks.append(rank)
-            times.append(float(t) if isinstance(t, (int, float)) else math.nan)
-            for key, raw in rec.items():
-                if key in COORDINATES:
-                    continue
-                v = decode_value(raw)
-                if v is not None:
-                    values.setdefault(key, {})[n] = v
-            n += 1
-    order = np.lexsort((np.asarray(ranks, np.int64), np.asarray(steps, np.int64))) if n else np.empty(0, np.int64)
-    cols: dict[str, np.ndarray] = {
-        "step": np.asarray(steps, np.int64)[order],
-        "rank": np.asarray(ranks, np.int64)[order],
-        "t": np.asarray(times, np.float64)[order],
-    }
+    for rank, cols in sorted(run.columns.items()):
+        lines = np.arange(cols.lines)
+        steps.append(cols.steps)
+        ranks.append(np.full(cols.lines, rank, np.int64))
+        times.append(cols.time_of_lines(lines))
+        for name in cols.keys:
+            line, value = cols.column(name)
+            values.setdefault(name, []).append((n, line, value))
+        n += cols.lines
+    step = np.concatenate(steps) if steps else np.empty(0, np.int64)
+    rank_col = np.concatenate(ranks) if ranks else np.empty(0, np.int64)
+    order = np.lexsort((rank_col, step))
+    cols_out: dict[str, np.ndarray] = {"step": step[order], "rank": rank_col[order]}
+    cols_out["t"] = (np.concatenate(times) if times else np.empty(0))[order]
     present: dict[str, np.ndarray] = {}
-    names = sorted(values, key=lambda k: (k != "epoch", k))
-    for name in names:
+    for name in sorted(values, key=lambda k: (k != "epoch", k)):
         col = np.full(n, np.nan)
         mask = np.zeros(n, bool)
-        idx = np.fromiter(values[name].keys(), np.int64, len(values[name]))
-        col[idx] = np.fromiter(values[name].values(), np.float64, len(values[name]))
-        mask[idx] = True
-        cols[name], present[name] = col[order], mask[order]
-    return cols, present
+        for first, line, value in values[name]:
+            col[first + line] = value
+            mask[first + line] = True
+        cols_out[name], present[name] = col[order], mask[order]
+    return cols_out, present
 
 
 def export_run(run_dir: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str] | None = None) -> Path:
