@@ -147,3 +147,52 @@ def test_zoom_fetches_every_point_of_the_window(tmp_path: Path, artifacts_dir: P
         wait_for(lambda: page.evaluate(WINDOW_POINTS, [lo, hi]) == hi - lo + 1, 60, "the window's detail")
         page.screenshot(path=str(artifacts_dir / "dashboard_zoom.png"))
         browser.close()
+
+
+HEAT_LAST_STEP = """() => {
+  const el = document.querySelector('#chart-attention-entropy');
+  const c = el && echarts.getInstanceByDom(el);
+  const steps = c ? c.getOption().xAxis[0].data : [];
+  return steps.length ? steps[steps.length - 1] : -1;
+}"""
+
+BAND_LAST_STEP = """() => {
+  const c = echarts.getInstanceByDom(document.querySelector('#chart-loss'));
+  const s = c && c.getOption().series.find((x) => x.name.endsWith(' range'));
+  return s && s.data.length ? s.data[s.data.length - 1][0] : -1;
+}"""
+
+
+def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from mindwatch.store.writer import RunWriter
+
+    writers = [RunWriter(tmp_path / "logs" / "p" / "two_ranks", rank, flush_secs=0.2) for rank in (0, 1)]
+
+    def write(first: int, last: int) -> None:
+        for w in writers:
+            records = []
+            for s in range(first, last + 1):
+                rec = {"step": s, "t": time.time(), "loss": 2.0 - s / 100 + w.rank / 10}
+                records.append(rec | {f"attention_entropy/{k}": 1.0 + k / 10 + s / 1000 for k in range(4)})
+            w.write(records)
+            w.flush()
+
+    write(1, 20)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Ftwo_ranks")
+        wait_for(lambda: page.evaluate(HEAT_LAST_STEP) >= 19, 60, "the heat map of 4 layers")
+        page.select_option("#rank", "all")
+        wait_for(lambda: page.evaluate(BAND_LAST_STEP) >= 20, 60, "the min..max band across the 2 ranks")
+        page.evaluate("() => { window.__notReloaded = true; }")
+        write(21, 60)
+        wait_for(lambda: page.evaluate(HEAT_LAST_STEP) >= 58, 20, "the heat map re-binned with the pushed steps")
+        wait_for(lambda: page.evaluate(BAND_LAST_STEP) >= 60, 20, "the band extended to the pushed steps")
+        assert page.evaluate("() => window.__notReloaded === true") and page.evaluate("() => window.__mwDerivedRefreshes") >= 1
+        page.screenshot(path=str(artifacts_dir / "dashboard_heatmap_band_live.png"), full_page=True)
+        browser.close()
+    for w in writers:
+        w.close("finished")

@@ -170,16 +170,38 @@
           d.nonfinite = s.nonfinite;
         }
       }));
-      // Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.store.crossrank).
-      if (!win && view.x === "step" && ranksShown().length > 1) {
-        await Promise.all(c.group.metrics.filter((m) => (info.band_metrics || []).includes(m)).map(async (m) => {
-          const b = await getJSON(`/api/band?${new URLSearchParams({ run: runId, metric: m, points: POINTS })}`);
-          const first = c.defs.find((d) => d.metric === m);
-          first.band = { lower: b.points.map((p) => [p[0], p[1] ?? "-"]),
-            upper: b.points.map((p) => [p[0], p[3] === null || p[1] === null ? "-" : p[3] - p[1]]) };
-        }));
-      }
+      if (!win) await loadBands(c);
       draw(c);
+    }
+
+    function bandsShown() { return view.x === "step" && ranksShown().length > 1; }
+
+    // Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.store.crossrank).
+    async function loadBands(c) {
+      if (!bandsShown()) return;
+      await Promise.all(c.group.metrics.filter((m) => (info.band_metrics || []).includes(m)).map(async (m) => {
+        const b = await getJSON(`/api/band?${new URLSearchParams({ run: runId, metric: m, points: POINTS })}`);
+        const first = c.defs.find((d) => d.metric === m);
+        first.band = { lower: b.points.map((p) => [p[0], p[1] ?? "-"]),
+          upper: b.points.map((p) => [p[0], p[3] === null || p[1] === null ? "-" : p[3] - p[1]]) };
+      }));
+    }
+
+    const heatURL = () => `/api/heatmap?run=${encodeURIComponent(runId)}&prefix=attention_entropy/&buckets=80&rank=${ranksShown()[0]}`;
+
+    // The heat map and the bands are binned on the server: while points arrive, fetch them again, at most once a second.
+    let derivedTimer = null;
+    function refreshDerived() {
+      if (derivedTimer || !(heat || bandsShown())) return;
+      derivedTimer = setTimeout(async () => {
+        try {
+          if (heat) heat.update(await getJSON(heatURL()));
+          await Promise.all(charts.map(loadBands));
+          charts.forEach(draw);
+          window.__mwDerivedRefreshes = (window.__mwDerivedRefreshes || 0) + 1;
+        } catch (e) { /* the next points try again */ }
+        derivedTimer = null;
+      }, 1000);
     }
 
     function draw(c) {
@@ -219,8 +241,7 @@
       if (layers.length) {
         const el = h("div", { class: "chart heat", id: "chart-attention-entropy" });
         grid.append(el);
-        const d = await getJSON(`/api/heatmap?run=${encodeURIComponent(runId)}&prefix=attention_entropy/&buckets=80&rank=${ranksShown()[0]}`);
-        heat = MWCharts.heatmap(el, d, "attention entropy per layer (nats)");
+        heat = MWCharts.heatmap(el, await getJSON(heatURL()), "attention entropy per layer (nats)");
       }
     }
 
@@ -317,7 +338,7 @@
           }
         }
         window.__mwPointsReceived = (window.__mwPointsReceived || 0) + n;
-        if (n) schedule();
+        if (n) { schedule(); refreshDerived(); }
       });
       es.addEventListener("alert", (e) => {
         alerts = alerts.concat(JSON.parse(e.data).alerts);
@@ -340,9 +361,6 @@
       if (fresh && (fresh.metrics.length !== info.metrics.length || fresh.ranks.length !== info.ranks.length)) {
         if (es) es.close();
         await build();
-      } else if (heat && fresh && fresh.status.state === "running") {  // the heat map is re-binned, not pushed
-        const d = await getJSON(`/api/heatmap?run=${encodeURIComponent(runId)}&prefix=attention_entropy/&buckets=80&rank=${ranksShown()[0]}`);
-        heat.update(d);
       }
     }, 10000);
     cleanup.push(() => window.removeEventListener("resize", onResize), () => clearInterval(tick),

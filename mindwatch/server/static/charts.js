@@ -118,7 +118,7 @@
         animation: false,
         title: { text: title || "attention entropy per layer", left: 8, top: 4, textStyle: { fontSize: 13, fontWeight: 600 } },
         tooltip: { formatter: (p) => `${d.layers[p.value[1]]} @ step ~${d.steps[p.value[0]]}: ${p.value[2]}` },
-        grid: { left: 140, right: 70, top: 36, bottom: 40 },
+        grid: { left: 140, right: 100, top: 36, bottom: 40 },
         xAxis: { type: "category", data: d.steps, name: "step" },
         yAxis: { type: "category", data: d.layers },
         visualMap: { min: vals.length ? Math.min(...vals) : 0, max: vals.length ? Math.max(...vals) : 1, calculable: true,
