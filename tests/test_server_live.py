@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -151,3 +152,62 @@ def test_runs_stream_announces_a_new_run(run_dir: tuple[Path, Path, RunWriter]) 
         ids: list[str] = []
         while "q/new" not in ids:
             ids = [x["id"] for x in json.loads(next_event(events, "runs")["data"])["runs"]]
+
+
+def test_clients_leaving_while_the_others_are_woken_leave_the_live_push_working(
+    run_dir: tuple[Path, Path, RunWriter],
+) -> None:
+    """Many clients disconnect right as a new point wakes every stream (the benchmark's clients do so on their
+    last point; browsers on a network blip) and reconnect with Last-Event-ID: every client still gets every
+    point exactly once. A stream cancelled while it waited used to leave the wake-up lock held for good,
+    after which the poller and every other stream waited forever (clients missing the last points)."""
+    logdir, root, writer = run_dir
+    clients, rounds = 30, 12
+    with LiveServer(logdir) as srv:
+        received = asyncio.run(_leave_and_come_back(srv.url, writer, clients, rounds))
+    assert received == [list(range(11, 11 + rounds))] * clients
+
+
+async def _leave_and_come_back(url: str, writer: RunWriter, clients: int, rounds: int) -> list[list[int]]:
+    """``clients`` SSE clients that disconnect after every point and reconnect where they were; ``rounds`` points."""
+    last = 10 + rounds
+    received: list[list[int]] = [[] for _ in range(clients)]
+    connected = [0] * clients
+
+    async def client(i: int, c: httpx.AsyncClient) -> None:
+        cursor = "0:0:10;0"
+        while not received[i] or received[i][-1] < last:
+            params = {"run": "p/live", "metrics": "loss"}
+            try:
+                async with c.stream("GET", "/api/live", params=params, headers={"Last-Event-ID": cursor}) as r:
+                    connected[i] += 1
+                    event: dict[str, str] = {}
+                    async for line in r.aiter_lines():
+                        if line:
+                            key, _, value = line.partition(": ")
+                            event[key] = value
+                        elif event.get("event") == "points":
+                            received[i] += [p[0] for p in json.loads(event["data"])["metrics"]["loss"]]
+                            cursor = event["id"]
+                            break  # leave at once, as the others are being woken
+                        else:
+                            event = {}
+            except httpx.RemoteProtocolError:  # the server ended the stream: reconnect, as EventSource does
+                pass
+
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(30, read=8)) as c:
+        tasks = [asyncio.create_task(client(i, c)) for i in range(clients)]
+        try:
+            for step in range(11, last + 1):
+                deadline = time.monotonic() + 10
+                while min(connected) < step - 10:  # everyone has the last point and is back before the next one
+                    got = sorted({r[-1] if r else None for r in received}, key=str)
+                    assert time.monotonic() < deadline, f"step {step - 1} not pushed to every client: last steps {got}"
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.05)
+                writer.write([{"step": step, "t": time.time(), "loss": 1.0 / step}])
+            await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        finally:
+            for t in tasks:
+                t.cancel()
+    return received

@@ -16,7 +16,8 @@ Every event's id is a cursor (valid lines per rank and alerts seen, see
 
 One poller task (:class:`LiveHub`) reads the watched runs every ``poll_secs`` (files are the
 source of truth; there is no other channel from training to the dashboard) and wakes the
-streams; each stream then takes what is new past its own cursor.
+streams; each stream then takes what is new past its own cursor. A stream with nothing to
+send for ``KEEPALIVE_SECS`` sends a comment line, so clients and proxies see it is alive.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from mindwatch.server.api import _num, _plain_alert, check_metric, cursor_of
-from mindwatch.server.runs import BadRequest, Catalog, RunView
+from mindwatch.server.runs import BadRequest, Catalog, NotFound, RunView
 
 log = logging.getLogger("mindwatch.server")
 
@@ -73,8 +74,12 @@ class LiveHub:
         self.runs_secs = runs_secs
         self._watched: dict[str, int] = {}
         self._runs_watchers = 0
-        self._changed = asyncio.Condition()
+        # Bumped on the event loop at every change; the event set then is replaced by a fresh one.
+        # No lock: asyncio.Condition's lock, taken by every stream, could be left held for good by a
+        # stream cancelled while it waited (a client leaving, under anyio's repeated cancellation), and
+        # then the poller and every other stream waited on it forever (seen as clients missing points).
         self._version = 0
+        self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._signatures: dict[str, Any] = {}
         self.runs_summary: list[dict[str, Any]] = []
@@ -84,6 +89,17 @@ class LiveHub:
         if self._task is None:
             self._task = asyncio.create_task(self._loop())
 
+    async def _loop(self) -> None:
+        limiter = anyio.CapacityLimiter(1)  # its own thread: the poll never queues behind the streams' work
+        while True:
+            try:
+                watched = list(self._watched)  # taken here: the streams change it on this loop
+                if await anyio.to_thread.run_sync(self._poll, watched, self._runs_watchers > 0, limiter=limiter):
+                    self._notify()
+            except Exception:
+                log.exception("mindwatch serve: live poll failed")
+            await asyncio.sleep(self.poll_secs)
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -91,50 +107,59 @@ class LiveHub:
                 await self._task
             self._task = None
 
-    async def _loop(self) -> None:
-        while True:
-            try:
-                changed = await anyio.to_thread.run_sync(self._poll)
-                if changed:
-                    async with self._changed:
-                        self._version += 1
-                        self._changed.notify_all()
-            except Exception:  # a broken run dir must not stop the live view of the others
-                log.exception("mindwatch serve: live poll failed")
-            await asyncio.sleep(self.poll_secs)
+    def _notify(self) -> None:
+        """Wake every waiting stream (on the event loop)."""
+        self._version += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
-    def _poll(self) -> bool:
+    def _poll(self, run_ids: list[str], runs_page: bool) -> bool:
         changed = False
         now = time.time()
-        for run_id in list(self._watched):
+        for run_id in run_ids:
             try:
-                view = self.catalog.open(run_id)
-            except Exception:
-                continue
-            new = view.refresh()
-            with view.lock:
-                status = view.status_summary(now)
-                sig = (cursor_of(view), status["state"], tuple(sorted(status["ranks"].items(), key=str)), status["error"])
-            if new or self._signatures.get(run_id) != sig:
-                self._signatures[run_id] = sig
-                changed = True
-        if self._runs_watchers and now - self._runs_at >= self.runs_secs:
+                changed |= self._poll_run(run_id, now)
+            except Exception:  # a broken run dir must not stop the live view of the others
+                log.exception("mindwatch serve: live poll of %s failed", run_id)
+        if runs_page and now - self._runs_at >= self.runs_secs:
             self._runs_at = now
-            summaries = self.catalog.summaries(now)
-            runs_sig = [(s["id"], s["state"], s["last_step"], s["alert_count"]) for s in summaries]
-            if runs_sig != self._signatures.get("runs page"):
-                self._signatures["runs page"] = runs_sig
-                self.runs_summary = summaries
-                changed = True
-        return changed
+            try:
+                changed |= self._poll_runs_page(now)
+            except Exception:
+                log.exception("mindwatch serve: live poll of the runs page failed")
+        return changed  # every change seen (its signature kept) is signalled, whatever failed besides
+
+    def _poll_runs_page(self, now: float) -> bool:
+        summaries = self.catalog.summaries(now)
+        runs_sig = [(s["id"], s["state"], s["last_step"], s["alert_count"]) for s in summaries]
+        if runs_sig == self._signatures.get("runs page"):
+            return False
+        self._signatures["runs page"] = runs_sig
+        self.runs_summary = summaries
+        return True
+
+    def _poll_run(self, run_id: str, now: float) -> bool:
+        """Read what is new in one run; True when its streams have something to send."""
+        try:
+            view = self.catalog.open(run_id)
+        except (NotFound, BadRequest):  # the run directory went away
+            return False
+        new = view.refresh()
+        with view.lock:
+            status = view.status_summary(now)
+            sig = (cursor_of(view), status["state"], tuple(sorted(status["ranks"].items(), key=str)), status["error"])
+        if new or self._signatures.get(run_id) != sig:
+            self._signatures[run_id] = sig
+            return True
+        return False
 
     async def wait(self, version: int, timeout: float) -> int:
         """Wait until something changed after ``version`` (or the timeout); returns the current version."""
-        async with self._changed:
-            if self._version == version:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout)
-            return self._version
+        if self._version == version:
+            changed = self._changed  # no await since the check: a change cannot slip in between
+            with anyio.move_on_after(timeout):
+                await changed.wait()
+        return self._version
 
     # -- streams -----------------------------------------------------------------------
     def run_stream(self, req: Request) -> StreamingResponse:
@@ -157,16 +182,16 @@ class LiveHub:
             self.runs_summary = await anyio.to_thread.run_sync(self.catalog.summaries)
             version = self._version
             sent: Any = None
-            last_sent = 0.0
+            last_sent = time.monotonic()
             while True:
                 if self.runs_summary is not sent:
                     sent = self.runs_summary
                     last_sent = time.monotonic()
                     yield _event("runs", {"runs": sent, "now": time.time()})
-                elif time.monotonic() - last_sent > KEEPALIVE_SECS:
+                elif time.monotonic() - last_sent >= KEEPALIVE_SECS:
                     last_sent = time.monotonic()
                     yield ": keep-alive\n\n"
-                version = await self.wait(version, KEEPALIVE_SECS)
+                version = await self.wait(version, _until_keepalive(last_sent))
         finally:
             self._runs_watchers -= 1
 
@@ -175,9 +200,9 @@ class LiveHub:
     ) -> AsyncIterator[str]:
         self._watched[view.id] = self._watched.get(view.id, 0) + 1
         try:
-            await anyio.to_thread.run_sync(view.refresh)
+            now = await anyio.to_thread.run_sync(_refreshed_cursor, view)
             if cursor is None:  # a new client without a cursor starts at "now"
-                cursor = parse_cursor(cursor_of(view))
+                cursor = parse_cursor(now)
             assert cursor is not None
             ranks, alerts_seen = cursor
             last_state: Any = None
@@ -192,10 +217,10 @@ class LiveHub:
                     yield ev
                 if events:
                     last_sent = time.monotonic()
-                elif time.monotonic() - last_sent > KEEPALIVE_SECS:
+                elif time.monotonic() - last_sent >= KEEPALIVE_SECS:
                     last_sent = time.monotonic()
                     yield ": keep-alive\n\n"
-                version = await self.wait(version, KEEPALIVE_SECS)
+                version = await self.wait(version, _until_keepalive(last_sent))
         finally:
             self._watched[view.id] -= 1
             if not self._watched[view.id]:
@@ -245,6 +270,18 @@ class LiveHub:
             events.append(_event("state", status))
             last_state = state_key
         return events, ranks, alerts_seen, last_state
+
+
+def _refreshed_cursor(view: RunView) -> str:
+    """Read what is new in ``view``; the cursor of where it is now (a worker thread)."""
+    view.refresh()
+    with view.lock:
+        return cursor_of(view)
+
+
+def _until_keepalive(last_sent: float) -> float:
+    """Seconds to wait for a change before a keep-alive is due (after ``KEEPALIVE_SECS`` of silence, not later)."""
+    return max(0.0, last_sent + KEEPALIVE_SECS - time.monotonic())
 
 
 def _cursor(ranks: dict[int, tuple[int, int]], alerts: int) -> str:
