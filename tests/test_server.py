@@ -230,6 +230,21 @@ def test_columns_agree_with_plain_json_on_odd_lines(tmp_path: Path) -> None:
         assert run.metrics == sorted(want) and run.series("loss").step.tolist() == want["loss"][0]
 
 
+def test_a_replaced_metrics_file_is_read_again_from_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.rank0.jsonl"
+    path.write_bytes(b"".join(encode_line({"step": s, "loss": 1.0}) for s in range(1, 4)))
+    cols = RankColumns(path)
+    cols.refresh()
+    assert cols.column("loss")[1].tolist() == [1.0] * 3
+    generation = cols.generation
+    new = tmp_path / "new.jsonl"
+    new.write_bytes(b"".join(encode_line({"step": s, "loss": 2.0}) for s in range(10, 20)))
+    os.replace(new, path)  # a longer file under the same name: only its inode tells
+    cols.refresh()
+    assert cols.generation > generation and cols.steps.tolist() == list(range(10, 20))
+    assert cols.column("loss")[1].tolist() == [2.0] * 10
+
+
 def test_traversal_and_outside_paths_are_refused(logdir: Path, tmp_path: Path) -> None:
     make_run(logdir, "p", "ok")
     outside = make_run(tmp_path / "elsewhere", "secret", "run", steps=5)

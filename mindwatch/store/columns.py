@@ -102,6 +102,7 @@ class RankColumns:
         self._files: ColumnFiles | None = None
         self._complete = 0  # leading segments whose every column is in the column files
         self._free_work = 0  # lines and values taken from the column files (nothing a cache would save)
+        self._ino: int | None = None  # the file's inode, to notice a replaced file
 
     def _open_files(self) -> bool:
         """Start from the writer's column files (see :mod:`mindwatch.store.columnfiles`) when they match the file."""
@@ -130,13 +131,15 @@ class RankColumns:
     def refresh(self) -> int:
         """Read the complete lines appended since the last call; returns how many valid lines were added."""
         try:
-            if self.path.stat().st_size < self._tail.offset:  # truncated or replaced: start over
-                self._reset()
-                self._open_files()
+            st = self.path.stat()
         except OSError:
             return 0
+        if st.st_size < self._tail.offset or st.st_ino != (self._ino or st.st_ino):  # truncated or replaced: start over
+            self._reset()
+            self._open_files()
+        self._ino = st.st_ino
         before = self.lines
-        size, limit = self.path.stat().st_size, self.segment_bytes
+        size, limit = st.st_size, self.segment_bytes
         while self._tail.offset < size:
             start = self._tail.offset
             data = self._tail.read_new_bytes(limit)
@@ -293,16 +296,18 @@ class RankColumns:
         pattern = re.compile(rb'"' + re.escape(json.dumps(metric)[1:-1].encode()) + rb'"\s*:\s*([^,}\s]+)')
         with open(self.path, "rb") as f:
             for seg in self._segments[col.segments_done :]:
-                self._extract(pattern, self._segment_bytes(f, seg), seg, col)
+                if not self._extract(pattern, self._segment_bytes(f, seg), seg, col):
+                    break  # the file changed under us: the next refresh starts over
                 col.segments_done += 1
 
     @staticmethod
-    def _extract(pattern: re.Pattern[bytes], data: bytes, seg: _Segment, col: _Column) -> None:
+    def _extract(pattern: re.Pattern[bytes], data: bytes, seg: _Segment, col: _Column) -> bool:
+        """Append the segment's values of the column; False when the file no longer holds the segment."""
         if len(data) != seg.end - seg.start and seg.clean is None:
-            return  # the file changed under us; the next refresh starts over
+            return False
         raw = pattern.findall(data)
         if not raw:
-            return
+            return True
         if len(raw) == seg.lines:
             line = np.arange(seg.first_line, seg.first_line + seg.lines, dtype=np.int64)
         else:  # a sparse metric: find the line of each match
@@ -318,6 +323,7 @@ class RankColumns:
             value = np.array([d for d in decoded if d is not None], dtype=np.float64)
         col.line.extend(line)
         col.value.extend(value)
+        return True
 
     def time_of_lines(self, line: np.ndarray) -> np.ndarray:
         """Wall-clock time ``t`` of the given lines (nan where a line has none)."""
