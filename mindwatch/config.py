@@ -184,6 +184,9 @@ class AlertsSection(_Section):
     #: The derived stall timeout is ``max(stall_floor, stall_factor x median seconds between records)``.
     stall_floor: float = Field(default=60.0, gt=0)
     stall_factor: float = Field(default=10.0, gt=1)
+    #: Seconds from the start of training to the first step end (compilation and the first batch
+    #: included) before the run counts as stalled; null: no limit before the first step.
+    first_step_timeout: float | None = Field(default=1800.0, gt=0)
     stall: RuleSettings = Field(default_factory=RuleSettings)
     #: ``lr_backoff`` multiplies the learning rate by this.
     lr_backoff_factor: float = Field(default=0.5, gt=0, lt=1)

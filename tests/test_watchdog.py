@@ -98,6 +98,39 @@ def test_a_hung_data_pipeline_is_a_stall_with_stacks_then_resumed(tmp_path: Path
     assert run.state == "finished"
 
 
+def wait_for_the_data_server_to_come_up() -> None:
+    """Stands in for a first batch that takes far too long (a dead data server, a stuck collective)."""
+    time.sleep(STALL_SECS)
+
+
+def late_first_batch():
+    wait_for_the_data_server_to_come_up()
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        x = rng.normal(size=(8, 4)).astype(np.float32)
+        yield x, x.sum(axis=1, keepdims=True)
+
+
+def test_a_hang_before_the_first_step_is_a_stall_too(tmp_path: Path) -> None:
+    set_mode("graph")
+    net = nn.Dense(4, 1)
+    model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
+    mon = MonitorCallback({"save_dir": str(tmp_path), "alerts": {"stall_timeout": 60, "first_step_timeout": TIMEOUT}})
+    spy = StatusSpy(lambda: mon.run_dir)
+    data = ds.GeneratorDataset(late_first_batch, ["x", "y"], shuffle=False)
+    model.train(1, data, callbacks=[mon], dataset_sink_mode=False)
+    states = spy.stop()
+
+    run = mindwatch.open_run(mon.run_dir)
+    stall, resumed = [a for a in run.alerts if a["rule"] in ("stall", "resumed")]
+    assert stall["step"] is None and stall["threshold"] == TIMEOUT and TIMEOUT <= stall["value"] < TIMEOUT + 1.0
+    assert "since training began" in stall["message"]
+    assert "wait_for_the_data_server_to_come_up" in Path(stall["stacks"]).read_text()  # the generator, named
+    assert resumed["rule"] == "resumed" and resumed["value"] >= STALL_SECS - 0.5
+    assert states[:2] == ["running", "stalled"] and states[-1] == "finished" and run.state == "finished"
+    assert run.series("loss").step.tolist() == list(range(1, 41))
+
+
 def test_timeout_is_derived_from_the_step_rhythm_with_a_floor(tmp_path: Path) -> None:
     dog = Watchdog(lambda a: None, tmp_path, floor=5.0, factor=10.0)
     assert dog.timeout == 5.0  # nothing seen yet: the floor

@@ -71,9 +71,13 @@ def format_alert(alert: Alert) -> str:
     """The console line of an alert: ``mindwatch ALERT [spike] rank 0 step 120: ... (actions: stop)``."""
     actions = alert.get("actions") or []
     todo = f" (actions: {', '.join(actions)})" if actions else ""
-    return (
-        f"mindwatch ALERT [{alert.get('rule')}] rank {alert.get('rank')} step {alert.get('step')}: {alert.get('message')}{todo}"
-    )
+    return f"mindwatch ALERT [{alert.get('rule')}] rank {alert.get('rank')} {step_text(alert)}: {alert.get('message')}{todo}"
+
+
+def step_text(alert: Alert) -> str:
+    """``step 120``, or ``before step 1`` for an alert raised before any step ended."""
+    step = alert.get("step")
+    return "before step 1" if step is None else f"step {step}"
 
 
 class Cooldown:

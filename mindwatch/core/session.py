@@ -124,6 +124,7 @@ class RunSession:
                     self.layout.stacks,
                     rank=self.rank,
                     timeout=alerts.stall_timeout,
+                    first_step_timeout=alerts.first_step_timeout,
                     floor=alerts.stall_floor,
                     factor=alerts.stall_factor,
                     actions=alerts.stall.actions,

@@ -12,8 +12,10 @@ When no beat came for ``timeout`` seconds (or, with ``timeout=None``, for
 thread to ``stacks/stall_rank<R>_<time>.txt`` (``sys._current_frames``, thread names included)
 plus a ``faulthandler`` dump next to it, and emits a ``stall`` alert; when beats come back it
 emits ``resumed``. The :class:`~mindwatch.core.alerts.AlertLog` sink turns these into the
-rank's ``stalled`` / ``running`` status. It is armed by the first beat, so compilation and the
-first batch never count as a stall.
+rank's ``stalled`` / ``running`` status. Before the first beat, compilation and the first batch
+get their own, longer limit: set ``started = time.perf_counter()`` when training begins, and no
+beat within ``first_step_timeout`` seconds of it is a stall too (a data pipeline or a collective
+that hangs before step 1).
 
 If the training thread holds the GIL inside C code, no Python thread runs, this one included;
 for that case a ``faulthandler`` timer (a C thread) that this thread keeps re-arming writes
@@ -68,6 +70,7 @@ class Watchdog:
         *,
         rank: int = 0,
         timeout: float | None = None,
+        first_step_timeout: float | None = None,
         floor: float = 60.0,
         factor: float = 10.0,
         poll_secs: float = 0.1,
@@ -78,6 +81,9 @@ class Watchdog:
         self.stacks_dir = Path(stacks_dir)
         self.rank = rank
         self.fixed_timeout = timeout
+        self.first_step_timeout = first_step_timeout
+        #: perf_counter() when training began (arms the first-step limit); None: not told.
+        self.started: float | None = None
         self.floor, self.factor = floor, factor
         self.poll_secs = poll_secs
         self.actions = list(actions)
@@ -153,11 +159,14 @@ class Watchdog:
     def check(self, now: float) -> None:
         """One look at the clock (the thread calls it every ``poll_secs``)."""
         beat = self.last_beat
-        if beat is None:
-            return
-        self._arm_gil_guard()
+        if beat is None:  # no step ended yet: only the first-step limit applies
+            if self.started is None or self.first_step_timeout is None:
+                return
+            beat, timeout = self.started, self.first_step_timeout
+        else:
+            self._arm_gil_guard()  # not while compiling: a long compile may hold the GIL
+            timeout = self.timeout
         idle = now - beat
-        timeout = self.timeout
         if not self.stalled and idle > timeout:
             self.stalled = True
             self.stalls += 1
@@ -177,7 +186,11 @@ class Watchdog:
             log.warning("mindwatch: cannot write the stack dump to %s (%s)", self.stacks_dir, e)
             path = None
         where = f"; stacks of every thread in {path}" if path else ""
-        msg = f"no training step has ended for {idle:.1f} s (stall timeout {timeout:.1f} s) after step {self.step}{where}"
+        if self.last_beat is None:
+            since = f"since training began (first-step timeout {timeout:.1f} s: compilation and the first batch included)"
+            msg = f"no training step has ended {since}, {idle:.1f} s{where}"
+        else:
+            msg = f"no training step has ended for {idle:.1f} s (stall timeout {timeout:.1f} s) after step {self.step}{where}"
         self.emit(
             make_alert(
                 STALL,

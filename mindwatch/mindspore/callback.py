@@ -121,6 +121,7 @@ class MonitorCallback(Callback):
         self._record = self.session.monitor.record
         self._guard_nonfinite = self._act.guard_nonfinite
         self._watchdog = self.session.watchdog or SimpleNamespace(last_beat=None)
+        self._watchdog.started = _perf()  # from here, compilation and the first batch have first_step_timeout
         self._setup_entropy(getattr(cb, "network", None) or train_network)
         self._batch_size = self.config.batch_size
         self._seq_length = self.config.seq_length

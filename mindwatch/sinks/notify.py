@@ -35,7 +35,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from mindwatch.core.alerts import Alert, severity_at_least
+from mindwatch.core.alerts import Alert, severity_at_least, step_text
 
 log = logging.getLogger("mindwatch")
 
@@ -77,7 +77,7 @@ def alert_text(alert: Alert, context: dict[str, Any], *, bold: str = "**") -> tu
     lines = [
         f"{bold}{title}{bold}",
         str(alert.get("message", "")),
-        f"step {alert.get('step')}, rank {alert.get('rank')}, host {context.get('host')}",
+        f"{step_text(alert)}, rank {alert.get('rank')}, host {context.get('host')}",
     ]
     if alert.get("metric") is not None:
         lines.append(f"{alert['metric']} = {alert.get('value')} (threshold {alert.get('threshold')})")
