@@ -119,17 +119,17 @@ def run_info(view: RunView) -> dict[str, Any]:
             "config": meta.get("config", {}),
             "meta": {k: v for k, v in meta.items() if k not in ("config", "tags")},
             "metrics": view.metrics,
-            "ranks": sorted(view.ranks) or sorted(view.statuses),
+            "ranks": view.ranks,
             "status": view.status_summary(),
             "alert_count": len(view.alerts),
-            "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.ranks) > 1],
+            "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
             "cursor": cursor_of(view),
         }
 
 
 def cursor_of(view: RunView) -> str:
     """Where a live client is: valid lines read per rank (with the file generation) and alerts seen."""
-    ranks = ",".join(f"{r}:{c.generation}:{c.lines}" for r, c in sorted(view.ranks.items()))
+    ranks = ",".join(f"{r}:{c.generation}:{c.lines}" for r, c in sorted(view.columns.items()))
     return f"{ranks};{len(view.alerts)}"
 
 
@@ -148,10 +148,10 @@ def series(
         view.refresh()
     with view.lock:
         if rank is None:
-            rank = min(view.ranks) if view.ranks else 0
-        cols = view.ranks.get(rank)
+            rank = min(view.columns) if view.columns else 0
+        cols = view.columns.get(rank)
         if cols is None:
-            raise BadRequest(f"rank {rank} has no metrics in run {view.id!r}; ranks: {sorted(view.ranks)}")
+            raise BadRequest(f"rank {rank} has no metrics in run {view.id!r}; ranks: {sorted(view.columns)}")
         line, value = cols.column(metric)
         step = cols.steps[line]
         xs = step if x == "step" else cols.time_of_lines(line)
@@ -184,7 +184,7 @@ def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -
         view.refresh()
     with view.lock:
         per_rank = {}
-        for rank, cols in view.ranks.items():
+        for rank, cols in view.columns.items():
             line, value = cols.column(metric)
             if len(line):
                 per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
@@ -206,8 +206,8 @@ def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[
     view.refresh()
     with view.lock:
         if rank is None:
-            rank = min(view.ranks) if view.ranks else 0
-        cols = view.ranks.get(rank)
+            rank = min(view.columns) if view.columns else 0
+        cols = view.columns.get(rank)
         names = sorted((m for m in view.metrics if m.startswith(prefix)), key=_natural)
         if cols is None or not names:
             return {"run": view.id, "prefix": prefix, "layers": [], "steps": [], "values": []}

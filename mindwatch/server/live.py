@@ -235,7 +235,7 @@ class LiveHub:
         with view.lock:
             names = metrics or view.metrics
             ranks = dict(ranks)
-            for rank, cols in sorted(view.ranks.items()):
+            for rank, cols in sorted(view.columns.items()):
                 gen, seen = ranks.get(rank, (cols.generation, 0))
                 if gen != cols.generation or seen > cols.lines:
                     ranks[rank] = (cols.generation, cols.lines)  # the file was replaced: start the charts over

@@ -6,7 +6,7 @@ Example::
     catalog.summaries()                 # one dict per run, for the runs page
     run = catalog.open("gpt/run_1")     # a RunView; raises NotFound for anything outside LOGDIR
     run.refresh()
-    run.ranks["0"]                      # RankColumns of rank 0
+    run.columns[0]                      # RankColumns of rank 0
 
 Run ids are paths relative to LOGDIR ("<project>/<run>"). A run is only ever looked up in the
 catalog built by :func:`mindwatch.store.catalog.find_runs` (which does not follow symlinked
@@ -24,9 +24,7 @@ from typing import Any
 
 from mindwatch.server.cache import ColumnCache
 from mindwatch.store.catalog import find_runs, summarize
-from mindwatch.store.columns import RankColumns
-from mindwatch.store.layout import RunLayout, read_json
-from mindwatch.store.reader import JsonlTail, rank_state
+from mindwatch.store.reader import Run, rank_state
 
 
 class NotFound(Exception):
@@ -49,22 +47,24 @@ def check_run_id(run_id: str) -> str:
     return "/".join(parts)
 
 
-class RunView:
-    """One run directory read incrementally: meta, per-rank status and columns, alerts."""
+class RunView(Run):
+    """One run directory under LOGDIR, read incrementally by the dashboard's threads (take ``lock``).
+
+    A :class:`~mindwatch.store.reader.Run` whose files are read only when their real path is
+    inside LOGDIR, named by its catalog id (``project/run``), and read at the first refresh.
+    """
 
     def __init__(self, run_id: str, path: Path, root: Path, cache: ColumnCache | None = None) -> None:
-        self.id = run_id
-        self.cache = cache
-        self.layout = RunLayout(path)
+        self._run_id = run_id
         self.root = root
-        self.meta: dict[str, Any] = {}
-        self.statuses: dict[int, dict[str, Any]] = {}
-        self.ranks: dict[int, RankColumns] = {}
-        self.alerts: list[dict[str, Any]] = []
-        self._alert_tail = JsonlTail(self.layout.alerts)
         self.lock = threading.Lock()  # refresh and queries run in worker threads
+        super().__init__(path, cache=cache, read=False)
 
-    def _inside(self, path: Path) -> bool:
+    @property
+    def id(self) -> str:
+        return self._run_id
+
+    def readable(self, path: Path) -> bool:
         try:
             return path.resolve().is_relative_to(self.root)
         except OSError:
@@ -73,36 +73,14 @@ class RunView:
     def refresh(self) -> dict[int, int]:
         """Re-read meta and status files, read appended lines and alerts; returns new lines per rank."""
         with self.lock:
-            if self._inside(self.layout.meta):
-                self.meta = read_json(self.layout.meta) or self.meta
-            new: dict[int, int] = {}
-            for rank in self.layout.ranks():
-                if self._inside(self.layout.status(rank)) and (st := read_json(self.layout.status(rank))) is not None:
-                    self.statuses[rank] = st
-                metrics = self.layout.metrics(rank)
-                if not metrics.exists() or not self._inside(metrics):
-                    continue
-                cols = self.ranks.get(rank)
-                if cols is None:
-                    cols = self.ranks[rank] = RankColumns(metrics, cache=self.cache)
-                added = cols.refresh()
-                if added:
-                    new[rank] = added
-            if self._inside(self.layout.alerts):
-                for alert in self._alert_tail.read_new():
-                    alert.setdefault("seq", len(self.alerts))
-                    self.alerts.append(alert)
+            seen = len(self.alerts)
+            new = super().refresh()
+            for seq in range(seen, len(self.alerts)):
+                self.alerts[seq].setdefault("seq", seq)
             return new
 
     def states(self, now: float | None = None) -> dict[int, str]:
         return {r: rank_state(s, now) for r, s in self.statuses.items()}
-
-    @property
-    def metrics(self) -> list[str]:
-        names: set[str] = set()
-        for cols in self.ranks.values():
-            names |= cols.keys
-        return sorted(names)
 
     def status_summary(self, now: float | None = None) -> dict[str, Any]:
         """What the run page's banner needs: overall state, per-rank states, last step/time, error."""

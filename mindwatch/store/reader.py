@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import COORDINATES, JsonlTail
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.writer import FINAL_STATES
+
+if TYPE_CHECKING:
+    from mindwatch.server.cache import ColumnCache
 
 __all__ = ["COORDINATES", "JsonlTail", "Run", "Series", "open_run", "rank_state"]
 
@@ -45,11 +48,13 @@ class Series:
 class Run:
     """A run directory opened for reading. Use :func:`open_run`."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, cache: ColumnCache | None = None, read: bool = True) -> None:
+        """``cache``: keep parsed columns across processes (the dashboard's); ``read=False``: read at the first refresh."""
         self.path = Path(path)
         if not self.path.is_dir():
             raise FileNotFoundError(f"no run directory at {self.path}")
         self.layout = RunLayout(self.path)
+        self.cache = cache
         self.meta: dict[str, Any] = {}
         self.statuses: dict[int, dict[str, Any]] = {}
         self.alerts: list[dict[str, Any]] = []
@@ -57,7 +62,8 @@ class Run:
         self.last_record: dict[int, dict[str, Any]] = {}  # each rank's last record with a step
         self._alert_tail = JsonlTail(self.layout.alerts)
         self._series: dict[tuple[int, str], tuple[int, int, Series]] = {}
-        self.refresh()
+        if read:
+            self.refresh()
 
     @property
     def id(self) -> str:
@@ -74,25 +80,30 @@ class Run:
             names |= cols.keys
         return sorted(names)
 
+    def readable(self, path: Path) -> bool:
+        """Whether a file of the run may be read; every file here (a dashboard allows only those inside LOGDIR)."""
+        return True
+
     def refresh(self) -> dict[int, int]:
         """Re-read meta and status, read appended lines and alerts; returns how many lines each rank added."""
-        self.meta = read_json(self.layout.meta) or self.meta
+        if self.readable(self.layout.meta):
+            self.meta = read_json(self.layout.meta) or self.meta
         new: dict[int, int] = {}
         for rank in self.layout.ranks():
-            st = read_json(self.layout.status(rank))
-            if st is not None:
+            status, metrics = self.layout.status(rank), self.layout.metrics(rank)
+            if self.readable(status) and (st := read_json(status)) is not None:
                 self.statuses[rank] = st
-            metrics = self.layout.metrics(rank)
-            if rank not in self.columns:
-                if not metrics.exists():
-                    continue
-                self.columns[rank] = RankColumns(metrics)
-            cols = self.columns[rank]
+            if not metrics.exists() or not self.readable(metrics):
+                continue
+            cols = self.columns.get(rank)
+            if cols is None:
+                cols = self.columns[rank] = RankColumns(metrics, cache=self.cache)
             added = cols.refresh()
             if added:
                 new[rank] = added
                 self.last_record[rank] = cols.last_record() or self.last_record.get(rank, {})
-        self.alerts.extend(self._alert_tail.read_new())
+        if self.readable(self.layout.alerts):
+            self.alerts.extend(self._alert_tail.read_new())
         return new
 
     def series(self, metric: str, rank: int | None = None) -> Series:
