@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import assert_same_columns, parsed_copy
 
-from mindwatch.store import RunWriter
+from mindwatch.store import RunWriter, open_run
 from mindwatch.store.columnfiles import columns_dir, read_column_files
 from mindwatch.store.columns import RankColumns
 
@@ -74,6 +74,8 @@ def test_a_relaunch_continues_the_files_and_drops_what_a_crash_left_past_the_ind
     assert cols.from_files and read_column_files(path).offset == path.stat().st_size
     cols.refresh()
     assert_same_columns(cols, parsed_copy(path, tmp_path))
+    run = open_run(tmp_path)  # open_run starts from the files too: its last record is still the file's last
+    assert run.columns[0].from_files and run.last_record[0]["step"] == 149 and run.last_record[0]["late"] == 149.0
 
 
 def test_files_that_do_not_match_the_jsonl_are_ignored(tmp_path: Path) -> None:

@@ -96,9 +96,12 @@ class Run:
             if not metrics.exists() or not self.readable(metrics):
                 continue
             cols = self.columns.get(rank)
-            if cols is None:
+            if cols is None:  # every line is new here, also those it took from column files or a cache
                 cols = self.columns[rank] = RankColumns(metrics, cache=self.cache)
-            added = cols.refresh()
+                cols.refresh()
+                added = cols.lines
+            else:
+                added = cols.refresh()
             if added:
                 new[rank] = added
                 self.last_record[rank] = cols.last_record() or self.last_record.get(rank, {})
