@@ -273,6 +273,8 @@ class MonitorConfig(_Section):
     step_interval: int = Field(default=1, ge=1)
     #: Seconds between fsyncs of the run files (and heartbeats); bounds what a power loss can take.
     flush_secs: float = Field(default=2.0, gt=0)
+    #: Also write ``columns.rank<R>/`` (binary columns readers open long runs from) at every flush.
+    column_files: bool = True
     save_dir: Path = Path("./monitor_output")
     tensorboard: bool = False
     metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS))

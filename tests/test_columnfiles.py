@@ -119,3 +119,19 @@ def test_a_column_dir_that_cannot_be_written_is_a_warning(tmp_path: Path, caplog
     cols = RankColumns(w.layout.metrics(0))
     cols.refresh()
     assert not cols.from_files and cols.steps.tolist() == list(range(1, 21))
+
+
+@pytest.mark.parametrize("column_files", [True, False])
+def test_column_files_follow_the_config(tmp_path: Path, column_files: bool) -> None:
+    from mindwatch.config import load_config
+    from mindwatch.core.session import RunSession
+
+    session = RunSession.start(load_config({"save_dir": str(tmp_path), "column_files": column_files}))
+    for s in range(1, 31):
+        session.monitor.record({"step": s, "t": float(s), "loss": 1.0 / s})
+    session.close("finished")
+    path = session.layout.metrics(0)
+    assert (read_column_files(path) is not None) == column_files
+    assert columns_dir(path).exists() == column_files
+    run = open_run(path.parent)  # read either way
+    assert run.columns[0].from_files == column_files and run.series("loss").step.tolist() == list(range(1, 31))

@@ -80,7 +80,7 @@ class RunSession:
         run_id = run_id or agreed_run_id(config, parent, rank, launch_key)
         run_dir = parent / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        writer = RunWriter(run_dir, rank, flush_secs=config.flush_secs)
+        writer = RunWriter(run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files)
         sinks: list[Sink] = [writer]
         if rank == 0 or config.callback.params.log_all_ranks:
             sinks.append(ConsoleSummary(config.interval))

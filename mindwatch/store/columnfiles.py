@@ -89,10 +89,11 @@ class ColumnFilesWriter:
     index, which still describes a valid prefix; the JSONL is unaffected.
     """
 
-    def __init__(self, metrics: Path) -> None:
+    def __init__(self, metrics: Path, *, enabled: bool = True) -> None:
+        """``enabled=False``: write none (readers parse the JSONL); files of an earlier writer stay as they are."""
         self.metrics = Path(metrics)
         self.dir = columns_dir(self.metrics)
-        self.enabled = True
+        self.enabled = enabled
         self.offset = 0  # JSONL bytes described so far (flushed or pending)
         self.lines = 0
         self._steps_flushed = 0
@@ -105,13 +106,19 @@ class ColumnFilesWriter:
         except FileNotFoundError:
             size = 0
         try:
-            if size:
+            if not enabled:
+                if not size and self.dir.is_dir():
+                    self._clear()  # a new JSONL: files of a deleted one would not match it anyway
+            elif size:
                 self._continue(size)
             elif self.dir.is_dir():  # a new JSONL: old column files (of a deleted JSONL) describe nothing
-                for p in self.dir.iterdir():
-                    p.unlink()
+                self._clear()
         except OSError as e:
             self.stop(f"cannot prepare {self.dir} ({e})")
+
+    def _clear(self) -> None:
+        for p in self.dir.iterdir():
+            p.unlink()
 
     def _continue(self, size: int) -> None:
         """Appending to an existing JSONL (a relaunch): go on from its index, or stop when it lags."""

@@ -33,7 +33,7 @@ FINAL_STATES = ("finished", "failed", "stopped")
 class RunWriter:
     """Writes ``metrics.rank<R>.jsonl`` (and its column files), ``status.rank<R>.json``, appends to ``alerts.jsonl``."""
 
-    def __init__(self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0) -> None:
+    def __init__(self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0, column_files: bool = True) -> None:
         self.layout = RunLayout(Path(run_dir))
         self.rank = rank
         self.flush_secs = flush_secs
@@ -49,7 +49,7 @@ class RunWriter:
         self._last_warning = 0.0
         self.started_at = time.time()
         self.layout.root.mkdir(parents=True, exist_ok=True)
-        self.columns = ColumnFilesWriter(self.layout.metrics(rank))
+        self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files)
         self.flush()
 
     # -- sink interface -------------------------------------------------
