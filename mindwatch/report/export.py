@@ -83,20 +83,21 @@ def export_run(run_dir: str | os.PathLike[str], fmt: str, out: str | os.PathLike
 def _tokens(name: str, col: np.ndarray, mask: np.ndarray | None, missing: str, nonfinite: dict[float, str]) -> list[str]:
     """One column as text cells: ``missing`` where absent, ``nonfinite[v]`` for NaN/Inf, whole numbers for ints."""
     if col.dtype.kind == "i":
-        return [str(v) for v in col.tolist()]
-    integer = name in _INTEGER_COLUMNS
-    present = mask.tolist() if mask is not None else [True] * len(col)
-    out = []
-    for v, ok in zip(col.tolist(), present, strict=True):
-        if not ok:
-            out.append(missing)
-        elif not math.isfinite(v):
-            out.append(nonfinite[math.copysign(math.inf, v) if math.isinf(v) else 0.0])
-        elif integer and v.is_integer():
-            out.append(str(int(v)))
+        return list(map(str, col.tolist()))
+    values = col.tolist()
+    out = list(map(_whole_or_repr if name in _INTEGER_COLUMNS else repr, values))  # NaN/Inf are fixed below
+    special = ~np.isfinite(col) if mask is None else ~np.isfinite(col) | ~mask
+    for i in np.flatnonzero(special).tolist():  # few: absent values and NaN/Inf
+        v = values[i]
+        if mask is not None and not mask[i]:
+            out[i] = missing
         else:
-            out.append(repr(v))
+            out[i] = nonfinite[math.copysign(math.inf, v) if math.isinf(v) else 0.0]
     return out
+
+
+def _whole_or_repr(v: float) -> str:
+    return str(int(v)) if v.is_integer() else repr(v)
 
 
 _CSV_NONFINITE = {0.0: "nan", math.inf: "inf", -math.inf: "-inf"}  # 0.0 stands for NaN (NaN is no dict key)
