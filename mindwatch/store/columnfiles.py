@@ -33,7 +33,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -68,9 +68,10 @@ def number(v: Any) -> float | None:
         return None
 
 
-def _head_hash(path: Path, offset: int) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha1(f.read(min(offset, _HEAD))).hexdigest()
+def _head_hash(f: BinaryIO, offset: int) -> str:
+    """The hash that tells the JSONL open as ``f`` is the one an index describes (its first bytes up to ``offset``)."""
+    f.seek(0)
+    return hashlib.sha1(f.read(min(offset, _HEAD))).hexdigest()
 
 
 @dataclass
@@ -106,12 +107,9 @@ class ColumnFilesWriter:
         except FileNotFoundError:
             size = 0
         try:
-            if not enabled:
-                if not size and self.dir.is_dir():
-                    self._clear()  # a new JSONL: files of a deleted one would not match it anyway
-            elif size:
+            if size and enabled:
                 self._continue(size)
-            elif self.dir.is_dir():  # a new JSONL: old column files (of a deleted JSONL) describe nothing
+            elif not size and self.dir.is_dir():  # a new JSONL: old column files (of a deleted JSONL) describe nothing
                 self._clear()
         except OSError as e:
             self.stop(f"cannot prepare {self.dir} ({e})")
@@ -183,16 +181,19 @@ class ColumnFilesWriter:
             self._steps_flushed += len(self._steps)
             self._steps = []
             if self._head is None:
-                head = _head_hash(self.metrics, self.offset)
-                if self.offset >= _HEAD:
-                    self._head = head
+                with open(self.metrics, "rb") as f:
+                    head = _head_hash(f, self.offset)
+            else:
+                head = self._head
+            if self.offset >= _HEAD:
+                self._head = head  # the head is complete: it no longer changes
             index = {
                 "format": FORMAT,
                 "version": VERSION,
                 "metrics_file": self.metrics.name,
                 "offset": self.offset,
                 "lines": self._steps_flushed,
-                "head": self._head or head,
+                "head": head,
                 "columns": {n: {"id": c.id, "values": c.values, "ranges": c.ranges} for n, c in self._columns.items()},
             }
             write_json_atomic(self.dir / "index.json", index)
@@ -268,7 +269,7 @@ def read_column_files(metrics: Path) -> ColumnFiles | None:
             return None
         offset, lines = int(index["offset"]), int(index["lines"])
         with open(metrics, "rb") as f:
-            if os.fstat(f.fileno()).st_size < offset or hashlib.sha1(f.read(min(offset, _HEAD))).hexdigest() != index["head"]:
+            if os.fstat(f.fileno()).st_size < offset or _head_hash(f, offset) != index["head"]:
                 return None
             f.seek(max(0, offset - _TAIL))
             tail = f.read(offset - max(0, offset - _TAIL))
