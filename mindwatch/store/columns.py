@@ -99,8 +99,7 @@ class RankColumns:
         self._segments_scanned = 0  # segments whose keys are in _keys
         self.bad_lines = 0
         self.generation = getattr(self, "generation", -1) + 1  # bumps when the file was replaced
-        self._files: ColumnFiles | None = None
-        self._complete = 0  # leading segments whose every column is in the column files
+        self._files: ColumnFiles | None = None  # when set, segment 0 is what they cover, every column included
         self._free_work = 0  # lines and values taken from the column files (nothing a cache would save)
         self._ino: int | None = None  # the file's inode, to notice a replaced file
 
@@ -109,7 +108,7 @@ class RankColumns:
         files = read_column_files(self.path)
         if files is None or not files.lines:
             return False
-        self._files, self._complete = files, 1
+        self._files = files
         self._tail.offset = files.offset
         self._segments.append(_Segment(0, files.offset, 0, files.lines))
         self._steps.extend(files.steps)
@@ -233,7 +232,7 @@ class RankColumns:
             if stored is not None:  # the column files hold all of it for the first segment
                 col.line.extend(stored[0])
                 col.value.extend(stored[1])
-                col.segments_done = self._complete
+                col.segments_done = 1
                 self._free_work += len(stored[0])
             self._extend(metric, col)
             self._maybe_save()
