@@ -24,7 +24,7 @@ from typing import Any
 
 from mindwatch.server.cache import ColumnCache
 from mindwatch.store.catalog import find_runs, summarize
-from mindwatch.store.reader import Run, rank_state
+from mindwatch.store.reader import Run
 
 
 class NotFound(Exception):
@@ -78,9 +78,6 @@ class RunView(Run):
             for seq in range(seen, len(self.alerts)):
                 self.alerts[seq].setdefault("seq", seq)
             return new
-
-    def states(self, now: float | None = None) -> dict[int, str]:
-        return {r: rank_state(s, now) for r, s in self.statuses.items()}
 
     def status_summary(self, now: float | None = None) -> dict[str, Any]:
         """What the run page's banner needs: overall state, per-rank states, last step/time, error."""

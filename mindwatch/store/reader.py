@@ -124,12 +124,16 @@ class Run:
         self._series[(rank, metric)] = (cols.generation, cols.lines, s)
         return s
 
+    def states(self, now: float | None = None) -> dict[int, str]:
+        """Each rank's state (see :func:`rank_state`)."""
+        return {r: rank_state(s, now) for r, s in self.statuses.items()}
+
     @property
     def state(self) -> str:
         """The run's state across ranks; ``stale`` when the heartbeat stopped without a final state."""
         if not self.statuses:
             return "unknown"
-        states = [rank_state(s) for s in self.statuses.values()]
+        states = self.states().values()
         for s in ("failed", "stalled", "stale", "stopped", "running"):
             if s in states:
                 return s
