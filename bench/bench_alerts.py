@@ -244,7 +244,7 @@ def _thread_cpu_seconds(prefix: str) -> float:
 
 def _notify_alert_cost(url: str, n: int = 100_000) -> float:
     """Seconds per ``NotifySink.alert`` call with a black-hole channel (its queue full after the first 100)."""
-    from mindwatch.core.alerts import make_alert
+    from mindwatch.alerts.alert import make_alert
     from mindwatch.sinks.notify import NotifySink, Webhook
 
     sink = NotifySink([Webhook(url, timeout=5.0, retries=2)], context={"project": "bench"}, close_grace=0.0)

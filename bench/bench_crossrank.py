@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mindwatch.alerts.crossrank import CrossRankWatch
+from mindwatch.analysis.bands import band_of
 from mindwatch.config import load_config
-from mindwatch.core.distributed import CrossRankWatch
-from mindwatch.store.crossrank import band_of
 from mindwatch.store.reader import Series
 from mindwatch.store.writer import RunWriter
 

@@ -8,7 +8,7 @@
    it has never read the run), then the same query again (warm), a zoomed window, and a second
    metric; then a restarted server. All of it again on the same JSONL without column files (a
    run from another tool or an older mindwatch), where the restarted server answers from the
-   column cache the first one left (mindwatch.server.cache). Baseline: what the seed's Flask app
+   column cache the first one left (mindwatch.store.cache). Baseline: what the seed's Flask app
    does per query, ``json.loads`` of every line.
 2. Live latency: 50 SSE clients watch a run while a writer appends one record every 100 ms; latency
    is from the write to each client receiving the point. Baseline: the seed's 3 s polling, whose
@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from mindwatch.server.process import DashboardProcess
+from mindwatch.serve.process import DashboardProcess
 from mindwatch.store.columnfiles import read_column_files
 from mindwatch.store.writer import RunWriter
 
@@ -110,7 +110,7 @@ def _cold_then_warm(logdir: Path, run: str) -> dict[str, float]:
         t = time.perf_counter()
         c.get("/api/series", params={**q, "metric": "grad_norm"}).raise_for_status()
         out["second"] = time.perf_counter() - t
-    # A restarted server: the columns the first one parsed are in the column cache (mindwatch.server.cache).
+    # A restarted server: the columns the first one parsed are in the column cache (mindwatch.store.cache).
     with DashboardProcess(logdir, port=0) as dash, httpx.Client(base_url=dash.url, timeout=600) as c:
         t = time.perf_counter()
         body = c.get("/api/series", params=q).json()

@@ -45,7 +45,7 @@ def _drive(callback, steps: int, outputs, chunk: int = 1000) -> tuple[float, flo
     thread's own cost; every ``chunk`` steps the worker's drain runs (timed apart), so the queue stays
     as short as it is in a real training, where steps take milliseconds.
     """
-    from mindwatch.core.monitor import Monitor
+    from mindwatch.monitor.worker import Monitor
 
     rc, cb = _run_context(outputs)
     start = Monitor.start

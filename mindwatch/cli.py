@@ -47,7 +47,7 @@ def _serve(sub: argparse._SubParsersAction) -> None:
     def run(args: argparse.Namespace) -> int:
         import os
 
-        from mindwatch.server.app import serve
+        from mindwatch.serve.app import serve
 
         token = args.token or os.environ.get("MINDWATCH_TOKEN")
         return serve(args.logdir, host=args.host, port=args.port, token=token, cache=not args.no_cache)
@@ -85,7 +85,7 @@ def _check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
 
     def run(args: argparse.Namespace) -> int:
-        from mindwatch.report.check import check_command
+        from mindwatch.checks.evaluate import check_command
 
         return check_command(args.run, args.rule, args.rules_file, as_json=args.json)
 
@@ -125,7 +125,7 @@ def _runs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     def run(args: argparse.Namespace) -> int:
-        from mindwatch.report.runs import print_runs
+        from mindwatch.terminal.runs import print_runs
 
         return print_runs(args.logdir, as_json=args.json)
 
@@ -140,7 +140,7 @@ def _tail(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--once", action="store_true", help="print one frame and exit")
 
     def run(args: argparse.Namespace) -> int:
-        from mindwatch.tail import tail
+        from mindwatch.terminal.tail import tail
 
         try:
             return tail(args.run, interval=args.interval, rank=args.rank, once=args.once)
@@ -156,7 +156,7 @@ def _hang(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", metavar="RUN", help="run directory with stacks/stall_rank<R>_*.txt dumps")
 
     def run(args: argparse.Namespace) -> int:
-        from mindwatch.core.hang import diagnose_run
+        from mindwatch.alerts.hang import diagnose_run
 
         d = diagnose_run(args.run)
         if not d.places:

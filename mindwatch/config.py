@@ -314,7 +314,7 @@ class MonitorConfig(_Section):
     @field_validator("checks")
     @classmethod
     def _parsable_checks(cls, v: list[str]) -> list[str]:
-        from mindwatch.report.rules import RuleError, parse_rule  # the rule parser is pure Python, no numpy
+        from mindwatch.checks.language import RuleError, parse_rule  # the rule parser is pure Python, no numpy
 
         for rule in v:
             try:

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 import mindwatch
+from mindwatch.alerts.alert import format_alert, make_alert, severity_at_least
 from mindwatch.config import load_config
-from mindwatch.core.alerts import AlertLog, format_alert, make_alert, severity_at_least
-from mindwatch.core.monitor import Monitor
-from mindwatch.core.session import RunSession
+from mindwatch.monitor.worker import Monitor
+from mindwatch.session import RunSession
+from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.store.writer import RunWriter
 
 CONTRACT = ("t", "step", "rank", "rule", "metric", "value", "threshold", "severity", "message", "actions")

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mindwatch
-from mindwatch.report.check import evaluate
-from mindwatch.report.rules import RuleError, parse_rule
+from mindwatch.checks.evaluate import evaluate
+from mindwatch.checks.language import RuleError, parse_rule
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.writer import RunWriter
 

@@ -124,7 +124,7 @@ def test_a_column_dir_that_cannot_be_written_is_a_warning(tmp_path: Path, caplog
 @pytest.mark.parametrize("column_files", [True, False])
 def test_column_files_follow_the_config(tmp_path: Path, column_files: bool) -> None:
     from mindwatch.config import load_config
-    from mindwatch.core.session import RunSession
+    from mindwatch.session import RunSession
 
     session = RunSession.start(load_config({"save_dir": str(tmp_path), "column_files": column_files}))
     for s in range(1, 31):

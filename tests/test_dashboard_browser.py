@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 from conftest import CHROMIUM, CHROMIUM_ARGS
 
-from mindwatch.server.process import DashboardProcess
+from mindwatch.serve.process import DashboardProcess
 
 pytestmark = [
     pytest.mark.slow,

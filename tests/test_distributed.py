@@ -27,8 +27,8 @@ import psutil
 import pytest
 
 import mindwatch
+from mindwatch.analysis.bands import CROSS_RANK_METRICS, band
 from mindwatch.cli import main
-from mindwatch.store.crossrank import CROSS_RANK_METRICS, band
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "dist_scripts" / "train_dp.py"
@@ -284,7 +284,7 @@ def test_cross_rank_band_matches_the_per_rank_series(straggler_run: DistRun) -> 
 def test_dashboard_band_and_rank_lines_come_from_the_rank_files(straggler_run: DistRun) -> None:
     from starlette.testclient import TestClient
 
-    from mindwatch.server.app import create_app
+    from mindwatch.serve.app import create_app
 
     run_dir = straggler_run.run_dir
     per_rank = {r: {rec["step"]: rec for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")} for r in (0, 1)}

@@ -15,15 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mindwatch.alerts.alert import make_alert
+from mindwatch.alerts.crossrank import CrossRankWatch, StragglerRule
+from mindwatch.analysis.bands import band_of
 from mindwatch.config import load_config
-from mindwatch.core.alerts import make_alert
-from mindwatch.core.distributed import CrossRankWatch, StragglerRule
-from mindwatch.core.session import RunSession
-from mindwatch.core.watchdog import dump_stacks
 from mindwatch.mindspore.ranks import discover
-from mindwatch.store.crossrank import StepAligner, band_of
+from mindwatch.monitor.watchdog import dump_stacks
+from mindwatch.session import RunSession
 from mindwatch.store.reader import Series
 from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id, rendezvous_path
+from mindwatch.store.tails import StepAligner
 from mindwatch.store.writer import RunWriter
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,7 +74,7 @@ def test_discover_alone_and_from_generic_variables() -> None:
 _JOIN = """
 import sys, time
 from mindwatch.config import load_config
-from mindwatch.core.session import RunSession
+from mindwatch.session import RunSession
 rank, key, save = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 time.sleep(0.8 if rank == 0 else 0.0)   # rank 0 comes last: the others must wait for it
 s = RunSession.start(load_config({"project": "p", "save_dir": save, "alerts": {"enabled": False}}),

@@ -22,8 +22,8 @@ from mindspore import nn
 from mindspore.train import Model
 
 import mindwatch
+from mindwatch.alerts.alert import make_alert
 from mindwatch.config import load_config
-from mindwatch.core.alerts import make_alert
 from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback
 from mindwatch.sinks.notify import DingTalk, NotifySink, Slack, Webhook, WeCom, build_channels, dingtalk_sign

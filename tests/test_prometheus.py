@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import mindwatch
 from mindwatch.config import load_config
-from mindwatch.core.session import RunSession
+from mindwatch.session import RunSession
 from mindwatch.sinks.prometheus import PrometheusSink, local_rank
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,10 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindwatch.config import load_config
-from mindwatch.core.alerts import Cooldown
-from mindwatch.core.control import Control
-from mindwatch.core.rules import (
+from mindwatch.alerts.alert import Cooldown
+from mindwatch.alerts.rules import (
     DataWaitRule,
     DivergenceRule,
     MemoryRule,
@@ -23,6 +21,8 @@ from mindwatch.core.rules import (
     build_rules,
     threshold_rules,
 )
+from mindwatch.config import load_config
+from mindwatch.monitor.control import Control
 
 
 def records(metric: str, values: list[float], **extra: float) -> list[dict]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from mindwatch.server.app import check_binding, create_app
+from mindwatch.serve.app import check_binding, create_app
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import decode_value, encode_line
 from mindwatch.store.layout import write_json_atomic
@@ -345,7 +345,7 @@ def test_the_server_never_imports_mindspore(logdir: Path) -> None:
     code = f"""
 import sys
 from starlette.testclient import TestClient
-from mindwatch.server.app import create_app
+from mindwatch.serve.app import create_app
 with TestClient(create_app({str(logdir)!r})) as c:
     assert c.get("/api/runs").status_code == 200
     assert c.get("/api/series", params={{"run": "p/r", "metric": "loss"}}).status_code == 200
@@ -381,7 +381,7 @@ def test_band_across_ranks_gives_min_mean_max_per_step(logdir: Path) -> None:
 
 
 def test_column_cache_lets_a_new_server_continue_without_rereading(tmp_path: Path) -> None:
-    from mindwatch.server.cache import ColumnCache
+    from mindwatch.store.cache import ColumnCache
 
     path = tmp_path / "metrics.rank0.jsonl"
     lines = [{"step": s, "t": float(s), "loss": 1.0 / s} for s in range(1, 3001)]

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import uvicorn
 
-from mindwatch.server.app import create_app
-from mindwatch.server.process import free_port
+from mindwatch.serve.app import create_app
+from mindwatch.serve.process import free_port
 from mindwatch.store.jsonl import encode_line
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.writer import RunWriter

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mindwatch
-from mindwatch.core.monitor import Monitor
+from mindwatch.monitor.worker import Monitor
 from mindwatch.store import JsonlTail, RunWriter, open_run
 from mindwatch.store.jsonl import decode_value, encode_line
 

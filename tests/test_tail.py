@@ -12,7 +12,7 @@ import pytest
 
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.writer import RunWriter
-from mindwatch.tail import resolve_run, sparkline
+from mindwatch.terminal.tail import resolve_run, sparkline
 
 
 def spawn_tail(*args: str) -> pexpect.spawn:

@@ -14,10 +14,10 @@ from mindspore import nn
 from mindspore.train import Model
 
 import mindwatch
-from mindwatch.core.alerts import AlertLog
-from mindwatch.core.watchdog import Watchdog
 from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback
+from mindwatch.monitor.watchdog import Watchdog
+from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.store.writer import RunWriter
 
 STALL_AT, STALL_SECS, TIMEOUT = 25, 4.0, 1.5

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from mindwatch.demo.train import DemoSettings, build_training
-from mindwatch.server.process import DashboardProcess
+from mindwatch.serve.process import DashboardProcess
 
 
 def run_demo(args: argparse.Namespace) -> int:

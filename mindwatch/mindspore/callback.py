@@ -26,17 +26,17 @@ import mindspore as ms
 from mindspore.train import Callback
 
 from mindwatch.config import MonitorConfig, load_config
-from mindwatch.core.session import RunSession
-from mindwatch.mindspore.interventions import Interventions
+from mindwatch.mindspore.actions import Interventions
 from mindwatch.mindspore.outputs import decode_outputs, output_layout
 from mindwatch.mindspore.probes import (
     AttentionEntropy,
     LrProbe,
     attention_cells,
     device_memory_sampler,
-    host_memory_sampler,
 )
 from mindwatch.mindspore.ranks import discover
+from mindwatch.session import RunSession
+from mindwatch.system import host_memory_sampler
 
 log = logging.getLogger("mindwatch")
 _perf = time.perf_counter

@@ -9,7 +9,6 @@ from typing import Any
 
 import mindspore as ms
 import numpy as np
-import psutil
 from mindspore import nn, ops
 
 log = logging.getLogger("mindwatch")
@@ -55,16 +54,6 @@ class LrProbe:
         if self._schedule is not None:
             return float(self._schedule(ms.Tensor(index, ms.int32)).asnumpy())
         return None
-
-
-def host_memory_sampler() -> Callable[[], dict[str, float]]:
-    """Resident memory of this process, in GB (10^9 bytes)."""
-    proc = psutil.Process()
-
-    def sample() -> dict[str, float]:
-        return {"host_rss_gb": proc.memory_info().rss / 1e9}
-
-    return sample
 
 
 def device_memory_sampler() -> Callable[[], dict[str, float]] | None:

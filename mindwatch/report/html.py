@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from mindwatch import __version__
+from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.analysis.summary import SEVERITIES, RunSummary, ordered_metrics, summarize_run
 from mindwatch.assets import echarts_js
-from mindwatch.report.summary import SEVERITIES, RunSummary, ordered_metrics, summarize_run
-from mindwatch.server.downsample import keep_extremes
 from mindwatch.store.reader import Run, open_run
 
 #: Points per series in a chart; min/max pairs per bucket, so spikes survive.

@@ -35,7 +35,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from mindwatch.core.alerts import Alert, severity_at_least, step_text
+from mindwatch.alerts.alert import Alert, severity_at_least, step_text
 
 log = logging.getLogger("mindwatch")
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from mindwatch.core.rules import host_memory_total_gb
 from mindwatch.store.jsonl import metric_values
+from mindwatch.system import host_memory_total_gb
 
 log = logging.getLogger("mindwatch")
 

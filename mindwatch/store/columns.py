@@ -33,7 +33,7 @@ from mindwatch.store.columnfiles import NOT_STORED, ColumnFiles, read_column_fil
 from mindwatch.store.jsonl import COORDINATES, JsonlTail, decode_line, decode_value, encode_line, last_record
 
 if TYPE_CHECKING:
-    from mindwatch.server.cache import ColumnCache
+    from mindwatch.store.cache import ColumnCache
 
 _STEP = re.compile(rb'"step"\s*:\s*(-?\d+)\s*[,}]')
 _DIGITS = b"0123456789.+-"
@@ -238,7 +238,7 @@ class RankColumns:
             self._maybe_save()
         return col.line.view, col.value.view
 
-    # -- persistence (see mindwatch.server.cache) -------------------------------
+    # -- persistence (see mindwatch.store.cache) -------------------------------
     def _work(self) -> int:
         """Lines parsed so far, over the steps and every column: what a cache saves us from redoing."""
         return self.lines + sum(col.line.size for col in self._columns.values()) - self._free_work

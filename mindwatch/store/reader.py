@@ -28,7 +28,7 @@ from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.writer import FINAL_STATES
 
 if TYPE_CHECKING:
-    from mindwatch.server.cache import ColumnCache
+    from mindwatch.store.cache import ColumnCache
 
 __all__ = ["COORDINATES", "JsonlTail", "Run", "Series", "open_run", "rank_state"]
 

@@ -2,7 +2,7 @@
 
 Example::
 
-    from mindwatch.report.rules import parse_rule
+    from mindwatch.checks.language import parse_rule
     rule = parse_rule("max(grad_norm, last=100) < 1e5 and final(loss) < first(loss)")
     rule.functions      # ('max', 'final', 'first')
 
@@ -21,7 +21,7 @@ Grammar (Python-like; ``and``/``or``/``not``, chained comparisons, ``+ - * / % *
     call       := NAME "(" [METRIC ("," ...)] ["," NAME "=" rule]* ")"
 
 A metric is a bare name (``loss``, ``attention_entropy/blocks.0.attn``) or a quoted string.
-The parser only builds a small tree of the node classes below; :mod:`mindwatch.report.check`
+The parser only builds a small tree of the node classes below; :mod:`mindwatch.checks.evaluate`
 evaluates it against a run. Nothing in a rule can reach Python: there are no attributes,
 no subscripts, no lambdas and no names other than the functions in :data:`FUNCTIONS`.
 """

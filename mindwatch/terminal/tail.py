@@ -25,11 +25,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from mindwatch.report.runs import STATE_STYLE
-from mindwatch.report.summary import ordered_metrics
+from mindwatch.analysis.summary import ordered_metrics
 from mindwatch.store.catalog import find_runs, summarize
 from mindwatch.store.layout import is_run_dir
 from mindwatch.store.reader import Run, open_run
+from mindwatch.terminal.runs import STATE_STYLE
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

@@ -32,10 +32,10 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
-from mindwatch.core.alerts import Alert, Cooldown, make_alert
-from mindwatch.core.rules import NonFiniteRule
-from mindwatch.core.session import RunSession
-from mindwatch.core.watchdog import dump_stacks
+from mindwatch.alerts.alert import Alert, Cooldown, make_alert
+from mindwatch.alerts.rules import NonFiniteRule
+from mindwatch.monitor.watchdog import dump_stacks
+from mindwatch.session import RunSession
 
 log = logging.getLogger("mindwatch")
 
@@ -132,7 +132,7 @@ def last_healthy_checkpoint(files: list[Path], *, before_step: int, steps_per_ep
 
 
 class Interventions:
-    """The MindSpore side of :class:`~mindwatch.core.control.Control`. See the module docstring."""
+    """The MindSpore side of :class:`~mindwatch.monitor.control.Control`. See the module docstring."""
 
     def __init__(self, session: RunSession, *, optimizer: Any, train_network: Any, lr_probe: Any = None, rank: int = 0) -> None:
         self.session = session

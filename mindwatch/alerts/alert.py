@@ -1,4 +1,4 @@
-"""Alerts: the record every rule emits, the per-rule cooldown, and the sink that logs them.
+"""Alerts: the record every rule emits, its severity and console line, and the per-rule cooldown.
 
 Example::
 
@@ -18,14 +18,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from mindwatch.store.writer import FINAL_STATES, RunWriter
-
 log = logging.getLogger("mindwatch")
 
 Alert = dict[str, Any]
 
 SEVERITIES = ("info", "warning", "error")
-_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 #: Rules the stall watchdog emits; they also move the rank's status between ``stalled`` and ``running``.
 STALL, RESUMED = "stall", "resumed"
@@ -109,34 +107,3 @@ class Cooldown:
     def take_suppressed(self, key: Any) -> int:
         """How many alerts of ``key`` were held back since it last fired (and reset the count)."""
         return self.suppressed.pop(key, 0)
-
-
-class AlertLog:
-    """Sink that appends each alert to ``alerts.jsonl``, logs it, and keeps the status in step with stalls.
-
-    A ``stall`` alert sets the rank's status to ``stalled``, ``resumed`` back to ``running``
-    (both written at once, on the worker thread, so the heartbeat file has one writer).
-    """
-
-    def __init__(self, writer: RunWriter, logger: logging.Logger = log) -> None:
-        self.writer = writer
-        self.logger = logger
-        self.count = 0
-
-    def alert(self, alert: Alert) -> None:
-        self.count += 1
-        self.writer.append_alert(alert)
-        self.logger.log(_LEVELS.get(str(alert.get("severity")), logging.WARNING), format_alert(alert))
-        rule = alert.get("rule")
-        if rule in (STALL, RESUMED) and self.writer.state not in FINAL_STATES:
-            self.writer.state = "stalled" if rule == STALL else "running"
-            self.writer.flush()
-
-    def write(self, records: list[dict[str, Any]]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
-        pass

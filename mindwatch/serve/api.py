@@ -1,6 +1,6 @@
 """The dashboard's JSON API: runs, one run, chart series (downsampled), heat maps, alerts, compare.
 
-Example (with the app from :func:`mindwatch.server.app.create_app`)::
+Example (with the app from :func:`mindwatch.serve.app.create_app`)::
 
     GET /api/runs
     GET /api/run?run=gpt/run_1
@@ -23,9 +23,9 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from mindwatch.server.downsample import keep_extremes
-from mindwatch.server.runs import BadRequest, Catalog, RunView
-from mindwatch.store.crossrank import CROSS_RANK_METRICS, band_of
+from mindwatch.analysis.bands import CROSS_RANK_METRICS, band_of
+from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.serve.views import BadRequest, Catalog, RunView
 from mindwatch.store.reader import Series
 
 MAX_POINTS = 20_000
@@ -179,7 +179,7 @@ def series(
 
 
 def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
-    """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.store.crossrank`), thinned keeping extremes."""
+    """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.analysis.bands`), thinned keeping extremes."""
     if refresh:
         view.refresh()
     with view.lock:

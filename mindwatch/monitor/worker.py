@@ -2,7 +2,7 @@
 
 Example::
 
-    from mindwatch.core import Monitor
+    from mindwatch.monitor import Monitor
     from mindwatch.store import RunWriter
 
     mon = Monitor([RunWriter(run_dir)], flush_secs=2.0)

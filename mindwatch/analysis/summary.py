@@ -3,7 +3,7 @@
 Example::
 
     import mindwatch
-    from mindwatch.report.summary import summarize_run
+    from mindwatch.analysis.summary import summarize_run
 
     s = summarize_run(mindwatch.open_run("monitor_output/gpt/run_20261129_074500"))
     s.final_loss, s.best_loss, s.max_grad_norm, s.samples_per_second_p50, s.data_wait_share

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mindwatch.server.cache import ColumnCache
+from mindwatch.store.cache import ColumnCache
 from mindwatch.store.catalog import find_runs, summarize
 from mindwatch.store.reader import Run
 

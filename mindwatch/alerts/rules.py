@@ -2,14 +2,14 @@
 
 Example::
 
-    from mindwatch.core.rules import RuleEngine, build_rules
+    from mindwatch.alerts.rules import RuleEngine, build_rules
 
     engine = RuleEngine(build_rules(config, rank=0), emit=monitor.alert, control=control, cooldown_secs=300)
     Monitor([writer, engine, ...])        # the engine is a sink: it sees every record batch
 
 Each rule looks at one record at a time and returns the alerts it raises (usually none).
 The engine applies the per-rule cooldown, files the requested actions on the
-:class:`~mindwatch.core.control.Control` and emits the alert to every sink.
+:class:`~mindwatch.monitor.control.Control` and emits the alert to every sink.
 
 Rules (defaults in :mod:`mindwatch.config`, documented in the README's Alerts section):
 
@@ -28,14 +28,12 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import psutil
-
-from mindwatch.core.alerts import Alert, Cooldown, make_alert
-from mindwatch.core.control import Control
+from mindwatch.alerts.alert import Alert, Cooldown, make_alert
+from mindwatch.monitor.control import Control
 from mindwatch.store.jsonl import decode_value
+from mindwatch.system import host_memory_total_gb
 
 if TYPE_CHECKING:
     from mindwatch.config import MonitorConfig
@@ -371,19 +369,6 @@ class MemoryRule(_Base):
             msg = f"{where} memory at {v:.2f} GB of {total:.2f} GB ({100 * v / total:.0f} %, limit {100 * self.fraction:.0f} %)"
             out.append(self._alert(rec, msg, metric=metric, value=v, threshold=self.fraction * total))
         return out
-
-
-def host_memory_total_gb() -> float:
-    """Memory this process may use, in GB: the machine's, or the cgroup limit when lower (containers)."""
-    total = psutil.virtual_memory().total
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(path).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total / 1e9
 
 
 def build_rules(

@@ -29,7 +29,7 @@ import numpy as np
 if TYPE_CHECKING:
     from mindwatch.store.columns import RankColumns
 
-log = logging.getLogger("mindwatch.server")
+log = logging.getLogger("mindwatch.serve")
 
 _VERSION = 1
 _PROBE = 4096  # bytes hashed at the start of the file and before the cached offset

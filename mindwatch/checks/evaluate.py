@@ -3,12 +3,12 @@
 Example::
 
     import mindwatch
-    from mindwatch.report.check import check_run
+    from mindwatch.checks.evaluate import check_run
 
     results = check_run(mindwatch.open_run(path), ["max(grad_norm, last=100) < 1e5", "alerts(severity='error') == 0"])
     [(r.rule, r.value, r.passed) for r in results]
 
-Rules are parsed by :mod:`mindwatch.report.rules` (never ``eval``) and evaluated here on numpy
+Rules are parsed by :mod:`mindwatch.checks.language` (never ``eval``) and evaluated here on numpy
 arrays read through :func:`mindwatch.open_run`. A metric with no values makes its call
 "missing" and the rule fails; NaN compares false (use ``nonfinite(loss) == 0`` to say it).
 """
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from mindwatch.report.rules import Binary, Call, Compare, Constant, Node, Rule, RuleError, Unary, parse_rule
-from mindwatch.report.summary import lowest_rank_with, metric_values, run_times
+from mindwatch.analysis.summary import lowest_rank_with, metric_values, run_times
+from mindwatch.checks.language import Binary, Call, Compare, Constant, Node, Rule, RuleError, Unary, parse_rule
 from mindwatch.store.reader import Run
 
 

@@ -7,11 +7,11 @@ Example::
     Monitor([writer, watch, ...])      # rank 0 only; it is a sink: it polls on write() and flush()
 
 Every ``poll_secs`` it reads the new lines of every rank's ``metrics.rank<R>.jsonl``
-(:class:`~mindwatch.store.crossrank.RankTails`), joins them by step and runs
+(:class:`~mindwatch.store.tails.RankTails`), joins them by step and runs
 :class:`StragglerRule` on each step all ranks recorded. It also reads ``alerts.jsonl``: when
 ranks report a ``stall`` (the per-rank watchdog, which dumps its stacks into ``stacks/``), it waits
 until every rank's dump is there (or ``hang.wait`` seconds) and emits one ``hang`` alert that names
-the rank the others wait for (:mod:`mindwatch.core.hang`). Nothing here touches the training step.
+the rank the others wait for (:mod:`mindwatch.alerts.hang`). Nothing here touches the training step.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mindwatch.core.alerts import RESUMED, STALL, Alert, make_alert
-from mindwatch.core.hang import diagnose
-from mindwatch.core.rules import RuleEngine, value_of
-from mindwatch.store.crossrank import RankTails, StepAligner
+from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
+from mindwatch.alerts.hang import diagnose
+from mindwatch.alerts.rules import RuleEngine, value_of
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
+from mindwatch.store.tails import RankTails, StepAligner
 from mindwatch.store.writer import FINAL_STATES
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Example::
 
-    from mindwatch.core.hang import diagnose
+    from mindwatch.alerts.hang import diagnose
 
     d = diagnose({0: "stacks/stall_rank0_20261129_080102.txt", 1: "stacks/stall_rank1_20261129_080102.txt"})
     d.culprits        # [1]: not in the training step (e.g. blocked in its data pipeline)
@@ -90,7 +90,7 @@ class Diagnosis:
 
 
 def parse_stacks(text: str) -> list[Thread]:
-    """The threads of a stack dump written by :func:`mindwatch.core.watchdog.dump_stacks`."""
+    """The threads of a stack dump written by :func:`mindwatch.monitor.watchdog.dump_stacks`."""
     heads = list(_THREAD.finditer(text))
     threads = []
     for i, m in enumerate(heads):

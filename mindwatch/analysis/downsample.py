@@ -2,7 +2,7 @@
 
 Example::
 
-    from mindwatch.server.downsample import keep_extremes
+    from mindwatch.analysis.downsample import keep_extremes
     idx = keep_extremes(step, loss, budget=2000)   # sorted indices into step/loss
     step[idx], loss[idx]
 

@@ -176,7 +176,7 @@
 
     function bandsShown() { return view.x === "step" && ranksShown().length > 1; }
 
-    // Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.store.crossrank).
+    // Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.analysis.bands).
     async function loadBands(c) {
       if (!bandsShown()) return;
       await Promise.all(c.group.metrics.filter((m) => (info.band_metrics || []).includes(m)).map(async (m) => {

@@ -3,7 +3,7 @@
 Example::
 
     from mindwatch.config import load_config
-    from mindwatch.core.session import RunSession
+    from mindwatch.session import RunSession
 
     session = RunSession.start(load_config({"project": "demo"}), rank=0, world_size=1)
     session.monitor.record({"step": 1, "t": time.time(), "loss": 2.3})
@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from mindwatch import __version__
+from mindwatch.alerts.alert import Alert
+from mindwatch.alerts.rules import RuleEngine, build_rules
 from mindwatch.config import MonitorConfig
-from mindwatch.core.alerts import Alert, AlertLog
-from mindwatch.core.control import Control
-from mindwatch.core.monitor import Monitor, Sampler, Sink
-from mindwatch.core.rules import RuleEngine, build_rules
-from mindwatch.core.watchdog import Watchdog
+from mindwatch.monitor.control import Control
+from mindwatch.monitor.watchdog import Watchdog
+from mindwatch.monitor.worker import Monitor, Sampler, Sink
+from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.sinks.console import ConsoleSummary
 from mindwatch.store.layout import RunLayout, new_run_id, write_json_atomic
 from mindwatch.store.rendezvous import RendezvousTimeout, agree_run_id
@@ -140,7 +141,7 @@ class RunSession:
                 context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
                 notify = NotifySink(channels, context=context)
         if self.rank == 0 and self.world_size > 1:
-            from mindwatch.core.distributed import CrossRankWatch
+            from mindwatch.alerts.crossrank import CrossRankWatch
 
             forward = notify.alert if notify is not None else None
             sinks.append(

@@ -3,30 +3,24 @@
 Example::
 
     import mindwatch
-    from mindwatch.store.crossrank import band, per_rank
+    from mindwatch.analysis.bands import band, per_rank
 
     run = mindwatch.open_run("monitor_output/gpt/run_20261129_074500")
     b = band(run, "step_time")
     b.step, b.min, b.mean, b.max       # per step, across the ranks that recorded it
     b.argmax                           # which rank was slowest at each step
     lines = per_rank(run, "loss")      # {rank: Series}: one line per rank on the chart
-
-For live readers on rank 0 (the straggler rule), :class:`RankTails` reads the new lines of every
-rank's ``metrics.rank<R>.jsonl`` and :class:`StepAligner` joins them by step, yielding a step once
-every rank has recorded it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mindwatch.store.layout import RunLayout
-from mindwatch.store.reader import JsonlTail, Run, Series
+from mindwatch.store.reader import Run, Series
 
 #: The metrics the dashboard draws as a band across ranks and the rules compare across ranks.
 CROSS_RANK_METRICS: tuple[str, ...] = ("loss", "step_time", "data_time", "samples_per_second", "tokens_per_second")
@@ -144,61 +138,3 @@ def _aligned(series: dict[int, Series], ranks: list[int]) -> tuple[np.ndarray, l
         col[np.searchsorted(steps, series[r].step)] = series[r].value
         columns.append(col)
     return steps, columns
-
-
-class RankTails:
-    """New lines of every rank's metrics file, for a live reader (rank 0's worker thread).
-
-    Example::
-
-        tails = RankTails(run_dir, world_size=8)
-        for rank, records in tails.read_new().items(): ...
-    """
-
-    def __init__(self, run_dir: Path, world_size: int) -> None:
-        layout = RunLayout(Path(run_dir))
-        self.tails = {r: JsonlTail(layout.metrics(r)) for r in range(world_size)}
-
-    def read_new(self, max_bytes: int | None = 4 << 20) -> dict[int, list[dict[str, Any]]]:
-        out = {}
-        for rank, tail in self.tails.items():
-            records = tail.read_new(max_bytes)
-            if records:
-                out[rank] = records
-        return out
-
-
-class StepAligner:
-    """Joins the records of ``world_size`` ranks by step; a step comes out once every rank has it.
-
-    Example::
-
-        aligner = StepAligner(world_size=2)
-        aligner.add(0, [{"step": 1, "data_time": 0.01}])      # -> []
-        aligner.add(1, [{"step": 1, "data_time": 0.30}])      # -> [(1, {0: {...}, 1: {...}})]
-
-    Steps that some rank never records (it died, or records on another ``step_interval``) are
-    dropped once more than ``max_pending`` steps wait.
-    """
-
-    def __init__(self, world_size: int, max_pending: int = 1000) -> None:
-        self.world_size = world_size
-        self.max_pending = max_pending
-        self.pending: dict[int, dict[int, dict[str, Any]]] = {}
-        self.dropped = 0
-
-    def add(self, rank: int, records: list[dict[str, Any]]) -> list[tuple[int, dict[int, dict[str, Any]]]]:
-        done = []
-        for rec in records:
-            step = rec.get("step")
-            if not isinstance(step, int):
-                continue
-            at = self.pending.setdefault(step, {})
-            at[rank] = rec
-            if len(at) == self.world_size:
-                done.append((step, self.pending.pop(step)))
-        while len(self.pending) > self.max_pending:
-            self.pending.pop(min(self.pending))
-            self.dropped += 1
-        done.sort(key=lambda item: item[0])
-        return done

@@ -2,7 +2,7 @@
 
 Example::
 
-    from mindwatch.server.app import create_app, serve
+    from mindwatch.serve.app import create_app, serve
     app = create_app("monitor_output")                 # an ASGI app (tests use it with httpx)
     serve("monitor_output", host="127.0.0.1", port=8765)
 
@@ -26,13 +26,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mindwatch.assets import echarts_js
-from mindwatch.server.api import Api
-from mindwatch.server.auth import TokenGate, is_loopback
-from mindwatch.server.cache import ColumnCache
-from mindwatch.server.live import LiveHub
-from mindwatch.server.runs import BadRequest, Catalog, NotFound
+from mindwatch.serve.api import Api
+from mindwatch.serve.auth import TokenGate, is_loopback
+from mindwatch.serve.live import LiveHub
+from mindwatch.serve.views import BadRequest, Catalog, NotFound
+from mindwatch.store.cache import ColumnCache
 
-log = logging.getLogger("mindwatch.server")
+log = logging.getLogger("mindwatch.serve")
 
 #: The only files the app serves besides the API (never a path taken from the request).
 STATIC_FILES = {
@@ -50,7 +50,7 @@ _SECURITY_HEADERS = {
 
 
 def _static_dir() -> Path:
-    return Path(str(resources.files("mindwatch.server") / "static"))
+    return Path(str(resources.files("mindwatch.serve") / "static"))
 
 
 def create_app(
@@ -58,7 +58,7 @@ def create_app(
 ) -> ASGIApp:
     """The dashboard for the runs under ``logdir``; with ``token``, every request must carry it.
 
-    ``cache`` keeps the columns of long runs on disk for the next start (see :mod:`mindwatch.server.cache`).
+    ``cache`` keeps the columns of long runs on disk for the next start (see :mod:`mindwatch.store.cache`).
     """
     catalog = Catalog(Path(logdir), cache=cache)
     api = Api(catalog)

@@ -11,7 +11,7 @@ Example (the browser side)::
     new EventSource("/api/live?runs=1")         // the runs page: "runs" events with every summary
 
 Every event's id is a cursor (valid lines per rank and alerts seen, see
-:func:`mindwatch.server.api.cursor_of`). A reconnecting EventSource sends it back as
+:func:`mindwatch.serve.api.cursor_of`). A reconnecting EventSource sends it back as
 ``Last-Event-ID`` and the stream continues from exactly there: nothing lost, nothing twice.
 
 One poller task (:class:`LiveHub`) reads the watched runs every ``poll_secs`` (files are the
@@ -35,10 +35,10 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from mindwatch.server.api import _num, _plain_alert, check_metric, cursor_of
-from mindwatch.server.runs import BadRequest, Catalog, NotFound, RunView
+from mindwatch.serve.api import _num, _plain_alert, check_metric, cursor_of
+from mindwatch.serve.views import BadRequest, Catalog, NotFound, RunView
 
-log = logging.getLogger("mindwatch.server")
+log = logging.getLogger("mindwatch.serve")
 
 #: More new lines than this for one client at once: send "reload" instead of the points.
 MAX_PUSH_LINES = 5000

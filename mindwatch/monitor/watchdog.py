@@ -11,7 +11,7 @@ When no beat came for ``timeout`` seconds (or, with ``timeout=None``, for
 ``max(floor, factor x median seconds between recorded steps)``), it writes the stack of every
 thread to ``stacks/stall_rank<R>_<time>.txt`` (``sys._current_frames``, thread names included)
 plus a ``faulthandler`` dump next to it, and emits a ``stall`` alert; when beats come back it
-emits ``resumed``. The :class:`~mindwatch.core.alerts.AlertLog` sink turns these into the
+emits ``resumed``. The :class:`~mindwatch.sinks.alertlog.AlertLog` sink turns these into the
 rank's ``stalled`` / ``running`` status. Before the first beat, compilation and the first batch
 get their own, longer limit: set ``started = time.perf_counter()`` when training begins, and no
 beat within ``first_step_timeout`` seconds of it is a stall too (a data pipeline or a collective
@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from mindwatch.core.alerts import RESUMED, STALL, Alert, make_alert
+from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 
 log = logging.getLogger("mindwatch")
 
