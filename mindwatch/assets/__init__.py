@@ -19,7 +19,7 @@ def node_modules_dirs() -> list[Path]:
     dirs = []
     if env := os.environ.get("MINDWATCH_NODE_MODULES"):
         dirs.append(Path(env))
-    dirs.append(Path(__file__).resolve().parent.parent / "node_modules")
+    dirs.append(Path(__file__).resolve().parents[2] / "node_modules")
     dirs.append(Path.cwd() / "node_modules")
     return dirs
 
