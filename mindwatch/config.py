@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
+
+from mindwatch.alerts.registry import rule_specs
+from mindwatch.schema import RuleSettings, Section, Severity
 
 #: Metric names the collectors produce (the metric-name contract in ARCHITECTURE.md).
 BUILTIN_METRICS: tuple[str, ...] = (
@@ -58,8 +61,7 @@ class ConfigError(ValueError):
     """A ``monitor_config`` that cannot be used; the message names the key path."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+_Section = Section
 
 
 class Bound(_Section):
@@ -112,69 +114,12 @@ class PrometheusSection(_Section):
     host: str = Field(default="127.0.0.1", min_length=1)
 
 
-#: What an alert rule may ask the training to do (the MindSpore callback carries it out).
-Action = Literal["stop", "checkpoint", "lr_backoff", "dump_stacks"]
-Severity = Literal["info", "warning", "error"]
+class _AlertsSettings(_Section):
+    """Alert rules, the stall watchdog and the actions they request (docs/alerts.md).
 
-
-class RuleSettings(_Section):
-    """Settings every alert rule has: on/off and the actions it requests when it fires."""
-
-    enabled: bool = True
-    actions: list[Action] = Field(default_factory=list)
-
-
-class NonFiniteSettings(RuleSettings):
-    #: NaN/Inf in these metrics; checked on the training thread, so ``stop`` acts on the same step.
-    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
-
-
-class SpikeSettings(RuleSettings):
-    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
-    #: A value above ``factor`` x the rolling median of the last ``window`` values is a spike.
-    factor: float = Field(default=3.0, gt=1)
-    window: int = Field(default=50, ge=3)
-    #: Recorded values before the rule judges (early training is noisy).
-    warmup: int = Field(default=20, ge=1)
-    #: Consecutive spikes before it fires.
-    count: int = Field(default=3, ge=1)
-
-
-class DivergenceSettings(RuleSettings):
-    metric: str = "loss"
-    #: Recorded steps the trend is fitted over.
-    window: int = Field(default=50, ge=5)
-    #: The fitted rise over the window, relative to the window's median, that counts.
-    min_rise: float = Field(default=0.2, gt=0)
-    #: The rise must stand out of the noise: slope / its standard error.
-    min_t: float = Field(default=4.0, gt=0)
-
-
-class ThroughputDropSettings(RuleSettings):
-    metric: str = "samples_per_second"
-    #: Fires below ``fraction`` x the rolling median while the loss looks normal.
-    fraction: float = Field(default=0.5, gt=0, lt=1)
-    window: int = Field(default=50, ge=3)
-    warmup: int = Field(default=20, ge=1)
-    count: int = Field(default=3, ge=1)
-
-
-class DataWaitSettings(RuleSettings):
-    #: Fires when ``data_time / step_time`` is above ``limit``.
-    limit: float = Field(default=0.5, gt=0, le=1)
-    warmup: int = Field(default=5, ge=0)
-    count: int = Field(default=5, ge=1)
-
-
-class MemorySettings(RuleSettings):
-    #: Fires when host or device memory in use is above this fraction of the total.
-    fraction: float = Field(default=0.9, gt=0, le=1)
-    #: Device memory total in GB when the device does not report it.
-    device_total_gb: float | None = Field(default=None, gt=0)
-
-
-class AlertsSection(_Section):
-    """Alert rules, the stall watchdog and the actions they request (README: Alerts)."""
+    Each rule's own section (``alerts.spike``, ...) comes from its module in
+    :mod:`mindwatch.alerts.rules` (see :class:`AlertsSection`).
+    """
 
     enabled: bool = True
     #: The same rule (and metric) does not fire again within this many seconds.
@@ -187,17 +132,24 @@ class AlertsSection(_Section):
     #: Seconds from the start of training to the first step end (compilation and the first batch
     #: included) before the run counts as stalled; null: no limit before the first step.
     first_step_timeout: float | None = Field(default=1800.0, gt=0)
-    stall: RuleSettings = Field(default_factory=RuleSettings)
     #: ``lr_backoff`` multiplies the learning rate by this.
     lr_backoff_factor: float = Field(default=0.5, gt=0, lt=1)
-    #: Actions for ``callback.params.warn_on_value`` thresholds.
-    thresholds: RuleSettings = Field(default_factory=RuleSettings)
-    nonfinite: NonFiniteSettings = Field(default_factory=NonFiniteSettings)
-    spike: SpikeSettings = Field(default_factory=SpikeSettings)
-    divergence: DivergenceSettings = Field(default_factory=DivergenceSettings)
-    throughput_drop: ThroughputDropSettings = Field(default_factory=ThroughputDropSettings)
-    data_wait: DataWaitSettings = Field(default_factory=DataWaitSettings)
-    memory: MemorySettings = Field(default_factory=MemorySettings)
+
+    if TYPE_CHECKING:  # the rule sections are added from the registry below
+
+        def __getattr__(self, key: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    AlertsSection = _AlertsSettings
+else:
+    #: ``alerts``: the settings above plus one section per registered rule, named by its key.
+    AlertsSection = create_model(
+        "AlertsSection",
+        __base__=_AlertsSettings,
+        __doc__=_AlertsSettings.__doc__,
+        **{spec.key: (spec.settings, Field(default_factory=spec.settings)) for spec in rule_specs()},
+    )
 
 
 class StragglerSettings(RuleSettings):

@@ -26,7 +26,8 @@ from typing import Any
 
 from mindwatch import __version__
 from mindwatch.alerts.alert import Alert
-from mindwatch.alerts.rules import RuleEngine, build_rules
+from mindwatch.alerts.engine import RuleEngine
+from mindwatch.alerts.registry import build_rules
 from mindwatch.config import MonitorConfig
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.watchdog import Watchdog

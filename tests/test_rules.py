@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindwatch.alerts.alert import Cooldown
+from mindwatch.alerts.engine import RuleEngine
+from mindwatch.alerts.registry import build_rules
 from mindwatch.alerts.rules import (
     DataWaitRule,
     DivergenceRule,
     MemoryRule,
     NonFiniteRule,
-    RuleEngine,
     SpikeRule,
     ThroughputDropRule,
-    build_rules,
     threshold_rules,
 )
 from mindwatch.config import load_config

@@ -107,3 +107,13 @@ class Cooldown:
     def take_suppressed(self, key: Any) -> int:
         """How many alerts of ``key`` were held back since it last fired (and reset the count)."""
         return self.suppressed.pop(key, 0)
+
+    def admit(self, alert: Alert) -> bool:
+        """Whether ``alert`` may go out now (its key: rule and metric); if so it gets ``suppressed``, the
+        count held back since its key last fired."""
+        key = (alert.get("rule"), alert.get("metric"))
+        if not self.allow(key):
+            return False
+        if held := self.take_suppressed(key):
+            alert["suppressed"] = held
+        return True

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
+from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
-from mindwatch.alerts.rules import RuleEngine, value_of
+from mindwatch.alerts.rules import value_of
+from mindwatch.analysis.units import format_ms
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
+from mindwatch.store.states import FINAL_STATES
 from mindwatch.store.tails import RankTails, StepAligner
-from mindwatch.store.writer import FINAL_STATES
 
 if TYPE_CHECKING:
     from mindwatch.config import DistributedSection
@@ -88,7 +90,7 @@ class StragglerRule:
     def _alert(self, step: int, rank: int, metric: str, value: float, median: float) -> Alert:
         times = f"{value / median:.1f} x " if median > 0 else ""
         msg = (
-            f"rank {rank} is a straggler: its {metric} {_ms(value)} is {times}the other ranks' median {_ms(median)}, "
+            f"rank {rank} is a straggler: its {metric} {format_ms(value)} is {times}the other ranks' median {format_ms(median)}, "
             f"{self.count} steps in a row"
         )
         return make_alert(
@@ -244,8 +246,3 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _ms(secs: float) -> str:
-    ms = secs * 1000
-    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.config import BUILTIN_METRICS
 from mindwatch.store.reader import Run
 
-SEVERITIES = ("error", "warning", "info")
 #: How reports and the terminal view order metrics: the built-in ones as the README lists them, then the rest.
 METRIC_ORDER = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
 
@@ -74,7 +74,7 @@ class RunSummary:
         return asdict(self)
 
 
-def metric_values(run: Run, metric: str, rank: int | None = None, last: int | None = None) -> np.ndarray:
+def run_values(run: Run, metric: str, rank: int | None = None, last: int | None = None) -> np.ndarray:
     """Values of ``metric``: of one rank, or every rank's concatenated; ``last=N`` keeps each rank's last N."""
     ranks = [rank] if rank is not None else run.ranks
     parts = []
@@ -107,7 +107,7 @@ def run_times(run: Run) -> tuple[float | None, float | None]:
 def alert_counts(alerts: list[dict[str, Any]]) -> dict[str, int]:
     """Alerts per severity, every severity present (0 when none), most severe first."""
     counts = Counter(str(a.get("severity", "warning")) for a in alerts)
-    return {s: counts.get(s, 0) for s in SEVERITIES} | {s: n for s, n in counts.items() if s not in SEVERITIES}
+    return {s: counts.get(s, 0) for s in reversed(SEVERITIES)} | {s: n for s, n in counts.items() if s not in SEVERITIES}
 
 
 def summarize_run(run: Run) -> RunSummary:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mindwatch.analysis.summary import lowest_rank_with, metric_values, run_times
+from mindwatch.analysis.summary import lowest_rank_with, run_times, run_values
 from mindwatch.checks.language import Binary, Call, Compare, Constant, Node, Rule, RuleError, Unary, parse_rule
 from mindwatch.store.reader import Run
 
@@ -198,7 +198,7 @@ class _Evaluator:
             if s is None or not len(s):
                 return Missing(_no_data(metric, rank))
             return float(s.value[0] if name == "first" else s.value[-1])
-        values = metric_values(run, metric, rank=rank, last=self.option(node, "last", int))
+        values = run_values(run, metric, rank=rank, last=self.option(node, "last", int))
         if name == "count":
             return float(len(values))
         if name == "nonfinite":

@@ -33,6 +33,7 @@ from mindspore import nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 from mindwatch.alerts.alert import Alert, Cooldown, make_alert
+from mindwatch.alerts.registry import configured_actions
 from mindwatch.alerts.rules import NonFiniteRule
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
@@ -168,11 +169,7 @@ class Interventions:
     def nonfinite(self, rec: dict[str, Any]) -> None:
         """A NaN/Inf in this step's record: raise the non-finite alert and request its actions for this very step."""
         for alert in self._nonfinite.check(rec):
-            key = (alert["rule"], alert["metric"])
-            if self._cooldown.allow(key):
-                held = self._cooldown.take_suppressed(key)
-                if held:
-                    alert["suppressed"] = held
+            if self._cooldown.admit(alert):
                 self.session.emit_alert(alert)
 
     def carry_out(self, run_context: Any) -> None:
@@ -249,12 +246,3 @@ class Interventions:
     def _dump_stacks(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
         path = dump_stacks(self.session.layout.stacks, f"request_rank{self.rank}_step{cb.cur_step_num}")
         return {"message": f"stacks of every thread in {path}", "stacks": os.fspath(path)}
-
-
-def configured_actions(config: Any) -> set[str]:
-    """Every action any alert rule of ``config`` may request."""
-    a = config.alerts
-    if not a.enabled:
-        return set()
-    sections = (a.stall, a.thresholds, a.nonfinite, a.spike, a.divergence, a.throughput_drop, a.data_wait, a.memory)
-    return {act for s in sections if s.enabled for act in s.actions}

@@ -18,9 +18,9 @@ import math
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
 from mindspore.train import Callback
@@ -37,6 +37,10 @@ from mindwatch.mindspore.probes import (
 from mindwatch.mindspore.ranks import discover
 from mindwatch.session import RunSession
 from mindwatch.system import host_memory_sampler
+
+if TYPE_CHECKING:
+    from mindwatch.monitor.control import Control
+    from mindwatch.monitor.watchdog import Watchdog
 
 log = logging.getLogger("mindwatch")
 _perf = time.perf_counter
@@ -67,7 +71,30 @@ class MonitorCallback(Callback):
         self.session: RunSession | None = None
         self._metrics = cfg.enabled_metrics
         self._step_interval = cfg.step_interval
+        # what one training needs, set at train begin (None until then)
+        self._rank = 0
+        self._actions: Interventions | None = None
+        self._control: Control | None = None
+        self._submit: Callable[[dict[str, Any]], None] | None = None
+        self._watchdog: Watchdog | None = None
+        self._lr_probe: LrProbe | None = None
         self._entropy: AttentionEntropy | None = None
+        self._guard_nonfinite = False
+        #: Reads one of MindSpore's callback params: ``dict.__getitem__`` when they are a dict (see on_train_begin).
+        self._read_arg: Callable[[Any, str], Any] = getattr
+        self._declared_outputs: Any = None
+        self._output_layout: tuple[tuple[int, str], ...] | None = None
+        self._batch_size = cfg.batch_size
+        self._seq_length = cfg.seq_length
+        self._batch_shape_read = False
+        # step timing, perf_counter seconds
+        self._step_begin = self._prev_step_end = self._last_recorded_time = 0.0
+        self._last_recorded_step = 0
+        #: Seconds spent waiting for data since the last recorded step.
+        self._data_wait = 0.0
+        #: The first step is always recorded (in GRAPH mode its time includes compilation).
+        self._first_pending = True
+        self._closed = False
 
     # -- public ------------------------------------------------------------
     @property
@@ -107,30 +134,35 @@ class MonitorCallback(Callback):
         )
         train_network = getattr(cb, "train_network", None)
         optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
-        self._declared = getattr(train_network, "mindwatch_outputs", None)
-        self._layout: tuple[tuple[int, str], ...] | None = None
+        self._declared_outputs = getattr(train_network, "mindwatch_outputs", None)
+        self._output_layout = None
         # MindSpore's callback params are a dict whose attribute access raises and catches an
         # AttributeError first (~1 us each): read them as dict items on the hot path.
-        self._arg = dict.__getitem__ if isinstance(cb, dict) else getattr
-        self._lr = LrProbe(optimizer) if "lr" in self._metrics else None
-        self._act = Interventions(
-            self.session, optimizer=optimizer, train_network=train_network, lr_probe=self._lr or LrProbe(optimizer), rank=rank
+        self._read_arg = dict.__getitem__ if isinstance(cb, dict) else getattr
+        self._lr_probe = LrProbe(optimizer) if "lr" in self._metrics else None
+        self._actions = Interventions(
+            self.session,
+            optimizer=optimizer,
+            train_network=train_network,
+            lr_probe=self._lr_probe or LrProbe(optimizer),
+            rank=rank,
         )
-        self._act.prepare()
+        self._actions.prepare()
         self._control = self.session.control
-        self._record = self.session.monitor.record
-        self._guard_nonfinite = self._act.guard_nonfinite
-        self._watchdog = self.session.watchdog or SimpleNamespace(last_beat=None)
-        self._watchdog.started = _perf()  # from here, compilation and the first batch have first_step_timeout
+        self._submit = self.session.monitor.record
+        self._guard_nonfinite = self._actions.guard_nonfinite
+        self._watchdog = self.session.watchdog
+        if self._watchdog is not None:
+            self._watchdog.started = _perf()  # from here, compilation and the first batch have first_step_timeout
         self._setup_entropy(getattr(cb, "network", None) or train_network)
         self._batch_size = self.config.batch_size
         self._seq_length = self.config.seq_length
-        self._shape_known = False
+        self._batch_shape_read = False
         now = _perf()
-        self._step_begin = self._prev_end = self._last_recorded_time = now
-        self._last_step = self._last_recorded_step = int(getattr(cb, "cur_step_num", 0) or 0)
-        self._data_acc = 0.0
-        self._first = True
+        self._step_begin = self._prev_step_end = self._last_recorded_time = now
+        self._last_recorded_step = int(getattr(cb, "cur_step_num", 0) or 0)
+        self._data_wait = 0.0
+        self._first_pending = True
         self._closed = False
 
     def on_train_step_begin(self, run_context: Any) -> None:
@@ -138,7 +170,7 @@ class MonitorCallback(Callback):
             return
         self._step_begin = _perf()
         if self._entropy is not None:
-            step = self._arg(run_context.original_args(), "cur_step_num")
+            step = self._read_arg(run_context.original_args(), "cur_step_num")
             self._entropy.sampling = step % self.config.attention_entropy.every == 0
 
     def on_train_step_end(self, run_context: Any) -> None:
@@ -146,31 +178,32 @@ class MonitorCallback(Callback):
             return
         now = _perf()
         cb = run_context.original_args()
-        arg = self._arg
+        arg = self._read_arg
         step = arg(cb, "cur_step_num")
-        self._watchdog.last_beat = now
-        self._data_acc += self._step_begin - self._prev_end
-        self._prev_end = now
+        if self._watchdog is not None:
+            self._watchdog.last_beat = now
+        self._data_wait += self._step_begin - self._prev_step_end
+        self._prev_step_end = now
         n = step - self._last_recorded_step
-        if n < self._step_interval and not self._first:
+        if n < self._step_interval and not self._first_pending:
             if self._control.pending:
-                self._act.carry_out(run_context)
+                self._actions.carry_out(run_context)
             return
-        self._first = False  # the first step is always recorded (in GRAPH mode its time includes compilation)
+        self._first_pending = False
         elapsed = now - self._last_recorded_time
         rec: dict[str, Any] = {"step": step, "epoch": arg(cb, "cur_epoch_num"), "t": _wall(), "rank": self._rank}
         outputs = arg(cb, "net_outputs")
-        if self._layout is None:
-            self._layout = output_layout(outputs, self._declared)
-        decode_outputs(outputs, self._layout, rec)
-        if self._lr is not None and "lr" not in rec:
-            lr = self._lr(step)
+        if self._output_layout is None:
+            self._output_layout = output_layout(outputs, self._declared_outputs)
+        decode_outputs(outputs, self._output_layout, rec)
+        if self._lr_probe is not None and "lr" not in rec:
+            lr = self._lr_probe(step)
             if lr is not None:
                 rec["lr"] = lr
         if n > 0 and elapsed > 0:
             rec["step_time"] = elapsed / n
-            rec["data_time"] = self._data_acc / n
-            if not self._shape_known:
+            rec["data_time"] = self._data_wait / n
+            if not self._batch_shape_read:
                 self._read_batch_shape(cb)
             if self._batch_size:
                 rec["samples_per_second"] = self._batch_size * n / elapsed
@@ -178,20 +211,20 @@ class MonitorCallback(Callback):
                     rec["tokens_per_second"] = self._batch_size * self._seq_length * n / elapsed
         if self._entropy is not None and self._entropy.values:
             rec.update(self._entropy.take())
-        self._record(rec)
+        self._submit(rec)
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
-            self._act.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
+            self._actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
         if self._control.pending:  # an alert rule asked for stop / checkpoint / lr_backoff / dump_stacks
-            self._act.carry_out(run_context)
+            self._actions.carry_out(run_context)
         self._last_recorded_step = step
         self._last_recorded_time = now
-        self._data_acc = 0.0
+        self._data_wait = 0.0
 
     def on_train_end(self, run_context: Any) -> None:
         if not self.enabled or self.session is None:
             return
         stopped = run_context.get_stop_requested()
-        reason = (self._act.stop_reason or "stop requested by a callback") if stopped else None
+        reason = (self._actions.stop_reason or "stop requested by a callback") if stopped else None
         self._finish("stopped" if stopped else "finished", reason=reason)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -212,7 +245,7 @@ class MonitorCallback(Callback):
         self.session.close(state, error=error, reason=reason)
 
     def _read_batch_shape(self, cb: Any) -> None:
-        self._shape_known = True
+        self._batch_shape_read = True
         element = getattr(cb, "train_dataset_element", None)
         first = element[0] if isinstance(element, (tuple, list)) and element else element
         shape = tuple(getattr(first, "shape", ()) or ())

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from mindwatch import __version__
+from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.downsample import keep_extremes
-from mindwatch.analysis.summary import SEVERITIES, RunSummary, ordered_metrics, summarize_run
+from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
+from mindwatch.analysis.units import format_duration
 from mindwatch.assets import echarts_js
 from mindwatch.store.reader import Run, open_run
 
@@ -244,7 +246,7 @@ def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:
         if points:
             series.append({"label": label, "symbol": symbols[i % len(symbols)], "points": points})
     last = max((r.last_step or 0 for r in runs), default=0)
-    severities = list(SEVERITIES[::-1]) + sorted({p["severity"] for s in series for p in s["points"]} - set(SEVERITIES))
+    severities = list(SEVERITIES) + sorted({p["severity"] for s in series for p in s["points"]} - set(SEVERITIES))
     return {
         "series": series,
         "severities": severities,
@@ -275,7 +277,7 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         ("records", [_e(str(s.records)) for s in summaries]),
         ("ranks", [_e(", ".join(map(str, s.ranks)) or "-") for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),
-        ("duration", [_e(_duration(s.duration)) for s in summaries]),
+        ("duration", [_e(format_duration(s.duration)) for s in summaries]),
         ("final loss", [_e(_num(s.final_loss)) for s in summaries]),
         (
             "best loss",
@@ -394,14 +396,6 @@ def _short(v: float) -> str:
 
 def _percent(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f} %"
-
-
-def _duration(secs: float | None) -> str:
-    if secs is None:
-        return "-"
-    h, rem = divmod(int(round(secs)), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{secs:.1f} s")
 
 
 def _now() -> float:

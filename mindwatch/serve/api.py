@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse
 
 from mindwatch.analysis.bands import CROSS_RANK_METRICS, band_of
 from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
 from mindwatch.store.reader import Series
 
@@ -125,12 +126,6 @@ def run_info(view: RunView) -> dict[str, Any]:
             "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
             "cursor": cursor_of(view),
         }
-
-
-def cursor_of(view: RunView) -> str:
-    """Where a live client is: valid lines read per rank (with the file generation) and alerts seen."""
-    ranks = ",".join(f"{r}:{c.generation}:{c.lines}" for r, c in sorted(view.columns.items()))
-    return f"{ranks};{len(view.alerts)}"
 
 
 def series(

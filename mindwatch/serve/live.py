@@ -11,7 +11,7 @@ Example (the browser side)::
     new EventSource("/api/live?runs=1")         // the runs page: "runs" events with every summary
 
 Every event's id is a cursor (valid lines per rank and alerts seen, see
-:func:`mindwatch.serve.api.cursor_of`). A reconnecting EventSource sends it back as
+:mod:`mindwatch.serve.cursor`). A reconnecting EventSource sends it back as
 ``Last-Event-ID`` and the stream continues from exactly there: nothing lost, nothing twice.
 
 One poller task (:class:`LiveHub`) reads the watched runs every ``poll_secs`` (files are the
@@ -35,7 +35,8 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from mindwatch.serve.api import _num, _plain_alert, check_metric, cursor_of
+from mindwatch.serve.api import _num, _plain_alert, check_metric
+from mindwatch.serve.cursor import cursor_of, format_cursor, parse_cursor
 from mindwatch.serve.views import BadRequest, Catalog, NotFound, RunView
 
 log = logging.getLogger("mindwatch.serve")
@@ -43,26 +44,6 @@ log = logging.getLogger("mindwatch.serve")
 #: More new lines than this for one client at once: send "reload" instead of the points.
 MAX_PUSH_LINES = 5000
 KEEPALIVE_SECS = 15.0
-
-
-def parse_cursor(raw: str | None) -> tuple[dict[int, tuple[int, int]], int] | None:
-    """``"0:0:120,1:0:118;3"`` -> ({rank: (generation, lines)}, alerts); None for no cursor; BadRequest when malformed."""
-    if not raw:
-        return None
-    try:
-        ranks_part, alerts_part = raw.split(";")
-        ranks = {}
-        for item in filter(None, ranks_part.split(",")):
-            r, g, n = (int(v) for v in item.split(":"))
-            if r < 0 or g < 0 or n < 0:
-                raise ValueError
-            ranks[r] = (g, n)
-        alerts = int(alerts_part)
-        if alerts < 0:
-            raise ValueError
-        return ranks, alerts
-    except ValueError:
-        raise BadRequest(f"cursor {raw[:60]!r} is not a cursor from this server (rank:generation:lines,...;alerts)") from None
 
 
 class LiveHub:
@@ -240,13 +221,15 @@ class LiveHub:
                 if gen != cols.generation or seen > cols.lines:
                     ranks[rank] = (cols.generation, cols.lines)  # the file was replaced: start the charts over
                     reload = {"rank": rank, "reason": "metrics file replaced"}
-                    events.append(_event("reload", reload, _cursor(ranks, alerts_seen)))
+                    events.append(_event("reload", reload, format_cursor(ranks, alerts_seen)))
                     continue
                 if seen == cols.lines:
                     continue
                 ranks[rank] = (gen, cols.lines)
                 if cols.lines - seen > MAX_PUSH_LINES:
-                    events.append(_event("reload", {"rank": rank, "reason": "too many new points"}, _cursor(ranks, alerts_seen)))
+                    events.append(
+                        _event("reload", {"rank": rank, "reason": "too many new points"}, format_cursor(ranks, alerts_seen))
+                    )
                     continue
                 payload: dict[str, list[list[Any]]] = {}
                 for name in names:
@@ -259,11 +242,11 @@ class LiveHub:
                     times = cols.time_of_lines(new_lines).tolist()
                     values = value[i:].tolist()
                     payload[name] = [[s, (t if t == t else None), _num(v)] for s, t, v in zip(steps, times, values, strict=True)]
-                events.append(_event("points", {"rank": rank, "metrics": payload}, _cursor(ranks, alerts_seen)))
+                events.append(_event("points", {"rank": rank, "metrics": payload}, format_cursor(ranks, alerts_seen)))
             if alerts_seen < len(view.alerts):
                 new_alerts = [_plain_alert(a) for a in view.alerts[alerts_seen:]]
                 alerts_seen = len(view.alerts)
-                events.append(_event("alert", {"alerts": new_alerts}, _cursor(ranks, alerts_seen)))
+                events.append(_event("alert", {"alerts": new_alerts}, format_cursor(ranks, alerts_seen)))
             status = view.status_summary()
         state_key = (status["state"], json.dumps(status["ranks"], sort_keys=True), status["error"])
         if state_key != last_state:
@@ -282,10 +265,6 @@ def _refreshed_cursor(view: RunView) -> str:
 def _until_keepalive(last_sent: float) -> float:
     """Seconds to wait for a change before a keep-alive is due (after ``KEEPALIVE_SECS`` of silence, not later)."""
     return max(0.0, last_sent + KEEPALIVE_SECS - time.monotonic())
-
-
-def _cursor(ranks: dict[int, tuple[int, int]], alerts: int) -> str:
-    return ",".join(f"{r}:{g}:{n}" for r, (g, n) in sorted(ranks.items())) + f";{alerts}"
 
 
 def _event(name: str, data: dict[str, Any], event_id: str | None = None) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mindwatch.store.cache import ColumnCache
-from mindwatch.store.catalog import find_runs, summarize
+from mindwatch.store.catalog import find_runs, listing
 from mindwatch.store.reader import Run
 
 
@@ -82,7 +82,7 @@ class RunView(Run):
     def status_summary(self, now: float | None = None) -> dict[str, Any]:
         """What the run page's banner needs: overall state, per-rank states, last step/time, error."""
         now = now or time.time()
-        summary = summarize(self.layout.root, now)  # the same state rules as the runs page
+        summary = listing(self.layout.root, now)  # the same state rules as the runs page
         beats = [s["updated_at"] for s in self.statuses.values() if isinstance(s.get("updated_at"), (int, float))]
         reasons = [s["reason"] for s in self.statuses.values() if s.get("reason")]
         return {
@@ -132,7 +132,7 @@ class Catalog:
         """One dict per run for the runs page (cheap: meta, status files and alert count only)."""
         out = []
         for run_id, path in self.run_ids().items():
-            s = summarize(path, now).to_dict()
+            s = listing(path, now).to_dict()
             s["id"] = run_id
             s.pop("path", None)  # the server's file system layout is not the client's business
             out.append(s)

@@ -12,7 +12,8 @@ import logging
 from typing import Any
 
 from mindwatch.alerts.alert import LOG_LEVELS, RESUMED, STALL, Alert, format_alert
-from mindwatch.store.writer import FINAL_STATES, RunWriter
+from mindwatch.store.states import FINAL_STATES
+from mindwatch.store.writer import RunWriter
 
 log = logging.getLogger("mindwatch")
 

@@ -159,12 +159,12 @@ def alert_event(alert: dict[str, Any]) -> bytes:
         _event(
             float(t) if isinstance(t, (int, float)) else time.time(),
             step if isinstance(step, int) else 0,
-            _field(5, _text_value(ALERT_TAG, format_alert(alert))),
+            _field(5, _text_value(ALERT_TAG, alert_markdown(alert))),
         )
     )
 
 
-def format_alert(alert: dict[str, Any]) -> str:
+def alert_markdown(alert: dict[str, Any]) -> str:
     """The alert as one line of Markdown (TensorBoard's text tab renders Markdown)."""
     head = f"**{alert.get('severity', 'warning')}** `{alert.get('rule', 'alert')}`"
     detail = f"{alert.get('metric')} = {alert.get('value')} (threshold {alert.get('threshold')})" if alert.get("metric") else ""

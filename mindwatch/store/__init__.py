@@ -7,8 +7,9 @@ Data flow: :mod:`writer` (JSONL lines, :mod:`jsonl`; binary :mod:`columnfiles` b
 """
 
 from mindwatch.store.layout import RunLayout, is_run_dir, new_run_id
-from mindwatch.store.reader import JsonlTail, Run, Series, open_run, rank_state
-from mindwatch.store.writer import FINAL_STATES, RunWriter
+from mindwatch.store.reader import JsonlTail, Run, Series, open_run
+from mindwatch.store.states import FINAL_STATES, rank_state, run_state
+from mindwatch.store.writer import RunWriter
 
 __all__ = [
     "FINAL_STATES",
@@ -21,4 +22,5 @@ __all__ = [
     "new_run_id",
     "open_run",
     "rank_state",
+    "run_state",
 ]

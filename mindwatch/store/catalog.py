@@ -2,9 +2,9 @@
 
 Example::
 
-    from mindwatch.store.catalog import find_runs, summarize
+    from mindwatch.store.catalog import find_runs, listing
     for path in find_runs("monitor_output"):
-        s = summarize(path)
+        s = listing(path)
         print(s.project, s.run_id, s.state, s.last_step)
 
 Used by ``mindwatch runs``, the dashboard's runs page and reports.
@@ -20,9 +20,7 @@ from typing import Any
 
 from mindwatch.store.jsonl import decode_line
 from mindwatch.store.layout import RunLayout, is_run_dir, read_json
-from mindwatch.store.reader import rank_state
-
-_STATE_ORDER = ("failed", "stalled", "stale", "stopped", "running")
+from mindwatch.store.states import rank_state, run_state
 
 
 def find_runs(logdir: str | os.PathLike[str], max_depth: int = 3) -> list[Path]:
@@ -53,7 +51,7 @@ def find_runs(logdir: str | os.PathLike[str], max_depth: int = 3) -> list[Path]:
 
 
 @dataclass
-class RunSummary:
+class RunListing:
     """What a list of runs shows about one run."""
 
     path: str
@@ -81,13 +79,12 @@ class RunSummary:
         return {**asdict(self), "duration": self.duration}
 
 
-def summarize(path: str | os.PathLike[str], now: float | None = None) -> RunSummary:
+def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListing:
     """Summary of one run from ``meta.json``, the status files and the alert count (cheap: no metrics read)."""
     layout = RunLayout(Path(path))
     meta = read_json(layout.meta) or {}
     statuses = {r: s for r in layout.ranks() if (s := read_json(layout.status(r))) is not None}
-    states = [rank_state(s, now) for s in statuses.values()]
-    state = next((s for s in _STATE_ORDER if s in states), "finished" if states else "unknown")
+    state = run_state(rank_state(s, now) for s in statuses.values())
     # the heartbeat lags the metrics by up to flush_secs (and forever after a kill -9): take the newer of the two
     lasts = [rec for r in layout.ranks() if (rec := last_record(layout.metrics(r))) is not None]
     last_steps = [s["last_step"] for s in statuses.values() if isinstance(s.get("last_step"), int)]
@@ -96,7 +93,7 @@ def summarize(path: str | os.PathLike[str], now: float | None = None) -> RunSumm
     last_times += [rec["t"] for rec in lasts if isinstance(rec.get("t"), (int, float))]
     errors = [s["error"] for s in statuses.values() if s.get("error")]
     started = meta.get("started_at") or min((s.get("started_at") or 0 for s in statuses.values()), default=None)
-    return RunSummary(
+    return RunListing(
         path=str(layout.root),
         run_id=str(meta.get("run_id", layout.root.name)),
         project=str(meta.get("project", layout.root.parent.name)),

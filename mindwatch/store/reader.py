@@ -15,7 +15,6 @@ Readers tolerate a torn last line (it is read again once complete) and unknown k
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ import numpy as np
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import COORDINATES, JsonlTail
 from mindwatch.store.layout import RunLayout, read_json
-from mindwatch.store.writer import FINAL_STATES
+from mindwatch.store.states import FINAL_STATES, rank_state, run_state
 
 if TYPE_CHECKING:
     from mindwatch.store.cache import ColumnCache
@@ -131,13 +130,7 @@ class Run:
     @property
     def state(self) -> str:
         """The run's state across ranks; ``stale`` when the heartbeat stopped without a final state."""
-        if not self.statuses:
-            return "unknown"
-        states = self.states().values()
-        for s in ("failed", "stalled", "stale", "stopped", "running"):
-            if s in states:
-                return s
-        return "finished"
+        return run_state(self.states().values())
 
     @property
     def ended(self) -> bool:
@@ -157,18 +150,6 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, state={self.state!r}, ranks={self.ranks}, metrics={self.metrics})"
-
-
-def rank_state(status: dict[str, Any], now: float | None = None) -> str:
-    """One rank's state; a live state whose heartbeat is older than a few beats is ``stale``."""
-    state = str(status.get("state", "unknown"))
-    if state in FINAL_STATES:
-        return state
-    beat = float(status.get("heartbeat_secs") or 2.0)
-    updated = status.get("updated_at")
-    if isinstance(updated, (int, float)) and (now or time.time()) - updated > max(10.0, 5 * beat):
-        return "stale"
-    return state
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:

@@ -26,9 +26,6 @@ from mindwatch.store.layout import RunLayout, write_json_atomic
 
 log = logging.getLogger("mindwatch")
 
-#: Final states a run can end in; ``running`` and ``stalled`` are live states.
-FINAL_STATES = ("finished", "failed", "stopped")
-
 
 class RunWriter:
     """Writes ``metrics.rank<R>.jsonl`` (and its column files), ``status.rank<R>.json``, appends to ``alerts.jsonl``."""

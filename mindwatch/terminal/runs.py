@@ -6,7 +6,7 @@ Example::
     mindwatch runs monitor_output --json     # for scripts
 
 Reads only ``meta.json``, the status files and the alert count of each run
-(:func:`mindwatch.store.catalog.summarize`), so it is fast on many long runs.
+(:func:`mindwatch.store.catalog.listing`), so it is fast on many long runs.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ import json
 import os
 from typing import Any
 
-from mindwatch.store.catalog import RunSummary, find_runs, summarize
+from mindwatch.analysis.units import format_duration
+from mindwatch.store.catalog import RunListing, find_runs, listing
 
 #: rich styles of run states, shared with ``mindwatch tail``.
 STATE_STYLE = {"finished": "bold green", "failed": "bold red", "stalled": "bold red", "stale": "bold red", "stopped": "yellow"}
 
 
-def list_runs(logdir: str | os.PathLike[str]) -> list[RunSummary]:
+def list_runs(logdir: str | os.PathLike[str]) -> list[RunListing]:
     """Summaries of every run under ``logdir``, oldest first."""
-    summaries = [summarize(p) for p in find_runs(logdir)]
+    summaries = [listing(p) for p in find_runs(logdir)]
     return sorted(summaries, key=lambda s: (s.started_at or 0.0, s.path))
 
 
@@ -34,14 +35,6 @@ def format_tags(tags: Any) -> str:
     if isinstance(tags, list):
         return ", ".join(map(str, tags))
     return str(tags or "")
-
-
-def format_duration(secs: float | None) -> str:
-    if secs is None:
-        return "-"
-    h, rem = divmod(int(round(secs)), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}"
 
 
 def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: Any = None) -> int:

@@ -1,0 +1,38 @@
+"""The alert rules, one module a rule; each module's ``SPEC`` plugs it into the config and the engine
+(:mod:`mindwatch.alerts.registry`).
+
+Example::
+
+    from mindwatch.alerts.rules import SpikeRule
+
+    rule = SpikeRule("loss", factor=3.0, count=3)
+    rule.check({"step": 120, "loss": 9.1})      # [] or [alert]
+"""
+
+from mindwatch.alerts.rules.base import RollingMedian, Rule, RuleBase, RuleContext, RuleSpec, Streak, value_of
+from mindwatch.alerts.rules.data_wait import DataWaitRule
+from mindwatch.alerts.rules.divergence import DivergenceRule
+from mindwatch.alerts.rules.memory import MemoryRule
+from mindwatch.alerts.rules.nonfinite import NonFiniteRule
+from mindwatch.alerts.rules.spike import SpikeRule
+from mindwatch.alerts.rules.threshold import THROUGHPUT_METRICS, ThresholdRule, threshold_rules
+from mindwatch.alerts.rules.throughput_drop import ThroughputDropRule
+
+__all__ = [
+    "THROUGHPUT_METRICS",
+    "DataWaitRule",
+    "DivergenceRule",
+    "MemoryRule",
+    "NonFiniteRule",
+    "RollingMedian",
+    "Rule",
+    "RuleBase",
+    "RuleContext",
+    "RuleSpec",
+    "SpikeRule",
+    "Streak",
+    "ThresholdRule",
+    "ThroughputDropRule",
+    "threshold_rules",
+    "value_of",
+]

@@ -1,0 +1,150 @@
+"""What every alert rule shares: the :class:`Rule` protocol, :class:`RuleSpec` (how a rule plugs into the
+config and the engine), and the rolling statistics rules are built from.
+
+Example::
+
+    class MyRule(RuleBase):
+        name = "my_rule"
+
+        def check(self, rec: Record) -> list[Alert]:
+            v = value_of(rec, "loss")
+            return [self._alert(rec, f"loss is {v}", metric="loss", value=v)] if v and v > 10 else []
+
+    SPEC = RuleSpec("my_rule", MySettings, lambda s, ctx: [MyRule(ctx.rank, s.actions)], doc="loss above 10")
+
+Rules run on the Monitor's worker thread, one record at a time (docs/architecture.md: threads).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mindwatch.alerts.alert import Alert, make_alert
+from mindwatch.schema import RuleSettings
+from mindwatch.store.jsonl import decode_value
+
+if TYPE_CHECKING:
+    from mindwatch.config import MonitorConfig
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule's factory may read besides its own settings."""
+
+    config: MonitorConfig
+    rank: int = 0
+    #: Device memory total in GB, where the device reports it.
+    device_total_gb: float | None = None
+    #: Metrics the training loop checks for NaN/Inf itself (so the worker's rule skips them).
+    nonfinite_checked: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """One alert rule as the rest of mindwatch sees it: its key under ``monitor_config.alerts``, its
+    settings model (with the defaults), the factory that builds its rules, and its line in the docs.
+
+    ``build`` is None for a rule another part runs (``stall``: the watchdog).
+    """
+
+    key: str
+    settings: type[RuleSettings]
+    build: Callable[[Any, RuleContext], Sequence[Rule]] | None
+    doc: str
+
+
+class Rule(Protocol):
+    """Looks at each recorded step and returns the alerts it raises."""
+
+    name: str
+
+    def check(self, rec: Record) -> list[Alert]:
+        """Alerts for this record (usually none)."""
+
+
+def value_of(rec: Record, key: str) -> float | None:
+    """A record's metric as a float (stored ``"nan"`` included), or None when absent."""
+    raw = rec.get(key)
+    if raw is None:
+        return None
+    if type(raw) is float:  # the common case, without the call
+        return raw
+    return decode_value(raw)
+
+
+def data_share(rec: Record) -> float | None:
+    """The share of the step spent waiting for data (``data_time / step_time``), or None."""
+    dt, st = value_of(rec, "data_time"), value_of(rec, "step_time")
+    if dt is None or st is None or not st > 0 or not math.isfinite(dt):
+        return None
+    return dt / st
+
+
+class RollingMedian:
+    """Median of the last ``window`` finite values (a sort of <= a few hundred floats: microseconds)."""
+
+    def __init__(self, window: int) -> None:
+        self.values: deque[float] = deque(maxlen=window)
+
+    def add(self, v: float) -> None:
+        if math.isfinite(v):
+            self.values.append(v)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def median(self) -> float:
+        s = sorted(self.values)
+        n = len(s)
+        return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+class Streak:
+    """A rolling median after a warm-up, and a count of anomalous values in a row.
+
+    Example::
+
+        streak = Streak(window=50, warmup=20, count=3)
+        median = streak.feed(v, lambda v, median: v > 3 * median)   # the median when v completes 3 in a row, else None
+    """
+
+    def __init__(self, window: int, warmup: int, count: int) -> None:
+        self.history = RollingMedian(window)
+        self.warmup, self.count = warmup, count
+        self.seen = 0
+        self.run = 0
+
+    def feed(self, v: float, anomalous: Callable[[float, float], bool]) -> float | None:
+        fired = None
+        if self.seen >= self.warmup and len(self.history):
+            median = self.history.median
+            if anomalous(v, median):
+                self.run += 1
+                if self.run == self.count:
+                    fired = median
+            else:
+                self.run = 0
+        self.seen += 1
+        self.history.add(v)
+        return fired
+
+
+class RuleBase:
+    name = "rule"
+    severity = "warning"
+
+    def __init__(self, rank: int, actions: Sequence[str]) -> None:
+        self.rank = rank
+        self.actions = list(actions)
+
+    def _alert(self, rec: Record, message: str, **kw: Any) -> Alert:
+        kw.setdefault("severity", self.severity)
+        kw.setdefault("t", rec.get("t"))  # the anomalous step's wall time
+        return make_alert(self.name, step=rec.get("step"), rank=self.rank, message=message, actions=self.actions, **kw)

@@ -1,0 +1,59 @@
+"""The input pipeline as the bottleneck: the step waits for data more than a share of its time.
+
+Example::
+
+    alerts: {data_wait: {limit: 0.5, count: 5}}
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from mindwatch.alerts.alert import Alert
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, data_share
+from mindwatch.schema import RuleSettings
+
+
+class DataWaitSettings(RuleSettings):
+    #: Fires when ``data_time / step_time`` is above ``limit``.
+    limit: float = Field(default=0.5, gt=0, le=1)
+    warmup: int = Field(default=5, ge=0)
+    count: int = Field(default=5, ge=1)
+
+
+class DataWaitRule(RuleBase):
+    """``data_time / step_time`` above ``limit`` for ``count`` records in a row: the input pipeline is the bottleneck."""
+
+    name = "data_wait"
+
+    def __init__(self, *, limit: float = 0.5, warmup: int = 5, count: int = 5, rank: int = 0, actions=()) -> None:
+        super().__init__(rank, actions)
+        self.limit, self.warmup, self.count = limit, warmup, count
+        self.seen = 0
+        self.run = 0
+
+    def check(self, rec: Record) -> list[Alert]:
+        share = data_share(rec)
+        if share is None:
+            return []
+        self.seen += 1
+        if self.seen <= self.warmup:
+            return []
+        if share <= self.limit:
+            self.run = 0
+            return []
+        self.run += 1
+        if self.run != self.count:
+            return []
+        msg = (
+            f"the step waits for data {100 * share:.0f} % of its time (limit {100 * self.limit:.0f} %): "
+            "the input pipeline, not the model, is the bottleneck (more workers, prefetch, faster storage)"
+        )
+        return [self._alert(rec, msg, metric="data_time", value=share, threshold=self.limit)]
+
+
+def _build(s: DataWaitSettings, ctx: RuleContext) -> list[DataWaitRule]:
+    return [DataWaitRule(limit=s.limit, warmup=s.warmup, count=s.count, rank=ctx.rank, actions=s.actions)]
+
+
+SPEC = RuleSpec("data_wait", DataWaitSettings, _build, doc="`data_time / step_time` above `limit` for `count` records in a row")

@@ -1,0 +1,56 @@
+"""NaN or Inf in the loss or the gradient norm.
+
+Example::
+
+    alerts: {nonfinite: {actions: [stop]}}      # with actions, the callback checks on the training thread
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from pydantic import Field
+
+from mindwatch.alerts.alert import Alert
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, value_of
+from mindwatch.schema import RuleSettings
+
+
+class NonFiniteSettings(RuleSettings):
+    #: NaN/Inf in these metrics; checked on the training thread, so ``stop`` acts on the same step.
+    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
+
+
+class NonFiniteRule(RuleBase):
+    """NaN or Inf in ``metrics``. On a loss-scale overflow step an infinite grad_norm is expected and ignored."""
+
+    name = "nonfinite"
+    severity = "error"
+
+    def __init__(self, metrics: Iterable[str] = ("loss", "grad_norm"), *, rank: int = 0, actions=()) -> None:
+        super().__init__(rank, actions)
+        self.metrics = tuple(metrics)
+
+    def check(self, rec: Record) -> list[Alert]:
+        for metric in self.metrics:
+            v = value_of(rec, metric)
+            if v is None or math.isfinite(v):
+                continue
+            if metric != "loss" and rec.get("overflow"):
+                continue  # the loss-scale cell skipped this update on purpose
+            return [self._alert(rec, f"{metric} is {v} at step {rec.get('step')}", metric=metric, value=v)]
+        return []
+
+
+def _build(s: NonFiniteSettings, ctx: RuleContext) -> list[NonFiniteRule]:
+    left = [m for m in s.metrics if m not in ctx.nonfinite_checked]
+    return [NonFiniteRule(left, rank=ctx.rank, actions=s.actions)] if left else []
+
+
+SPEC = RuleSpec(
+    "nonfinite",
+    NonFiniteSettings,
+    _build,
+    doc="NaN or Inf in `metrics` (an infinite grad_norm on a loss-scale overflow step is expected and ignored)",
+)

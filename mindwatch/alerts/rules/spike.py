@@ -1,0 +1,61 @@
+"""A metric above ``factor`` x its own rolling median, ``count`` records in a row.
+
+Example::
+
+    alerts: {spike: {metrics: [loss, grad_norm], factor: 3, count: 3, actions: [lr_backoff]}}
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field
+
+from mindwatch.alerts.alert import Alert
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, Streak, value_of
+from mindwatch.schema import RuleSettings
+
+
+class SpikeSettings(RuleSettings):
+    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
+    #: A value above ``factor`` x the rolling median of the last ``window`` values is a spike.
+    factor: float = Field(default=3.0, gt=1)
+    window: int = Field(default=50, ge=3)
+    #: Recorded values before the rule judges (early training is noisy).
+    warmup: int = Field(default=20, ge=1)
+    #: Consecutive spikes before it fires.
+    count: int = Field(default=3, ge=1)
+
+
+class SpikeRule(RuleBase):
+    """``metric`` above ``factor`` x its rolling median for ``count`` recorded steps in a row, after ``warmup`` values."""
+
+    name = "spike"
+
+    def __init__(
+        self, metric: str, *, factor: float = 3.0, window: int = 50, warmup: int = 20, count: int = 3, rank: int = 0, actions=()
+    ) -> None:
+        super().__init__(rank, actions)
+        self.metric, self.factor, self.count = metric, factor, count
+        self.streak = Streak(window, warmup, count)
+
+    def check(self, rec: Record) -> list[Alert]:
+        v = value_of(rec, self.metric)
+        if v is None or not math.isfinite(v):
+            return []
+        median = self.streak.feed(v, lambda v, m: m > 0 and v > self.factor * m)
+        if median is None:
+            return []
+        in_a_row = f" for {self.count} recorded steps in a row" if self.count > 1 else ""
+        msg = f"{self.metric} spiked to {v:.4g}, above {self.factor:g} x its rolling median {median:.4g}{in_a_row}"
+        return [self._alert(rec, msg, metric=self.metric, value=v, threshold=self.factor * median)]
+
+
+def _build(s: SpikeSettings, ctx: RuleContext) -> list[SpikeRule]:
+    return [
+        SpikeRule(m, factor=s.factor, window=s.window, warmup=s.warmup, count=s.count, rank=ctx.rank, actions=s.actions)
+        for m in s.metrics
+    ]
+
+
+SPEC = RuleSpec("spike", SpikeSettings, _build, doc="a metric above `factor` x its rolling median for `count` records in a row")
