@@ -11,10 +11,12 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check mindwatch tests bench
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check mindwatch tests bench
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check mindwatch tests bench
 	$(VENV)/bin/mypy
 

@@ -9,7 +9,7 @@ Example::
     run = mindwatch.open_run("monitor_output/default/run_20261129_074500")
     run.series("loss").value
 
-The core (this package minus ``mindwatch.mindspore`` and ``mindwatch.demo``) never imports MindSpore.
+Only ``mindwatch.mindspore`` and ``mindwatch.demo`` import MindSpore (docs/architecture.md).
 """
 
 __version__ = "0.1.0"
@@ -17,4 +17,13 @@ __version__ = "0.1.0"
 from mindwatch.config import ConfigError, MonitorConfig, load_config  # noqa: E402
 from mindwatch.store.reader import Run, Series, open_run  # noqa: E402
 
-__all__ = ["ConfigError", "MonitorConfig", "Run", "Series", "__version__", "load_config", "open_run"]
+__all__ = ["ConfigError", "MonitorConfig", "Run", "RunSession", "Series", "__version__", "load_config", "open_run"]
+
+
+def __getattr__(name: str):
+    # RunSession pulls in the whole engine: imported when asked for, so reading runs stays light
+    if name == "RunSession":
+        from mindwatch.session import RunSession
+
+        return RunSession
+    raise AttributeError(f"module 'mindwatch' has no attribute {name!r}")

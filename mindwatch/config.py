@@ -8,7 +8,7 @@ Example::
     cfg.interval, cfg.step_interval, cfg.flush_secs
 
 The example in the seed article loads unchanged; every key below is documented in
-the README's configuration table. Errors name the key path and what is allowed::
+docs/configuration.md. Errors name the key path and what is allowed::
 
     ConfigError: monitor_config.interval: Input should be greater than 0 (got -1)
 """
@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model, field_vali
 from mindwatch.alerts.registry import rule_specs
 from mindwatch.schema import RuleSettings, Section, Severity
 
-#: Metric names the collectors produce (the metric-name contract in ARCHITECTURE.md).
+#: Metric names the collectors produce (the metric-name contract in docs/architecture.md).
 BUILTIN_METRICS: tuple[str, ...] = (
     "loss",
     "lr",
@@ -212,7 +212,7 @@ class NotifyChannel(_Section):
 
 
 class MonitorConfig(_Section):
-    """The whole ``monitor_config`` section. See the README for each key."""
+    """The whole ``monitor_config`` section. See docs/configuration.md for each key."""
 
     enable: bool = True
     #: ``local`` writes the run directory; ``tensorboard`` also writes event files.
@@ -378,9 +378,9 @@ def _allowed_here(loc: tuple[Any, ...]) -> str:
             continue
         field = getattr(model, "model_fields", {}).get(p) if isinstance(p, str) else None
         if field is None:
-            return "see the README for the allowed keys"
+            return "see docs/configuration.md for the allowed keys"
         ann = field.annotation
         model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
         if model is None:
-            return "see the README for the allowed keys"
+            return "see docs/configuration.md for the allowed keys"
     return "allowed keys here: " + ", ".join(model.model_fields)

@@ -6,7 +6,7 @@ Example::
                        message="grad_norm 45.2 > 3 x median 4.0", actions=["lr_backoff"])
     monitor.alert(alert)     # any thread; every sink with an ``alert()`` method receives it on the worker
 
-An alert is a plain dict with the ``alerts.jsonl`` contract fields (ARCHITECTURE.md):
+An alert is a plain dict with the ``alerts.jsonl`` contract fields (docs/architecture.md):
 ``t, step, rank, rule, metric, value, threshold, severity, message, actions``; rules may add
 keys of their own (readers ignore unknown keys). ``severity`` is ``info``, ``warning`` or ``error``.
 """

@@ -43,7 +43,7 @@ class Sink(Protocol):
 
 
 # A sink may also define ``alert(self, alert: dict) -> None``: called on the worker thread for each
-# alert (the alerts.jsonl contract in ARCHITECTURE.md), e.g. to count it or to send a webhook.
+# alert (the alerts.jsonl contract in docs/architecture.md), e.g. to count it or to send a webhook.
 
 
 #: A sampler returns extra metrics (memory, ...) merged into the newest record; run on the worker.

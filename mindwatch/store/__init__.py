@@ -1,9 +1,10 @@
-"""The run directory: writer (append, periodic fsync, column files) and reader (tail, columnar).
+"""The run directory: where things live (:mod:`layout`), the line format (:mod:`jsonl`), the writer
+(append, periodic fsync, :mod:`columnfiles` beside the JSONL), and the readers: :mod:`columns` (one
+rank's metrics as numpy columns; :mod:`cache` keeps them across restarts), :mod:`reader`
+(``open_run``), :mod:`states`, :mod:`catalog` (the runs under a folder), :mod:`tails` (live tails
+of every rank) and :mod:`rendezvous` (the run id every rank agrees on).
 
-Data flow: :mod:`writer` (JSONL lines, :mod:`jsonl`; binary :mod:`columnfiles` beside them)
--> :mod:`columns` (one rank's metrics as numpy columns, from the column files and the JSONL)
--> :mod:`reader` (``open_run``: a run's ranks, meta, status, alerts) and :mod:`catalog`,
-:mod:`crossrank` on top.
+It imports nothing of mindwatch outside itself (docs/architecture.md).
 """
 
 from mindwatch.store.layout import RunLayout, is_run_dir, new_run_id

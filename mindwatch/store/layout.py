@@ -1,4 +1,4 @@
-"""Where things live in a run directory (the run-directory contract in ARCHITECTURE.md).
+"""Where things live in a run directory (the run-directory contract in docs/architecture.md).
 
 Example::
 
