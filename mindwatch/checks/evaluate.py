@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mindwatch.analysis.summary import lowest_rank_with, run_times, run_values
-from mindwatch.checks.language import Binary, Call, Compare, Constant, Node, Rule, RuleError, Unary, parse_rule
+from mindwatch.checks.language import Binary, Call, CheckRule, Compare, Constant, Node, RuleError, Unary, parse_rule
 from mindwatch.store.reader import Run
 
 
@@ -70,7 +70,7 @@ def format_value(v: Value) -> str:
 
 
 class _Evaluator:
-    def __init__(self, run: Run, rule: Rule) -> None:
+    def __init__(self, run: Run, rule: CheckRule) -> None:
         self.run = run
         self.rule = rule
         self.values: dict[str, Value] = {}
@@ -255,7 +255,7 @@ def _arithmetic(op: str, a: float, b: float) -> float:
         return float(ufunc(x, y))
 
 
-def evaluate(run: Run, rule: Rule | str) -> CheckResult:
+def evaluate(run: Run, rule: CheckRule | str) -> CheckResult:
     """Evaluate one rule on a run; raises :class:`RuleError` for a rule that does not make sense."""
     parsed = parse_rule(rule) if isinstance(rule, str) else rule
     ev = _Evaluator(run, parsed)

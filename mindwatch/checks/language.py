@@ -129,7 +129,7 @@ class Call(Node):
 
 
 @dataclass(frozen=True)
-class Rule:
+class CheckRule:
     """A parsed rule: its text and its tree."""
 
     text: str
@@ -385,7 +385,7 @@ class _Parser:
         return Call(name_tok.pos, self.tokens[self.i - 1].pos + 1, name_tok.text, metric, tuple(args), options)
 
 
-def parse_rule(text: str) -> Rule:
+def parse_rule(text: str) -> CheckRule:
     """Parse one rule; raises :class:`RuleError` pointing at the column at fault."""
     if not isinstance(text, str):
         raise RuleError(f"a rule is a string, got {type(text).__name__}", str(text))
@@ -393,4 +393,4 @@ def parse_rule(text: str) -> Rule:
         raise RuleError(f"rule longer than {MAX_RULE_LENGTH} characters", text[:80] + "...", None)
     if not text.strip():
         raise RuleError("empty rule", text, 0)
-    return Rule(text, _Parser(text).parse())
+    return CheckRule(text, _Parser(text).parse())
