@@ -17,13 +17,5 @@ __version__ = "0.1.0"
 from mindwatch.config import ConfigError, MonitorConfig, load_config  # noqa: E402
 from mindwatch.store.reader import Run, Series, open_run  # noqa: E402
 
-__all__ = ["ConfigError", "MonitorConfig", "Run", "RunSession", "Series", "__version__", "load_config", "open_run"]
+__all__ = ["ConfigError", "MonitorConfig", "Run", "Series", "__version__", "load_config", "open_run"]
 
-
-def __getattr__(name: str):
-    # RunSession pulls in the whole engine: imported when asked for, so reading runs stays light
-    if name == "RunSession":
-        from mindwatch.session import RunSession
-
-        return RunSession
-    raise AttributeError(f"module 'mindwatch' has no attribute {name!r}")
