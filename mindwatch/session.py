@@ -110,6 +110,15 @@ class RunSession:
         except OSError as e:
             log.warning("mindwatch: cannot write %s (%s); training continues", self.layout.meta, e)
 
+    def plan(self, total_steps: int | None) -> None:
+        """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress."""
+        for sink in self.monitor.sinks:
+            if isinstance(sink, ConsoleSummary):
+                sink.total_steps = total_steps
+        if self.rank == 0 and self.meta:
+            self.meta["total_steps"] = total_steps
+            self.write_meta()
+
     def watch(self, run_id: str, nonfinite_checked: tuple[str, ...] = ()) -> None:
         """Add what watches the run: alerts.jsonl + console lines, the rules, notify channels, the stall watchdog.
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mindwatch.alerts.alert import SEVERITIES
+from mindwatch.analysis.progress import total_steps_of
 from mindwatch.config import BUILTIN_METRICS
 from mindwatch.store.reader import Run
 
@@ -53,6 +54,8 @@ class RunSummary:
     metrics: list[str] = field(default_factory=list)
     records: int = 0
     last_step: int | None = None
+    #: The step the training was planned to end at (meta.json ``total_steps``); None when unknown.
+    total_steps: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
     duration: float | None = None
@@ -125,6 +128,7 @@ def summarize_run(run: Run) -> RunSummary:
         metrics=run.metrics,
         records=sum(_record_count(run, r) for r in run.ranks),
         last_step=run.last_step,
+        total_steps=total_steps_of(run.meta),
         started_at=started,
         ended_at=ended,
         duration=max(0.0, ended - started) if started is not None and ended is not None else None,

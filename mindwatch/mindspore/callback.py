@@ -132,6 +132,7 @@ class MonitorCallback(Callback):
             launch_key=who.launch_key,
             launch_meta=who.as_meta(),
         )
+        self.session.plan(planned_steps(cb))
         train_network = getattr(cb, "train_network", None)
         optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
         self._declared_outputs = getattr(train_network, "mindwatch_outputs", None)
@@ -268,6 +269,29 @@ class MonitorCallback(Callback):
             log.warning("mindwatch: attention_entropy found no attention softmax cells; set attention_entropy.cells")
             return
         self._entropy = AttentionEntropy(cells)
+
+
+def planned_steps(cb: Any) -> int | None:
+    """The ``cur_step_num`` this ``Model.train`` call ends at; None when unknown (an endless dataset).
+
+    ``epoch_num`` is the epochs of this call (``epoch - initial_epoch``) and ``cur_step_num`` starts at
+    its ``initial_step``. An epoch is ``batch_num`` steps in sink mode (``sink_size``, or the dataset's
+    size), else the dataset's size: where sink mode falls back (on CPU), ``batch_num`` still holds the
+    sink size but every epoch runs the whole dataset.
+    """
+    dataset = getattr(cb, "train_dataset", None)
+    try:
+        if dataset is not None and dataset.get_repeat_count() == -1:
+            return None  # repeat() without a count: the epoch never ends
+        sink = bool(getattr(cb, "dataset_sink_mode", False))
+        per_epoch = getattr(cb, "batch_num", None) if sink or dataset is None else dataset.get_dataset_size()
+        epochs = getattr(cb, "epoch_num", None)
+        start = int(getattr(cb, "cur_step_num", 0) or 0)
+    except Exception:  # a dataset that cannot say its size: no total rather than no training
+        return None
+    if not isinstance(per_epoch, int) or not isinstance(epochs, int) or per_epoch <= 0 or epochs <= 0:
+        return None
+    return start + epochs * per_epoch
 
 
 def _is_integer(tensor: Any) -> bool:

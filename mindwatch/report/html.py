@@ -27,6 +27,7 @@ import numpy as np
 from mindwatch import __version__
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
 from mindwatch.analysis.units import format_duration
 from mindwatch.assets import echarts_js
@@ -270,10 +271,17 @@ def _banner(s: RunSummary, label: str) -> str:
     return f'<div class="banner {_e(s.state)}">{_e(text)}</div>'
 
 
+def _steps(s: RunSummary) -> str:
+    """Steps done out of planned: ``12/20 (60 %)``; the last step alone for a run with no plan recorded."""
+    if s.last_step is None:
+        return "-"
+    return Progress(s.last_step, s.total_steps).steps_text() if s.total_steps is not None else _num(s.last_step)
+
+
 def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
     rows: list[tuple[str, list[str]]] = [
         ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
-        ("steps", [_e(_num(s.last_step)) for s in summaries]),
+        ("steps", [_e(_steps(s)) for s in summaries]),
         ("records", [_e(str(s.records)) for s in summaries]),
         ("ranks", [_e(", ".join(map(str, s.ranks)) or "-") for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),

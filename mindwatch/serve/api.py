@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse
 
 from mindwatch.analysis.bands import CROSS_RANK_METRICS, band_of
 from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.analysis.progress import run_progress
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
 from mindwatch.store.reader import Series
@@ -113,6 +114,10 @@ def run_info(view: RunView) -> dict[str, Any]:
     view.refresh()
     with view.lock:
         meta = view.meta
+        status = view.status_summary()
+        progress = run_progress(view).as_dict()
+        if status.get("state") != "running":
+            progress["eta_secs"] = None  # an ended (or stalled, or killed) run has no time left to estimate
         return {
             "id": view.id,
             "project": meta.get("project"),
@@ -121,7 +126,8 @@ def run_info(view: RunView) -> dict[str, Any]:
             "meta": {k: v for k, v in meta.items() if k not in ("config", "tags")},
             "metrics": view.metrics,
             "ranks": view.ranks,
-            "status": view.status_summary(),
+            "status": status,
+            "progress": progress,
             "alert_count": len(view.alerts),
             "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
             "cursor": cursor_of(view),
