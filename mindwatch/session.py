@@ -20,6 +20,7 @@ import platform
 import socket
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ class RunSession:
     def plan(self, total_steps: int | None) -> None:
         """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress."""
         for sink in self.monitor.sinks:
-            if isinstance(sink, ConsoleSummary):
+            if hasattr(sink, "total_steps"):  # the console line and the end-of-run message
                 sink.total_steps = total_steps
         if self.rank == 0 and self.meta:
             self.meta["total_steps"] = total_steps
@@ -149,7 +150,9 @@ class RunSession:
             if channels:
                 host = socket.gethostname()
                 context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
-                notify = NotifySink(channels, context=context)
+                if cfg.dashboard_url:
+                    context["dashboard"] = run_page_url(cfg.dashboard_url, cfg.project, run_id)
+                notify = NotifySink(channels, context=context, run_dir=self.run_dir, world_size=self.world_size)
         if self.rank == 0 and self.world_size > 1:
             from mindwatch.alerts.crossrank import CrossRankWatch
 
@@ -183,6 +186,11 @@ class RunSession:
             self.meta["final_state"] = state
             self.write_meta()
         self.monitor.close(state, error, reason)
+
+
+def run_page_url(dashboard_url: str, project: str, run_id: str) -> str:
+    """The run's page on a dashboard serving ``save_dir`` (its runs are named ``project/run``)."""
+    return f"{dashboard_url.rstrip('/')}/#/run/{urllib.parse.quote(f'{project}/{run_id}', safe='')}"
 
 
 def bridge_sinks(config: MonitorConfig, layout: RunLayout, run_id: str, rank: int) -> list[Sink]:

@@ -95,3 +95,30 @@ def assert_same_columns(a: RankColumns, b: RankColumns) -> None:
             np.testing.assert_array_equal(x, y, err_msg=metric)
     line = np.arange(a.lines)
     np.testing.assert_array_equal(a.time_of_lines(line), b.time_of_lines(line))
+
+
+def dense_training(steps: int, secs_per_step: float = 0.0, fail_at: int | None = None):
+    """A one-layer regression in GRAPH mode: ``(model, dataset)``; the data source sleeps ``secs_per_step``
+    before each batch (a steady pipeline) and raises ``OSError`` at batch ``fail_at``."""
+    import time
+
+    import mindspore as ms
+    from mindspore import dataset as ds
+    from mindspore import nn
+    from mindspore.train import Model
+
+    from mindwatch.demo.train import set_mode
+
+    set_mode("graph")
+    ms.set_seed(0)
+    net = nn.Dense(4, 1)
+    model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
+
+    def batches():
+        for i in range(steps):
+            if fail_at is not None and i == fail_at:
+                raise OSError("shard 7 is corrupt")
+            time.sleep(secs_per_step)
+            yield np.full((8, 4), i % 7, np.float32), np.ones((8, 1), np.float32)
+
+    return model, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False)

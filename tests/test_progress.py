@@ -8,19 +8,16 @@ import re
 import time
 from pathlib import Path
 
-import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import dataset as ds
-from mindspore import nn
-from mindspore.train import Callback, Model
+from conftest import dense_training
+from mindspore.train import Callback
 from rich.console import Console
 from starlette.testclient import TestClient
 
 import mindwatch
 from mindwatch.analysis.progress import Progress, StepRate, steps_per_second
 from mindwatch.config import load_config
-from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback
 from mindwatch.serve.app import create_app
 from mindwatch.session import RunSession
@@ -39,20 +36,6 @@ def seconds(text: str) -> float:
     return int(h or 0) * 3600 + int(mins or 0) * 60 + float(s)
 
 
-def slow_training(steps: int, secs_per_step: float, epochs: int = 1):
-    set_mode("graph")
-    ms.set_seed(0)
-    net = nn.Dense(4, 1)
-    model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
-
-    def batches():
-        for i in range(steps):
-            time.sleep(secs_per_step)  # a steady data pipeline: the step rate a person would extrapolate
-            yield np.full((8, 4), i % 7, np.float32), np.ones((8, 1), np.float32)
-
-    return model, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False)
-
-
 class StopAt(Callback):
     def __init__(self, step: int) -> None:
         self.step = step
@@ -66,7 +49,7 @@ def test_the_console_line_shows_steps_out_of_planned_and_an_eta_near_the_real_re
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     steps, epochs = 30, 2
-    model, data = slow_training(steps, 0.12)
+    model, data = dense_training(steps, 0.12)
     mon = MonitorCallback({"save_dir": str(tmp_path), "interval": 0.3})
     with caplog.at_level(logging.INFO, "mindwatch"):
         model.train(epochs, data, callbacks=[mon], dataset_sink_mode=False)
@@ -123,7 +106,7 @@ def test_a_running_run_lists_its_progress_and_eta(tmp_path: Path) -> None:
 
 
 def test_a_resumed_training_plans_the_epochs_it_runs(tmp_path: Path) -> None:
-    model, data = slow_training(10, 0.0)
+    model, data = dense_training(10, 0.0)
     mon = MonitorCallback({"save_dir": str(tmp_path)})
     model.train(3, data, callbacks=[mon], dataset_sink_mode=False, initial_epoch=1)  # epochs 2 and 3
     run = mindwatch.open_run(mon.run_dir)
@@ -132,7 +115,7 @@ def test_a_resumed_training_plans_the_epochs_it_runs(tmp_path: Path) -> None:
 
 def test_sink_mode_on_cpu_plans_whole_epochs(tmp_path: Path) -> None:
     # the CPU runs sink mode as plain steps over the whole dataset; MindSpore still reports batch_num = sink_size
-    model, data = slow_training(10, 0.0)
+    model, data = dense_training(10, 0.0)
     mon = MonitorCallback({"save_dir": str(tmp_path)})
     model.train(2, data, callbacks=[mon], dataset_sink_mode=True, sink_size=5)
     run = mindwatch.open_run(mon.run_dir)
@@ -140,7 +123,7 @@ def test_sink_mode_on_cpu_plans_whole_epochs(tmp_path: Path) -> None:
 
 
 def test_an_endless_dataset_says_the_total_is_unknown(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    model, data = slow_training(10, 0.0)
+    model, data = dense_training(10, 0.0)
     mon = MonitorCallback({"save_dir": str(tmp_path), "interval": 0.01})
     with caplog.at_level(logging.INFO, "mindwatch"):
         model.train(1, data.repeat(), callbacks=[mon, StopAt(25)], dataset_sink_mode=False)
