@@ -65,8 +65,18 @@ def open_page(browser, html_path: Path):
 
     page.route("**/*", route)
     page.goto(html_path.resolve().as_uri())
-    page.wait_for_function("window.mindwatchReport && window.mindwatchReport.ready", timeout=30_000)
+    page.wait_for_function("document.readyState === 'complete'", timeout=30_000)  # the inline module has run
     return page, problems, requests
+
+
+# What the page shows: the charts ECharts drew, and the boxes that say a chart failed.
+CHARTS_SHOWN = """() => {
+  const boxes = Array.from(document.querySelectorAll('.chart'));
+  return {
+    charts: boxes.filter((el) => echarts.getInstanceByDom(el)).length,
+    errors: boxes.filter((el) => el.textContent.startsWith('chart failed')).map((el) => el.textContent),
+  };
+}"""
 
 
 def canvas_ink(page) -> list[int]:
@@ -91,7 +101,7 @@ def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, a
     assert "<script src" not in html and "<link" not in html  # self-contained
 
     page, problems, requests = open_page(browser, out)
-    state = page.evaluate("window.mindwatchReport")
+    state = page.evaluate(CHARTS_SHOWN)
     assert state["errors"] == [] and problems == [] and requests == []
     data = report_data(html)
     names = [m["name"] for m in data["metrics"]]
@@ -217,7 +227,7 @@ def test_report_of_a_run_with_no_records_yet(browser, tmp_path: Path) -> None:
     out = tmp_path / "empty.html"
     assert main(["report", str(run_dir), "-o", str(out)]) == 0
     page, problems, _ = open_page(browser, out)
-    assert problems == [] and page.evaluate("window.mindwatchReport.errors") == []
+    assert problems == [] and page.evaluate(CHARTS_SHOWN)["errors"] == []
     assert "no metrics recorded yet" in page.inner_text("main")
     assert summary_cell(page, "state") == "running" and summary_cell(page, "steps") == "-"
     assert "still running" in page.inner_text(".banner.running")
