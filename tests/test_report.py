@@ -284,3 +284,25 @@ def test_names_and_messages_cannot_inject_html(browser, tmp_path: Path) -> None:
     assert problems == [] and requests == []  # no <img src=x> was ever requested
     assert evil in page.inner_text("#alerts") and evil in page.inner_text("pre.config")
     page.close()
+
+
+def test_report_and_dashboard_show_the_same_heat_map(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mindwatch.report.html import MAX_HEATMAP_STEPS
+    from mindwatch.serve.app import create_app
+
+    run_dir = tmp_path / "logs" / "proj" / "entropy"
+    w = RunWriter(run_dir)
+    steps = range(5, 5001, 5)  # recorded every 5 steps: more samples than the report has buckets
+    w.write([{"step": s, "t": time.time(), **{f"attention_entropy/{k}": k + s / 1000 for k in (0, 2, 10)}} for s in steps])
+    w.close("finished")
+    out = tmp_path / "entropy.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    report = report_data(out.read_text())["heatmap"]
+    with TestClient(create_app(tmp_path / "logs")) as c:
+        params = {"run": "proj/entropy", "buckets": MAX_HEATMAP_STEPS}
+        dashboard = c.get("/api/heatmap", params=params).json()
+    assert report["layers"] == ["0", "2", "10"] and dashboard["layers"] == ["attention_entropy/" + k for k in report["layers"]]
+    assert report["steps"] == dashboard["steps"] and report["values"] == dashboard["values"]
+    assert len(report["steps"]) == MAX_HEATMAP_STEPS and "mean of each of 300 step buckets" in report["note"]

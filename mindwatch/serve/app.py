@@ -8,6 +8,10 @@ Example::
 
 The app only reads run directories under LOGDIR; it never imports MindSpore, so it runs on a
 laptop next to a copy (or a network mount) of the run directories.
+
+The page is plain ES modules (static/app.js imports the rest, no build step). Debug flag: open
+``/?debug=1#/run/<id>`` and the page counts, in ``window.mindwatchDebug``, the live points it merged
+and the heat-map/band refreshes it drew (static/debug.js); without it nothing is added to ``window``.
 """
 
 from __future__ import annotations
