@@ -1,9 +1,10 @@
-"""Where the front-end assets installed from npm live (ECharts), for the dashboard and reports.
+"""The front-end files the dashboard and the report share: ours (charts.js) and npm's (ECharts).
 
 Example::
 
-    from mindwatch.assets import echarts_js
-    echarts_js()   # Path to echarts.min.js, or an error that says to run scripts/setup.sh
+    from mindwatch.assets import asset_text, echarts_js
+    asset_text("charts.js")   # the chart module, as the dashboard serves it and the report inlines it
+    echarts_js()              # Path to echarts.min.js, or an error that says to run scripts/setup.sh
 """
 
 from __future__ import annotations
@@ -12,6 +13,31 @@ import os
 from pathlib import Path
 
 _ECHARTS = Path("echarts") / "dist" / "echarts.min.js"
+_HERE = Path(__file__).resolve().parent
+#: Our shared front-end files, by name (nothing else in this folder is handed out).
+SHARED_FILES = ("charts.js",)
+
+
+def asset_path(name: str) -> Path:
+    """Path of the shared front-end file ``name`` (one of :data:`SHARED_FILES`).
+
+    Example::
+
+        asset_path("charts.js")   # .../mindwatch/assets/charts.js
+    """
+    if name not in SHARED_FILES:
+        raise ValueError(f"no shared asset {name[:60]!r}: choose one of {', '.join(SHARED_FILES)}")
+    return _HERE / name
+
+
+def asset_text(name: str) -> str:
+    """Text of the shared front-end file ``name``.
+
+    Example::
+
+        asset_text("charts.js").startswith("// MWCharts")   # True
+    """
+    return asset_path(name).read_text(encoding="utf-8")
 
 
 def node_modules_dirs() -> list[Path]:
