@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -95,3 +97,18 @@ def assert_same_columns(a: RankColumns, b: RankColumns) -> None:
             np.testing.assert_array_equal(x, y, err_msg=metric)
     line = np.arange(a.lines)
     np.testing.assert_array_equal(a.time_of_lines(line), b.time_of_lines(line))
+
+
+def start_printing_steps(args: list[str], seen: dict[int, float], **popen) -> tuple[subprocess.Popen, threading.Thread]:
+    """Start a training script in its own process group; a thread fills ``seen`` from its ``STEP <step> <x>`` lines."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True, **popen)
+
+    def read_steps() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith("STEP "):
+                _, step, x = line.split()
+                seen[int(step)] = float(x)
+
+    reader = threading.Thread(target=read_steps, daemon=True)
+    reader.start()
+    return proc, reader

@@ -28,6 +28,7 @@ import numpy as np
 
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.config import BUILTIN_METRICS
+from mindwatch.store.attempts import time_lost
 from mindwatch.store.reader import Run
 
 #: How reports and the terminal view order metrics: the built-in ones as the README lists them, then the rest.
@@ -56,6 +57,9 @@ class RunSummary:
     started_at: float | None = None
     ended_at: float | None = None
     duration: float | None = None
+    #: Trainings into this run (a resumed run has more than one) and the seconds between them.
+    attempts: int = 1
+    time_lost: float | None = None
     final_loss: float | None = None
     best_loss: float | None = None
     best_loss_step: int | None = None
@@ -130,6 +134,8 @@ def summarize_run(run: Run) -> RunSummary:
         duration=max(0.0, ended - started) if started is not None and ended is not None else None,
         alerts=alert_counts(run.alerts),
         tags=run.meta.get("tags", []),
+        attempts=max(1, len(run.attempts)),
+        time_lost=time_lost(run.attempts) if len(run.attempts) > 1 else None,
     )
     loss_rank = lowest_rank_with(run, "loss")
     if loss_rank is not None:

@@ -268,6 +268,7 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         ("ranks", [_e(", ".join(map(str, s.ranks)) or "-") for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
+        ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),
         ("final loss", [_e(_num(s.final_loss)) for s in summaries]),
         (
             "best loss",
@@ -386,6 +387,12 @@ def _short(v: float) -> str:
 
 def _percent(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f} %"
+
+
+def _attempts(attempts: int, lost: float | None) -> str:
+    if attempts <= 1:
+        return str(attempts or 1)
+    return f"{attempts} ({format_duration(lost)} lost between them)"
 
 
 def _now() -> float:

@@ -124,6 +124,7 @@ def run_info(view: RunView) -> dict[str, Any]:
             "ranks": view.ranks,
             "status": view.status_summary(),
             "alert_count": len(view.alerts),
+            "attempts": view.attempts,
             "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
             "cursor": cursor_of(view),
         }

@@ -46,6 +46,7 @@ class RunWriter:
         self._last_warning = 0.0
         self.started_at = time.time()
         self.layout.root.mkdir(parents=True, exist_ok=True)
+        self._end_torn_line()
         self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files)
         self.flush()
 
@@ -117,6 +118,19 @@ class RunWriter:
         }
 
     # -- internals ------------------------------------------------------
+    def _end_torn_line(self) -> None:
+        """A resumed run whose last writer was killed mid-line: end that line, so it does not swallow our first one."""
+        path = self.layout.metrics(self.rank)
+        try:
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+            if torn:
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+        except OSError:  # no file yet (or empty): nothing to end
+            pass
+
     def _close_file(self) -> None:
         if self._fh is not None:
             with contextlib.suppress(OSError):
