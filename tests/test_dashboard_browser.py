@@ -199,3 +199,36 @@ def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifac
         browser.close()
     for w in writers:
         w.close("finished")
+
+
+RESTART_LINES = """() => {
+  const c = echarts.getInstanceByDom(document.querySelector('#chart-loss'));
+  if (!c) return [];
+  return c.getOption().series.flatMap((s) => ((s.markLine && s.markLine.data) || []))
+    .filter((d) => String(d.name).startsWith('restart')).map((d) => [d.xAxis, d.name]);
+}"""
+
+
+def test_each_restart_is_marked_on_the_charts(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from mindwatch.store.layout import write_json_atomic
+    from mindwatch.store.writer import RunWriter
+
+    run_dir = tmp_path / "logs" / "p" / "restarted"
+    writer = RunWriter(run_dir, 0)
+    writer.write([{"step": s, "t": 1e9 + s, "loss": 2.0 - s / 100} for s in range(1, 61)])
+    writer.close("finished")
+    attempts = [
+        {"attempt": 1, "started_at": 1e9, "first_step": 1, "end": "killed"},
+        {"attempt": 2, "started_at": 1e9 + 25, "first_step": 21, "end": "failed"},
+        {"attempt": 3, "started_at": 1e9 + 50, "first_step": 41, "end": "finished"},
+    ]
+    write_json_atomic(run_dir / "meta.json", {"run_id": "restarted", "project": "p", "attempts": attempts})
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 800})
+        page.goto(f"{dash.url}#/run/p%2Frestarted")
+        wait_for(lambda: page.evaluate(CHART_POINTS) > 0, 60, "the loss chart")
+        assert page.evaluate(RESTART_LINES) == [[21, "restart: attempt 2"], [41, "restart: attempt 3"]]
+        browser.close()

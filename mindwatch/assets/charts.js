@@ -58,6 +58,14 @@ function alertMarks(alerts, metric, kind) {
   return { pts, lines };
 }
 
+/** A solid grey line where each attempt after the first started: [{step, t, attempt}]. */
+function restartMarks(restarts, kind) {
+  return (restarts || []).filter((r) => (kind === "time" ? r.t : r.step) != null).map((r) => ({
+    xAxis: kind === "time" ? r.t : r.step, name: `restart: attempt ${r.attempt}`,
+    lineStyle: { color: "#52606d", type: "solid", width: 1.5 }, label: { formatter: `attempt ${r.attempt}` },
+  }));
+}
+
 function lineOption(o) {
   const series = [];
   const axes = o.axes || [{}];
@@ -67,7 +75,8 @@ function lineOption(o) {
     const nonfinite = (s.nonfinite || []).slice(0, 50).map(([x, v]) => ({
       xAxis: x, name: `${s.name} = ${v}`, lineStyle: { color: "#d7263d", type: "dotted" }, label: { formatter: v },
     }));
-    const lines = (i === 0 ? marks.lines : []).concat(nonfinite);  // alerts of no metric: once per chart
+    // alerts of no metric and restarts: once per chart
+    const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o.x)) : []).concat(nonfinite);
     if (s.band && s.band.lower.length) {
       series.push({ name: `${s.name} min`, type: "line", data: s.band.lower, showSymbol: false, lineStyle: { opacity: 0 },
         stack: `band${i}`, silent: true, yAxisIndex: s.yAxisIndex || 0, tooltip: { show: false } });
@@ -79,7 +88,7 @@ function lineOption(o) {
       yAxisIndex: s.yAxisIndex || 0, data: ema(s.points, o.smoothing),
       lineStyle: { width: s.width || 1.5, color, opacity: s.opacity || 1 }, itemStyle: { color },
       markPoint: marks.pts.length ? { symbol: "pin", symbolSize: 28, data: marks.pts, label: { color: "#fff" } } : undefined,
-      markLine: lines.length ? { symbol: "none", silent: false, data: lines, label: { show: nonfinite.length > 0 } } : undefined,
+      markLine: lines.length ? { symbol: "none", silent: false, data: lines, label: { show: nonfinite.length > 0 || (i === 0 && (o.restarts || []).length > 0) } } : undefined,
     });
   });
   return {
@@ -101,7 +110,7 @@ function lineOption(o) {
 
 /**
  * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}}].
- * Options: title, subtitle?, axes?, alerts?, x ("step", "time" or "elapsed"), xMin?, xMax?, smoothing, log.
+ * Options: title, subtitle?, axes?, alerts?, restarts? ([{step, t, attempt}]), x ("step", "time" or "elapsed"), xMin?, xMax?, smoothing, log.
  */
 export function line(el, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });

@@ -87,8 +87,8 @@ export class ChartCard {
     }));
   }
 
-  draw(view, alerts) {
-    this.chart.update({ series: this.defs, alerts, x: view.x, smoothing: view.smoothing, log: view.log });
+  draw(view, alerts, restarts) {
+    this.chart.update({ series: this.defs, alerts, restarts, x: view.x, smoothing: view.smoothing, log: view.log });
   }
 
   resize() { this.chart.resize(); }

@@ -96,7 +96,12 @@ export class RunPage {
 
   fetchHeat() { return api.heatmap(this.runId, this.ranksShown()[0], HEAT_BUCKETS); }
 
-  draw(card) { card.draw(this.view, this.alerts); }
+  draw(card) { card.draw(this.view, this.alerts, this.restarts()); }
+
+  /** Where each attempt after the first began (meta.json's attempts), for the charts' restart lines. */
+  restarts() {
+    return ((this.info && this.info.attempts) || []).slice(1).map((a, i) => ({ step: a.first_step, t: a.started_at, attempt: a.attempt || i + 2 }));
+  }
   drawAll() { this.cards.forEach((c) => this.draw(c)); }
 
   zoomed(card) {
