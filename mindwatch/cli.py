@@ -173,7 +173,10 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_demo, _serve, _
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mindwatch import __version__
+
     parser = argparse.ArgumentParser(prog="mindwatch", description="Live monitor for MindSpore training.")
+    parser.add_argument("--version", action="version", version=f"mindwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
