@@ -8,7 +8,7 @@ Example::
     cfg.interval, cfg.step_interval, cfg.flush_secs
 
 The example in the seed article loads unchanged; every key below is documented in
-the README's configuration table. Errors name the key path and what is allowed::
+docs/configuration.md. Errors name the key path and what is allowed::
 
     ConfigError: monitor_config.interval: Input should be greater than 0 (got -1)
 """
@@ -174,7 +174,7 @@ class MemorySettings(RuleSettings):
 
 
 class AlertsSection(_Section):
-    """Alert rules, the stall watchdog and the actions they request (README: Alerts)."""
+    """Alert rules, the stall watchdog and the actions they request (docs/alerts.md)."""
 
     enabled: bool = True
     #: The same rule (and metric) does not fire again within this many seconds.
@@ -260,7 +260,7 @@ class NotifyChannel(_Section):
 
 
 class MonitorConfig(_Section):
-    """The whole ``monitor_config`` section. See the README for each key."""
+    """The whole ``monitor_config`` section. docs/configuration.md documents each key."""
 
     enable: bool = True
     #: ``local`` writes the run directory; ``tensorboard`` also writes event files.
@@ -426,9 +426,9 @@ def _allowed_here(loc: tuple[Any, ...]) -> str:
             continue
         field = getattr(model, "model_fields", {}).get(p) if isinstance(p, str) else None
         if field is None:
-            return "see the README for the allowed keys"
+            return "see docs/configuration.md for the allowed keys"
         ann = field.annotation
         model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
         if model is None:
-            return "see the README for the allowed keys"
+            return "see docs/configuration.md for the allowed keys"
     return "allowed keys here: " + ", ".join(model.model_fields)

@@ -11,7 +11,7 @@ Each rule looks at one record at a time and returns the alerts it raises (usuall
 The engine applies the per-rule cooldown, files the requested actions on the
 :class:`~mindwatch.monitor.control.Control` and emits the alert to every sink.
 
-Rules (defaults in :mod:`mindwatch.config`, documented in the README's Alerts section):
+Rules (defaults in :mod:`mindwatch.config`, documented in docs/alerts.md):
 
 - :class:`ThresholdRule`: ``warn_on_value`` limits (a bare number is an upper bound, a lower bound for throughput);
 - :class:`NonFiniteRule`: NaN/Inf in loss or grad_norm (grad_norm is ignored on loss-scale overflow steps);
