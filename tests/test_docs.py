@@ -121,3 +121,13 @@ def test_readme_and_docs_link_each_reference_page() -> None:
     readme = (REPO / "README.md").read_text()
     for page in sorted(DOCS.glob("*.md")):
         assert f"(docs/{page.name})" in readme, page.name
+
+
+def test_every_alert_rule_has_a_row_in_the_alerts_table() -> None:
+    from mindwatch.alerts.registry import rule_specs
+
+    text = (DOCS / "alerts.md").read_text()
+    table = text.split("## Rules", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    for spec in rule_specs():
+        assert any(f"`{spec.key}`" in row or f"`alerts.{spec.key}`" in row for row in rows), spec.key
