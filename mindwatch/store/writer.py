@@ -46,6 +46,7 @@ class RunWriter:
         self.records_lost = 0
         self.dropped = 0  # set by the Monitor: records the full queue turned away
         self._fh: Any = None
+        self._unsynced = False  # records written to the OS since the last fsync
         self._last_warning = 0.0
         self.started_at = time.time()
         self.layout.root.mkdir(parents=True, exist_ok=True)
@@ -63,6 +64,7 @@ class RunWriter:
                 self._fh = open(self.layout.metrics(self.rank), "ab")  # noqa: SIM115 (kept open across writes)
             self._fh.write(data)
             self._fh.flush()
+            self._unsynced = True
             self.records_written += len(records)
             self.columns.add(records, len(data))
         except OSError as e:
@@ -78,12 +80,13 @@ class RunWriter:
         self.last_step_time = last.get("t", self.last_step_time)
 
     def flush(self) -> None:
-        """fsync the metrics file and rewrite the heartbeat."""
+        """fsync what was written since the last flush, and rewrite the heartbeat (fsynced once the state is final)."""
         try:
-            if self._fh is not None:
+            if self._fh is not None and self._unsynced:
                 os.fsync(self._fh.fileno())
+                self._unsynced = False
                 self.columns.flush()
-            write_json_atomic(self.layout.status(self.rank), self.status())
+            write_json_atomic(self.layout.status(self.rank), self.status(), durable=self.state in FINAL_STATES)
         except OSError as e:
             self._close_file()
             self._warn(f"mindwatch: cannot write run files in {self.layout.root} ({e}); training continues")
