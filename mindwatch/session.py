@@ -39,6 +39,9 @@ from mindwatch.store.writer import RunWriter
 
 log = logging.getLogger("mindwatch")
 
+#: How often a training's heartbeat appends to the column files: each append fsyncs two files per metric.
+COLUMNS_EVERY_SECS = 30.0
+
 
 @dataclass
 class RunSession:
@@ -81,7 +84,9 @@ class RunSession:
         run_id = run_id or agreed_run_id(config, parent, rank, launch_key)
         run_dir = parent / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        writer = RunWriter(run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files)
+        writer = RunWriter(
+            run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files, columns_every_secs=COLUMNS_EVERY_SECS
+        )
         sinks: list[Sink] = [writer]
         if rank == 0 or config.callback.params.log_all_ranks:
             sinks.append(ConsoleSummary(config.interval))

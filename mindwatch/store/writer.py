@@ -33,7 +33,10 @@ FINAL_STATES = ("finished", "failed", "stopped")
 class RunWriter:
     """Writes ``metrics.rank<R>.jsonl`` (and its column files), ``status.rank<R>.json``, appends to ``alerts.jsonl``."""
 
-    def __init__(self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0, column_files: bool = True) -> None:
+    def __init__(
+        self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0, column_files: bool = True, columns_every_secs: float = 0.0
+    ) -> None:
+        """``columns_every_secs``: how often heartbeats also append to the column files (0: at every one)."""
         self.layout = RunLayout(Path(run_dir))
         self.rank = rank
         self.flush_secs = flush_secs
@@ -50,7 +53,7 @@ class RunWriter:
         self._last_warning = 0.0
         self.started_at = time.time()
         self.layout.root.mkdir(parents=True, exist_ok=True)
-        self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files)
+        self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files, every_secs=columns_every_secs)
         self.flush()
 
     # -- sink interface -------------------------------------------------
@@ -81,12 +84,14 @@ class RunWriter:
 
     def flush(self) -> None:
         """fsync what was written since the last flush, and rewrite the heartbeat (fsynced once the state is final)."""
+        final = self.state in FINAL_STATES
         try:
             if self._fh is not None and self._unsynced:
                 os.fsync(self._fh.fileno())
                 self._unsynced = False
-                self.columns.flush()
-            write_json_atomic(self.layout.status(self.rank), self.status(), durable=self.state in FINAL_STATES)
+            if self._fh is not None:
+                self.columns.flush(force=final)
+            write_json_atomic(self.layout.status(self.rank), self.status(), durable=final)
         except OSError as e:
             self._close_file()
             self._warn(f"mindwatch: cannot write run files in {self.layout.root} ({e}); training continues")
