@@ -28,6 +28,9 @@ log = logging.getLogger("mindwatch")
 
 Record = dict[str, Any]
 
+#: Seconds without a record after which the worker sleeps until the next one (compiling, evaluating, stalled).
+PAUSE_SECS = 1.0
+
 
 class Sink(Protocol):
     """Something that consumes records on the worker thread."""
@@ -63,7 +66,7 @@ class Monitor:
         sample_secs: float = 1.0,
         batch_secs: float = 0.05,
     ) -> None:
-        """``batch_secs``: while records come, the worker writes them at most this often (the first after a pause at once)."""
+        """``batch_secs``: while records come, the worker writes them this often (the first after a pause at once)."""
         self.sinks = list(sinks)
         self.samplers = list(samplers)
         self.flush_secs = flush_secs
@@ -129,24 +132,31 @@ class Monitor:
 
     # -- worker thread --------------------------------------------------
     def _run(self) -> None:
-        """Sleep until a record, an alert or the next heartbeat; write records in batches of ``batch_secs``."""
+        """Write records every ``batch_secs`` while they come; after a pause of ``PAUSE_SECS``, sleep until one comes.
+
+        While training, the worker is not woken per record: a wake-up from inside the callback makes the
+        worker ask for the GIL while the training thread still needs it.
+        """
         next_flush = time.monotonic() + self.flush_secs  # the sinks wrote their first heartbeat when built
+        busy_until = -1.0
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= next_flush:
                 next_flush = now + self.flush_secs
                 for sink in self.sinks:
                     self._call(sink, "flush")
-            self._idle = True  # set before looking at the queue: a record appended after the look sees it
-            if not self._queue and not self._alerts:
-                self._wake.wait(next_flush - now)
-            self._idle = False
-            self._wake.clear()
+            if now < busy_until:
+                self._stop.wait(max(0.0, min(self.batch_secs, next_flush - now)))
+            else:
+                self._idle = True  # set before looking at the queue: a record appended after the look sees it
+                if not self._queue and not self._alerts:
+                    self._wake.wait(next_flush - now)
+                self._idle = False
+                self._wake.clear()
             self._deliver_alerts()
             if self._queue:
                 self._drain()
-                # records that come meanwhile wait for one batch: one wake-up per batch_secs while training
-                self._stop.wait(min(self.batch_secs, max(0.0, next_flush - time.monotonic())))
+                busy_until = time.monotonic() + PAUSE_SECS
 
     def _drain(self) -> None:
         batch: list[Record] = []
