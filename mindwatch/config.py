@@ -312,6 +312,22 @@ class MonitorConfig(_Section):
     distributed: DistributedSection = Field(default_factory=DistributedSection)
     #: Rules for ``mindwatch check`` (CI gate), e.g. ``"final(loss) < 2.5"``; parsed when the config loads.
     checks: list[str] = Field(default_factory=list)
+    #: A training that starts again with the same ``run_name`` (or ``MINDWATCH_RUN_ID``): ``allow`` continues
+    #: that run directory (or creates it), ``must`` requires it, ``never`` makes a new one (``_2``). See docs/resume.md.
+    resume: Literal["never", "allow", "must"] = "allow"
+    #: Raise instead of warning and falling back when the run directory cannot be created or written.
+    strict: bool = False
+
+    @field_validator("project", "run_name")
+    @classmethod
+    def _folder_name(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.strip():
+            raise ValueError("must not be empty: it names a folder")
+        if "\0" in v or "/" in v or "\\" in v or v in {".", ".."}:
+            raise ValueError("must be a plain folder name: no NUL byte, no '/' or '\\', not '.' or '..'")
+        return v
 
     @field_validator("backend", mode="before")
     @classmethod

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +124,18 @@ def dense_training(steps: int, secs_per_step: float = 0.0, fail_at: int | None =
             yield np.full((8, 4), i % 7, np.float32), np.ones((8, 1), np.float32)
 
     return model, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False)
+
+
+def start_printing_steps(args: list[str], seen: dict[int, float], **popen) -> tuple[subprocess.Popen, threading.Thread]:
+    """Start a training script in its own process group; a thread fills ``seen`` from its ``STEP <step> <x>`` lines."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True, **popen)
+
+    def read_steps() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith("STEP "):
+                _, step, x = line.split()
+                seen[int(step)] = float(x)
+
+    reader = threading.Thread(target=read_steps, daemon=True)
+    reader.start()
+    return proc, reader

@@ -110,7 +110,8 @@ def test_a_resumed_training_plans_the_epochs_it_runs(tmp_path: Path) -> None:
     mon = MonitorCallback({"save_dir": str(tmp_path)})
     model.train(3, data, callbacks=[mon], dataset_sink_mode=False, initial_epoch=1)  # epochs 2 and 3
     run = mindwatch.open_run(mon.run_dir)
-    assert run.meta["total_steps"] == 20 == run.last_step
+    # global steps: epoch 1 was steps 1-10, this call records 11-30 and plans to end at 30
+    assert run.series("loss").step[0] == 11 and run.meta["total_steps"] == 30 == run.last_step
 
 
 def test_sink_mode_on_cpu_plans_whole_epochs(tmp_path: Path) -> None:
