@@ -189,10 +189,13 @@ NotifyEvent = Literal["alerts", "end"]
 SIGNED_WEBHOOKS = ("dingtalk", "feishu")
 
 
+_ALL_EVENTS: tuple[NotifyEvent, ...] = ("alerts", "end")
+
+
 class _ChannelSettings(_Section):
     #: Alerts below this severity are not sent; the end-of-run message always is (when in ``events``).
     min_severity: Severity = "info"
-    events: list[NotifyEvent] = Field(default_factory=lambda: ["alerts", "end"], min_length=1)
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(_ALL_EVENTS), min_length=1)
     #: Seconds per request, and retries after a failed one.
     timeout: float = Field(default=5.0, gt=0)
     retries: int = Field(default=2, ge=0)
@@ -267,7 +270,7 @@ def _email_address(v: str) -> str:
     from email.headerregistry import HeaderRegistry
 
     try:
-        header = HeaderRegistry()("to", v)
+        header: Any = HeaderRegistry()("to", v)  # an AddressHeader
         ok = len(header.addresses) == 1 and not header.defects
         ok = ok and bool(header.addresses[0].username) and bool(header.addresses[0].domain)
     except (IndexError, ValueError):

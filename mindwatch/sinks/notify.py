@@ -590,7 +590,7 @@ def build_channels(configs: Sequence[Any], environ: dict[str, str] | None = None
     for c in configs:
         common: dict[str, Any] = {"timeout": c.timeout, "retries": c.retries, "min_severity": c.min_severity, "events": c.events}
         if c.type == "email":
-            login = {}
+            login: dict[str, Any] = {}
             if c.username_env is not None:
                 user, password = env.get(c.username_env), env.get(c.password_env or "")
                 if user is None or password is None:
@@ -598,7 +598,7 @@ def build_channels(configs: Sequence[Any], environ: dict[str, str] | None = None
                     log.warning("mindwatch: notify channel email: environment variable %s is not set; channel off", missing)
                     continue
                 login = {"username": user, "password": password}
-            kw = {"port": c.port, "sender": c.sender, "to": c.to, "starttls": c.starttls, "ssl": c.ssl}
+            kw: dict[str, Any] = {"port": c.port, "sender": c.sender, "to": c.to, "starttls": c.starttls, "ssl": c.ssl}
             out.append(Email(c.host, **kw, **login, **common))
             continue
         url = c.url if c.url is not None else env.get(c.url_env or "")
