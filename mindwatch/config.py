@@ -39,6 +39,8 @@ BUILTIN_METRICS: tuple[str, ...] = (
     "host_rss_gb",
     "device_mem_gb",
     "device_mem_peak_gb",
+    "device_util",
+    "device_mem_util",
     "attention_entropy",
 )
 
@@ -49,6 +51,7 @@ METRIC_ALIASES: dict[str, tuple[str, ...]] = {
     "global_rank": (),  # the rank is recorded with every step anyway
     "rank": (),
     "throughput": ("samples_per_second", "tokens_per_second"),
+    "utilization": ("device_util", "device_mem_util"),
     "global_norm": ("grad_norm",),
     "learning_rate": ("lr",),
 }

@@ -66,9 +66,56 @@ function restartMarks(restarts, kind) {
   }));
 }
 
-function lineOption(o) {
+/** Fewer finite values than this on an axis: every value sets the range (a percentile of a handful means nothing). */
+const ROBUST_MIN_POINTS = 10;
+
+/**
+ * The y range that ignores outliers: the 1st to 99th percentile (nearest rank, rounded inwards, so one spike among
+ * a hundred points is left out) of the finite values, plus a 10 % margin; computed in log10 on a log axis.
+ * Returns {min, max} with only the clipped sides set ({} when nothing lies outside: ECharts' own range then).
+ */
+export function robustRange(values, log) {
+  const v = values.filter((y) => Number.isFinite(y) && (!log || y > 0)).map((y) => (log ? Math.log10(y) : y)).sort((a, b) => a - b);
+  if (v.length < ROBUST_MIN_POINTS) return {};
+  const lo = v[Math.ceil(0.01 * (v.length - 1))], hi = v[Math.floor(0.99 * (v.length - 1))];
+  const margin = 0.1 * (hi - lo || Math.abs(hi) || 1);
+  const out = {};
+  if (v[0] < lo - margin) out.min = lo - margin;
+  if (v[v.length - 1] > hi + margin) out.max = hi + margin;
+  if (log) for (const k of Object.keys(out)) out[k] = Math.pow(10, out[k]);
+  return out;
+}
+
+/** Per y axis: the robust range of the points of its series inside the x window win ([lo, hi] or null). */
+function axisRanges(o, nAxes, win) {
+  return Array.from({ length: nAxes }, (_, ai) => {
+    const ys = [];
+    for (const s of o.series) {
+      if ((s.yAxisIndex || 0) !== ai) continue;
+      for (const [x, y] of s.points) if (y !== null && (!win || (x >= win[0] && x <= win[1]))) ys.push(y);
+    }
+    return o.robust ? robustRange(ys, o.log) : {};
+  });
+}
+
+/** The points of s outside range, drawn at the chart's edge: triangles pointing the way the value lies. */
+function offScale(s, range, color) {
+  const data = [];
+  for (const [x, y] of s.points) {
+    if (y === null) continue;
+    if (range.max !== undefined && y > range.max) data.push({ value: [x, range.max, y], symbol: "triangle" });
+    else if (range.min !== undefined && y < range.min) data.push({ value: [x, range.min, y], symbol: "triangle", symbolRotate: 180 });
+  }
+  if (!data.length) return null;
+  return { name: `${s.name} off scale`, type: "scatter", data, symbolSize: 9, itemStyle: { color }, yAxisIndex: s.yAxisIndex || 0,
+    clip: false, animation: false, z: 5, tooltip: { show: false },
+    label: { show: false }, emphasis: { label: { show: true, position: "right", formatter: (p) => `${fmtNumber(p.value[2])} (off scale)` } } };
+}
+
+function lineOption(o, win) {
   const series = [];
   const axes = o.axes || [{}];
+  const ranges = axisRanges(o, axes.length, win);
   o.series.forEach((s, i) => {
     const color = s.color || PALETTE[i % PALETTE.length];
     const marks = alertMarks(o.alerts, s.metric, o.x);
@@ -90,6 +137,8 @@ function lineOption(o) {
       markPoint: marks.pts.length ? { symbol: "pin", symbolSize: 28, data: marks.pts, label: { color: "#fff" } } : undefined,
       markLine: lines.length ? { symbol: "none", silent: false, data: lines, label: { show: nonfinite.length > 0 || (i === 0 && (o.restarts || []).length > 0) } } : undefined,
     });
+    const off = offScale(s, ranges[s.yAxisIndex || 0], color);
+    if (off) series.push(off);
   });
   return {
     animation: false,
@@ -102,6 +151,7 @@ function lineOption(o) {
     xAxis: { type: o.x === "step" || o.x === "elapsed" ? "value" : "time", min: o.xMin, max: o.xMax,
       axisLabel: o.x === "elapsed" ? { formatter: (v) => fmtX(v, "elapsed") } : {}, scale: true },
     yAxis: axes.map((a, i) => ({ type: o.log ? "log" : "value", scale: true, name: a.name, position: i ? "right" : "left",
+      min: ranges[i].min, max: ranges[i].max, axisLabel: { formatter: fmtNumber },
       nameLocation: "middle", nameGap: 44, nameTextStyle: { color: "#7b8794" }, splitLine: { show: i === 0 } })),
     dataZoom: [{ type: "inside", filterMode: "none" }, { type: "slider", height: 18, bottom: 8, filterMode: "none" }],
     series,
@@ -110,18 +160,19 @@ function lineOption(o) {
 
 /**
  * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}}].
- * Options: title, subtitle?, axes?, alerts?, restarts? ([{step, t, attempt}]), x ("step", "time" or "elapsed"), xMin?, xMax?, smoothing, log.
+ * Options: title, subtitle?, axes?, alerts?, restarts? ([{step, t, attempt}]), x ("step", "time" or "elapsed"), xMin?, xMax?, smoothing, log,
+ * robust (default true: the y range ignores outliers, see robustRange; false: every point sets it).
  */
 export function line(el, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });
-  const state = { opts: Object.assign({ x: "step", smoothing: 0, log: false, alerts: [] }, opts) };
+  const state = { opts: Object.assign({ x: "step", smoothing: 0, log: false, robust: true, alerts: [] }, opts) };
   chart.setOption(lineOption(state.opts), { notMerge: true });
   return {
     chart,
     update(patch) {
       Object.assign(state.opts, patch);
       const zoom = chart.getOption() && chart.getOption().dataZoom;
-      const opt = lineOption(state.opts);
+      const opt = lineOption(state.opts, zoom && zoom[0] && !(zoom[0].start <= 0 && zoom[0].end >= 100) ? this.window() : null);
       if (zoom && zoom[0]) opt.dataZoom = opt.dataZoom.map((z, i) => Object.assign(z, { start: zoom[i].start, end: zoom[i].end }));
       chart.setOption(opt, { notMerge: true, lazyUpdate: true });
     },

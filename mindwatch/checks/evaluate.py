@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mindwatch.analysis.summary import lowest_rank_with, run_times, run_values
-from mindwatch.checks.language import Binary, Call, CheckRule, Compare, Constant, Node, RuleError, Unary, parse_rule
+from mindwatch.checks.language import Binary, Call, CheckRule, Compare, Constant, Name, Node, RuleError, Unary, parse_rule
 from mindwatch.store.reader import Run
 
 
@@ -69,7 +69,9 @@ def format_value(v: Value) -> str:
     return repr(v)
 
 
-class _Evaluator:
+class Evaluator:
+    """Evaluates a parsed rule against a run; subclasses answer calls and bare names from other data."""
+
     def __init__(self, run: Run, rule: CheckRule) -> None:
         self.run = run
         self.rule = rule
@@ -125,6 +127,8 @@ class _Evaluator:
             v = self.call(node)
             self.values[self.rule.text[node.pos : node.end]] = v
             return v
+        if isinstance(node, Name):
+            return self.name(node)
         raise self.fail(f"cannot evaluate {type(node).__name__}", node)  # unreachable: the parser builds only these
 
     def compare(self, node: Compare) -> Value:
@@ -146,6 +150,9 @@ class _Evaluator:
                 result = result and ok if isinstance(result, bool) else result
             left, left_node = right, right_node
         return result
+
+    def name(self, node: Name) -> Value:
+        raise self.fail(f"{node.name!r} is not a value: metrics go inside a function, e.g. final({node.name})", node)
 
     def option(self, node: Call, name: str, kind: type) -> Any:
         n = node.options.get(name)
@@ -258,7 +265,7 @@ def _arithmetic(op: str, a: float, b: float) -> float:
 def evaluate(run: Run, rule: CheckRule | str) -> CheckResult:
     """Evaluate one rule on a run; raises :class:`RuleError` for a rule that does not make sense."""
     parsed = parse_rule(rule) if isinstance(rule, str) else rule
-    ev = _Evaluator(run, parsed)
+    ev = Evaluator(run, parsed)
     result = ev.eval(parsed.tree)
     if not isinstance(result, (bool, Missing)):
         raise RuleError(f"a rule must be true or false, e.g. '{parsed.text} < 1', got {format_value(result)}", parsed.text, 0)

@@ -129,6 +129,13 @@ class Call(Node):
 
 
 @dataclass(frozen=True)
+class Name(Node):
+    """A bare name (``lr``, ``optimizer.lr``): a column of the runs table, only where ``parse_rule(names=True)``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class CheckRule:
     """A parsed rule: its text and its tree."""
 
@@ -201,8 +208,9 @@ _COMPARE = ("<", "<=", ">", ">=", "==", "!=")
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, names: bool = False) -> None:
         self.text = text
+        self.names = names
         self.tokens = tokenize(text)
         self.i = 0
         self.depth = 0
@@ -342,6 +350,8 @@ class _Parser:
         if sig is None:
             if self.tok.text == "(":
                 raise self.error(f"unknown function {name_tok.text!r}; known: {', '.join(FUNCTIONS)}", name_tok)
+            if self.names:
+                return Name(name_tok.pos, name_tok.text)
             raise self.error(
                 f"{name_tok.text!r} is not a value: metrics go inside a function, e.g. final({name_tok.text})", name_tok
             )
@@ -385,12 +395,16 @@ class _Parser:
         return Call(name_tok.pos, self.tokens[self.i - 1].pos + 1, name_tok.text, metric, tuple(args), options)
 
 
-def parse_rule(text: str) -> CheckRule:
-    """Parse one rule; raises :class:`RuleError` pointing at the column at fault."""
+def parse_rule(text: str, *, names: bool = False) -> CheckRule:
+    """Parse one rule; raises :class:`RuleError` pointing at the column at fault.
+
+    ``names=True`` also accepts bare names (:class:`Name`), which the runs page's filter resolves to
+    config keys, tags and summary columns (:mod:`mindwatch.checks.listing`).
+    """
     if not isinstance(text, str):
         raise RuleError(f"a rule is a string, got {type(text).__name__}", str(text))
     if len(text) > MAX_RULE_LENGTH:
         raise RuleError(f"rule longer than {MAX_RULE_LENGTH} characters", text[:80] + "...", None)
     if not text.strip():
         raise RuleError("empty rule", text, 0)
-    return CheckRule(text, _Parser(text).parse())
+    return CheckRule(text, _Parser(text, names).parse())

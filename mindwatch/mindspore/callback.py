@@ -36,7 +36,7 @@ from mindwatch.mindspore.probes import (
 )
 from mindwatch.mindspore.ranks import discover
 from mindwatch.session import RunSession, SaveDirUnavailable
-from mindwatch.system import host_memory_sampler
+from mindwatch.system import device_util_sampler, host_memory_sampler
 
 if TYPE_CHECKING:
     from mindwatch.monitor.control import Control
@@ -124,6 +124,10 @@ class MonitorCallback(Callback):
             dev = device_memory_sampler()
             if dev is not None:
                 samplers.append(dev)
+        if self._metrics & {"device_util", "device_mem_util"}:
+            util = device_util_sampler(str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0))
+            if util is not None:
+                samplers.append(util)
         try:
             self.session = self._start_session(rank, world, who, samplers)
         except SaveDirUnavailable as e:

@@ -2,7 +2,7 @@
 
 Example (with the app from :func:`mindwatch.serve.app.create_app`)::
 
-    GET /api/runs
+    GET /api/runs?columns=config.optimizer.lr,final_loss&filter=lr%20>%201e-3&sort=-final_loss
     GET /api/run?run=gpt/run_1
     GET /api/series?run=gpt/run_1&metric=loss&rank=0&x=step&lo=1000&hi=2000&points=2000
     GET /api/heatmap?run=gpt/run_1&prefix=attention_entropy/&buckets=100
@@ -27,6 +27,7 @@ from mindwatch.analysis.bands import CROSS_RANK_METRICS, band_of
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import bin_layers, layer_order
 from mindwatch.analysis.progress import run_progress
+from mindwatch.checks.listing import SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
 from mindwatch.store.reader import Series
@@ -83,6 +84,19 @@ def check_metric(raw: str | None, name: str = "metric") -> str:
     return raw
 
 
+def runs_query(req: Request) -> tuple[list[str], str, str]:
+    """The runs table's view: ``columns`` (comma-separated), ``filter`` (a rule), ``sort`` (``-`` for descending)."""
+    columns = [c for c in (req.query_params.get("columns") or "").split(",") if c]
+    if len(columns) > 50:
+        raise BadRequest(f"at most 50 columns, got {len(columns)}")
+    for c in columns:
+        check_metric(c, "columns")
+    sort = req.query_params.get("sort") or ""
+    if sort:
+        check_metric(sort.lstrip("-"), "sort")
+    return columns, req.query_params.get("filter") or "", sort
+
+
 def run_param(req: Request, catalog: Catalog, name: str = "run") -> RunView:
     raw = req.query_params.get(name)
     if not raw:
@@ -111,14 +125,20 @@ def _points(x: np.ndarray, y: np.ndarray) -> tuple[list[list[Any]], list[list[An
 
 
 # -- queries (plain functions: the live stream and the benchmark reuse them) ----------------------
+def progress_info(view: RunView, state: str | None) -> dict[str, Any]:
+    """:func:`mindwatch.analysis.progress.run_progress` as JSON (``view.lock`` held); no ETA unless running."""
+    progress = run_progress(view).as_dict()
+    if state != "running":
+        progress["eta_secs"] = None  # an ended (or stalled, or killed) run has no time left to estimate
+    return progress
+
+
 def run_info(view: RunView) -> dict[str, Any]:
     view.refresh()
     with view.lock:
         meta = view.meta
         status = view.status_summary()
-        progress = run_progress(view).as_dict()
-        if status.get("state") != "running":
-            progress["eta_secs"] = None  # an ended (or stalled, or killed) run has no time left to estimate
+        progress = progress_info(view, status.get("state"))
         return {
             "id": view.id,
             "project": meta.get("project"),
@@ -134,6 +154,50 @@ def run_info(view: RunView) -> dict[str, Any]:
             "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
             "cursor": cursor_of(view),
         }
+
+
+def runs_table(
+    summaries: list[dict[str, Any]], columns: list[str], filter_text: str = "", sort: str = "", now: float | None = None
+) -> dict[str, Any]:
+    """The runs page: every run's listing with the chosen ``columns``' values, filtered and sorted on the server.
+
+    ``filter_text``: a rule of :mod:`mindwatch.checks.listing` (a bad one is a BadRequest pointing at
+    its column); ``sort``: a column, ``-column`` for descending; missing values sort last either way.
+    """
+    try:
+        keep = RunFilter(filter_text) if filter_text.strip() else None
+    except RuleError as e:
+        raise BadRequest(f"filter: {e.pointed()}") from None
+    available: set[str] = set()
+    rows = []
+    for s in summaries:
+        values = run_columns(s)
+        available.update(values)
+        try:
+            if keep is not None and not keep(values):
+                continue
+        except RuleError as e:
+            raise BadRequest(f"filter: {e.pointed()}") from None
+        rows.append((s, values))
+    key = sort.lstrip("-")
+    if key:
+        present = [r for r in rows if sort_key(r[1].get(key))[0] < 2]
+        present.sort(key=lambda r: sort_key(r[1].get(key)), reverse=sort.startswith("-"))
+        rows = present + [r for r in rows if sort_key(r[1].get(key))[0] == 2]
+    else:
+        rows.sort(key=lambda r: -(r[0].get("started_at") or 0))
+    out = []
+    for s, values in rows:
+        row = {k: v for k, v in s.items() if k != "config"}
+        row["final_loss"] = _json_value(row.get("final_loss"))
+        row["values"] = {c: _json_value(values.get(c)) for c in columns}
+        out.append(row)
+    extra = sorted(available.difference(SUMMARY_COLUMNS))
+    return {"runs": out, "total": len(summaries), "columns": [*SUMMARY_COLUMNS, *extra], "now": now or time.time()}
+
+
+def _json_value(v: Any) -> Any:
+    return _num(v) if isinstance(v, float) else v
 
 
 def series(
@@ -230,7 +294,8 @@ class Api:
         self.catalog = catalog
 
     def runs(self, req: Request) -> JSONResponse:
-        return JSONResponse({"runs": self.catalog.summaries(), "now": time.time()})
+        columns, filter_text, sort = runs_query(req)
+        return JSONResponse(runs_table(self.catalog.summaries(), columns, filter_text, sort))
 
     def run(self, req: Request) -> JSONResponse:
         return JSONResponse(run_info(run_param(req, self.catalog)))

@@ -6,6 +6,7 @@ Example (the browser side)::
     es.addEventListener("points", e => ...);   // {rank, metrics: {loss: [[step, t, value], ...]}}
     es.addEventListener("alert", e => ...);    // {alerts: [...]}
     es.addEventListener("state", e => ...);    // the run's status summary (banner)
+    es.addEventListener("progress", e => ...); // after new points: /api/run's progress (the header's bar)
     es.addEventListener("reload", e => ...);   // too much to push: fetch the charts again
 
     new EventSource("/api/live?runs=1")         // the runs page: "runs" events with every summary
@@ -35,7 +36,7 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from mindwatch.serve.api import _num, _plain_alert, check_metric
+from mindwatch.serve.api import _num, _plain_alert, check_metric, progress_info, runs_query, runs_table
 from mindwatch.serve.cursor import cursor_of, format_cursor, parse_cursor
 from mindwatch.serve.views import BadRequest, Catalog, NotFound, RunView
 
@@ -154,10 +155,12 @@ class LiveHub:
         return _sse(self._run_events(view, metrics or None, cursor))
 
     def runs_stream(self, req: Request) -> StreamingResponse:
-        """``GET /api/live?runs=1``: the runs page's list, sent whenever a run appears or changes."""
-        return _sse(self._runs_events())
+        """``GET /api/live?runs=1[&columns=..&filter=..&sort=..]``: the runs table (:func:`runs_table`), sent at each change."""
+        columns, filter_text, sort = runs_query(req)
+        runs_table([], columns, filter_text, sort)  # a bad filter is a 400 before the stream starts
+        return _sse(self._runs_events(columns, filter_text, sort))
 
-    async def _runs_events(self) -> AsyncIterator[str]:
+    async def _runs_events(self, columns: list[str], filter_text: str, sort: str) -> AsyncIterator[str]:
         self._runs_watchers += 1
         try:
             self.runs_summary = await anyio.to_thread.run_sync(self.catalog.summaries)
@@ -168,7 +171,11 @@ class LiveHub:
                 if self.runs_summary is not sent:
                     sent = self.runs_summary
                     last_sent = time.monotonic()
-                    yield _event("runs", {"runs": sent, "now": time.time()})
+                    try:
+                        table = await anyio.to_thread.run_sync(runs_table, sent, columns, filter_text, sort)
+                    except BadRequest as e:  # a name that is ambiguous in a run that appeared later
+                        table = {"runs": [], "total": len(sent), "columns": [], "error": str(e), "now": time.time()}
+                    yield _event("runs", table)
                 elif time.monotonic() - last_sent >= KEEPALIVE_SECS:
                     last_sent = time.monotonic()
                     yield ": keep-alive\n\n"
@@ -213,6 +220,7 @@ class LiveHub:
     ) -> tuple[list[str], dict[int, tuple[int, int]], int, Any]:
         """Events for everything past the cursor, and the new cursor (computed under the run's lock)."""
         events = []
+        pushed = False
         with view.lock:
             names = metrics or view.metrics
             ranks = dict(ranks)
@@ -248,11 +256,14 @@ class LiveHub:
                     values = value[new].tolist()
                     payload[name] = [[s, (t if t == t else None), _num(v)] for s, t, v in zip(steps, times, values, strict=True)]
                 events.append(_event("points", {"rank": rank, "metrics": payload}, format_cursor(ranks, alerts_seen)))
+                pushed = True
             if alerts_seen < len(view.alerts):
                 new_alerts = [_plain_alert(a) for a in view.alerts[alerts_seen:]]
                 alerts_seen = len(view.alerts)
                 events.append(_event("alert", {"alerts": new_alerts}, format_cursor(ranks, alerts_seen)))
             status = view.status_summary()
+            if pushed:  # the header's progress bar moves with the points
+                events.append(_event("progress", progress_info(view, status["state"])))
         state_key = (status["state"], json.dumps(status["ranks"], sort_keys=True), status["error"])
         if state_key != last_state:
             events.append(_event("state", status))

@@ -69,6 +69,11 @@ class RunListing:
     error: str | None = None
     #: The step the training ends at (meta.json ``total_steps``); None when unknown.
     total_steps: int | None = None
+    #: The loss of the lowest rank's last record, and the lowest loss any rank wrote (its status file).
+    final_loss: float | None = None
+    best_loss: float | None = None
+    #: meta.json's config snapshot (secrets masked).
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def duration(self) -> float | None:
@@ -85,15 +90,19 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
     """Summary of one run from ``meta.json``, the status files and the alert count (cheap: no metrics read)."""
     layout = RunLayout(Path(path))
     meta = read_json(layout.meta) or {}
-    statuses = {r: s for r in layout.ranks() if (s := read_json(layout.status(r))) is not None}
+    ranks = layout.ranks()
+    statuses = {r: s for r in ranks if (s := read_json(layout.status(r))) is not None}
     state = run_state(rank_state(s, now) for s in statuses.values())
     # the heartbeat lags the metrics by up to flush_secs (and forever after a kill -9): take the newer of the two
-    lasts = [rec for r in layout.ranks() if (rec := last_record(layout.metrics(r))) is not None]
+    last_by_rank = {r: rec for r in ranks if (rec := last_record(layout.metrics(r))) is not None}
+    lasts = list(last_by_rank.values())
     last_steps = [s["last_step"] for s in statuses.values() if isinstance(s.get("last_step"), int)]
     last_steps += [rec["step"] for rec in lasts if isinstance(rec.get("step"), int)]
     last_times = [s["last_step_time"] for s in statuses.values() if isinstance(s.get("last_step_time"), (int, float))]
     last_times += [rec["t"] for rec in lasts if isinstance(rec.get("t"), (int, float))]
     errors = [s["error"] for s in statuses.values() if s.get("error")]
+    final = next((rec.get("loss") for _, rec in sorted(last_by_rank.items()) if "loss" in rec), None)
+    bests = [b for s in statuses.values() if isinstance(b := s.get("best_loss"), (int, float))]
     started = meta.get("started_at") or min((s.get("started_at") or 0 for s in statuses.values()), default=None)
     return RunListing(
         path=str(layout.root),
@@ -109,8 +118,21 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
         ended_at=meta.get("ended_at"),
         alert_count=_count_lines(layout.alerts),
         error=errors[0] if errors else None,
+        final_loss=_number(final),
+        best_loss=min(bests) if bests else None,
+        config=config if isinstance(config := meta.get("config"), dict) else {},
         total_steps=total if isinstance(total := meta.get("total_steps"), int) and not isinstance(total, bool) else None,
     )
+
+
+def _number(v: Any) -> float | None:
+    """A JSON value as a float: NaN and Inf arrive as the strings "nan", "inf", "-inf"."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def _count_lines(path: Path) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
-from mindwatch.store.layout import RunLayout, write_json_atomic
+from mindwatch.store.layout import RunLayout, read_json, write_json_atomic
 from mindwatch.store.states import FINAL_STATES
 
 log = logging.getLogger("mindwatch")
@@ -43,6 +44,7 @@ class RunWriter:
         self.reason: str | None = None
         self.last_step: int | None = None
         self.last_step_time: float | None = None
+        self.best_loss: float | None = None  # the lowest finite loss written: the runs page's "best loss" without a scan
         self.records_written = 0
         self.records_lost = 0
         self.dropped = 0  # set by the Monitor: records the full queue turned away
@@ -52,6 +54,9 @@ class RunWriter:
         self.started_at = time.time()
         self.layout.root.mkdir(parents=True, exist_ok=True)
         self._end_torn_line()
+        previous = read_json(self.layout.status(rank)) or {}  # a resumed run keeps the best loss of its earlier attempts
+        if isinstance(previous.get("best_loss"), (int, float)):
+            self.best_loss = float(previous["best_loss"])
         self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files, every_secs=columns_every_secs)
         self.flush()
 
@@ -77,6 +82,10 @@ class RunWriter:
                 f"mindwatch: cannot write metrics to {self.layout.metrics(self.rank)} ({e}); "
                 f"{self.records_lost} records lost so far, training continues"
             )
+        for r in records:
+            loss = r.get("loss")
+            if isinstance(loss, (int, float)) and math.isfinite(loss) and (self.best_loss is None or loss < self.best_loss):
+                self.best_loss = loss
         last = records[-1]
         self.last_step = last.get("step", self.last_step)
         self.last_step_time = last.get("t", self.last_step_time)
@@ -116,6 +125,7 @@ class RunWriter:
             "state": self.state,
             "last_step": self.last_step,
             "last_step_time": self.last_step_time,
+            "best_loss": self.best_loss,
             "updated_at": time.time(),
             "started_at": self.started_at,
             "heartbeat_secs": self.flush_secs,

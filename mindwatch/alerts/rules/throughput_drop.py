@@ -1,8 +1,12 @@
-"""Throughput falling while the loss looks normal: the accelerator is waiting ("fake training").
+"""Throughput or device utilization falling while the loss looks normal: the accelerator is waiting ("fake training").
 
 Example::
 
     alerts: {throughput_drop: {fraction: 0.5, count: 3}}
+
+The utilization (``device_util``, sampled by :mod:`mindwatch.system` where a GPU or NPU is present)
+is judged like the throughput, with its own rolling median: a device that fell from 90 % to 5 %
+while the loss looked fine is the case this rule exists for.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from mindwatch.schema import RuleSettings
 
 class ThroughputDropSettings(RuleSettings):
     metric: str = "samples_per_second"
+    #: The device utilization watched the same way ("" to ignore it).
+    util_metric: str = "device_util"
     #: Fires below ``fraction`` x the rolling median while the loss looks normal.
     fraction: float = Field(default=0.5, gt=0, lt=1)
     window: int = Field(default=50, ge=3)
@@ -35,6 +41,7 @@ class ThroughputDropRule(RuleBase):
         self,
         metric: str = "samples_per_second",
         *,
+        util_metric: str = "device_util",
         fraction: float = 0.5,
         window: int = 50,
         warmup: int = 20,
@@ -46,34 +53,46 @@ class ThroughputDropRule(RuleBase):
         super().__init__(rank, actions)
         self.metric, self.fraction, self.loss_factor = metric, fraction, loss_factor
         self.streak = Streak(window, warmup, count)
+        self.util_metric = util_metric
+        self.util_streak = Streak(window, warmup, count)
         self.loss = RollingMedian(window)
 
     def check(self, rec: Record) -> list[Alert]:
-        v = value_of(rec, self.metric)
-        if v is None or not math.isfinite(v):
-            return []
         loss = value_of(rec, "loss")
         loss_normal = loss is None or (
             math.isfinite(loss) and (len(self.loss) == 0 or loss <= self.loss_factor * abs(self.loss.median))
         )
-        median = self.streak.feed(v, lambda v, m: v < self.fraction * m and loss_normal)
         if loss is not None:
             self.loss.add(loss)
-        if median is None:
-            return []
-        share = data_share(rec)
-        why = f"; {100 * share:.0f} % of the step is spent waiting for data" if share is not None else ""
-        msg = (
-            f"{self.metric} fell to {v:.4g}, below {self.fraction:g} x its rolling median {median:.4g}, "
-            f"while the loss looks normal{why}"
-        )
-        return [self._alert(rec, msg, metric=self.metric, value=v, threshold=self.fraction * median)]
+        out = []
+        for metric, streak in ((self.metric, self.streak), (self.util_metric, self.util_streak)):
+            v = value_of(rec, metric) if metric else None
+            if v is None or not math.isfinite(v):
+                continue
+            median = streak.feed(v, lambda v, m: v < self.fraction * m and loss_normal)
+            if median is None:
+                continue
+            share = data_share(rec)
+            why = f"; {100 * share:.0f} % of the step is spent waiting for data" if share is not None else ""
+            msg = (
+                f"{metric} fell to {v:.4g}, below {self.fraction:g} x its rolling median {median:.4g}, "
+                f"while the loss looks normal{why}"
+            )
+            out.append(self._alert(rec, msg, metric=metric, value=v, threshold=self.fraction * median))
+        return out
 
 
 def _build(s: ThroughputDropSettings, ctx: RuleContext) -> list[ThroughputDropRule]:
     return [
         ThroughputDropRule(
-            s.metric, fraction=s.fraction, window=s.window, warmup=s.warmup, count=s.count, rank=ctx.rank, actions=s.actions
+            s.metric,
+            util_metric=s.util_metric,
+            fraction=s.fraction,
+            window=s.window,
+            warmup=s.warmup,
+            count=s.count,
+            rank=ctx.rank,
+            actions=s.actions,
         )
     ]
 
@@ -82,5 +101,5 @@ SPEC = RuleSpec(
     "throughput_drop",
     ThroughputDropSettings,
     _build,
-    doc="throughput below `fraction` x its rolling median for `count` records while the loss looks normal",
+    doc="throughput or device utilization below `fraction` x its rolling median for `count` records while the loss looks normal",
 )

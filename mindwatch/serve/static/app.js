@@ -17,7 +17,7 @@ function route() {
   const [path, query] = hash.split("?");
   if (path.startsWith("/run/")) page = new RunPage(main, decodeURIComponent(path.slice(5)));
   else if (path === "/compare") page = new ComparePage(main, new URLSearchParams(query || ""));
-  else page = new RunsPage(main);
+  else page = new RunsPage(main, new URLSearchParams(query || ""));
 }
 
 window.addEventListener("hashchange", route);

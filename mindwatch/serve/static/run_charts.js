@@ -14,6 +14,7 @@ const GROUPS = [
   { id: "throughput", title: "throughput (1/s)", metrics: ["samples_per_second", "tokens_per_second"], axes: [{ name: "samples/s" }, { name: "tokens/s" }] },
   { id: "time", title: "step time vs data wait (s)", metrics: ["step_time", "data_time"] },
   { id: "memory", title: "memory (GB)", metrics: ["host_rss_gb", "device_mem_gb", "device_mem_peak_gb"] },
+  { id: "device_util", title: "device utilization (%)", metrics: ["device_util", "device_mem_util"] },
   { id: "loss_scale", title: "loss scale / overflow", metrics: ["loss_scale", "overflow"], axes: [{ name: "scale" }, { name: "overflow" }] },
 ];
 const HIDDEN = new Set(["epoch"]);
@@ -88,7 +89,7 @@ export class ChartCard {
   }
 
   draw(view, alerts, restarts) {
-    this.chart.update({ series: this.defs, alerts, restarts, x: view.x, smoothing: view.smoothing, log: view.log });
+    this.chart.update({ series: this.defs, alerts, restarts, x: view.x, smoothing: view.smoothing, log: view.log, robust: view.robust });
   }
 
   resize() { this.chart.resize(); }

@@ -8,7 +8,7 @@ import { count } from "./debug.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
 import { ChartCard, ENTROPY, chartGroups } from "./run_charts.js";
-import { bannerText, runControls, sidePanel, stateBadge } from "./run_panels.js";
+import { bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const HEAT_BUCKETS = 80;
 const DRAW_MS = 100;  // live points are drawn at most this often
@@ -19,7 +19,7 @@ const RESCAN_MS = 10000;
 export class RunPage {
   constructor(main, runId) {
     this.runId = runId;
-    this.view = { x: "step", smoothing: 0, log: false, rank: "0" };
+    this.view = { x: "step", smoothing: 0, log: false, robust: true, rank: "0" };
     this.info = null;
     this.alerts = [];
     this.cards = [];
@@ -30,11 +30,12 @@ export class RunPage {
     this.timers = { draw: null, derived: null, zoom: null };
     this.zoomOrigin = null;
     this.banner = h("div", { class: "banner", id: "banner", hidden: true });
+    this.progress = h("span", { class: "progress", id: "run-progress" });
     this.controls = h("section", { class: "toolbar" });
     this.grid = h("section", { class: "charts", id: "charts" });
     this.side = h("aside", { class: "side" });
     document.title = `mindwatch: ${runId}`;
-    main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" })),
+    main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress),
       this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
     this.onResize = () => { this.cards.forEach((c) => c.resize()); if (this.heat) this.heat.resize(); };
     window.addEventListener("resize", this.onResize);
@@ -56,11 +57,13 @@ export class RunPage {
     this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
       smoothing: (v) => { this.view.smoothing = v; this.drawAll(); },
       log: (on) => { this.view.log = on; this.drawAll(); },
+      robust: (on) => { this.view.robust = on; this.drawAll(); },
       x: async (kind) => { this.view.x = kind; await this.buildCharts(); },
       rank: async (rank) => { this.view.rank = rank; await this.buildCharts(); this.connect(); },
     }));
     this.renderSide();
     this.showStatus(this.info.status);
+    this.showProgress(this.info.progress);
     await this.buildCharts();
     this.connect();
   }
@@ -121,6 +124,11 @@ export class RunPage {
 
   renderSide() { this.side.replaceChildren(...sidePanel(this.info, this.alerts)); }
 
+  showProgress(p) {
+    this.info.progress = p;
+    this.progress.replaceChildren(...progressBar(p, this.info.status.state));
+  }
+
   showStatus(st) {
     $("#run-state").replaceChildren(...stateBadge(st));
     const text = bannerText(st, Date.now() / 1000 - this.serverOffset);
@@ -155,7 +163,8 @@ export class RunPage {
         this.renderSide();
         this.scheduleDraw();
       },
-      state: (st) => this.showStatus(st),
+      state: (st) => { this.info.status = st; this.showStatus(st); this.showProgress(this.info.progress); },
+      progress: (p) => this.showProgress(p),
       reload: async () => { this.live.close(); await this.build(); },
     });
   }
@@ -182,6 +191,7 @@ export class RunPage {
     // metrics that appear later (a new rank, a user metric): rebuild once the run lists more
     if (!this.info || document.hidden) return;
     const fresh = await api.run(this.runId).catch(() => null);
+    if (fresh) this.showProgress(fresh.progress);
     if (fresh && (fresh.metrics.length !== this.info.metrics.length || fresh.ranks.length !== this.info.ranks.length)) {
       if (this.live) this.live.close();
       await this.build();

@@ -2,7 +2,7 @@
 
 import { $, ago, badge, h, tagList } from "./dom.js";
 
-/** The toolbar; on: {smoothing(v), log(on), x(kind), rank(value)} called when the user changes one. */
+/** The toolbar; on: {smoothing(v), log(on), robust(on), x(kind), rank(value)} called when the user changes one. */
 export function runControls(runId, ranks, view, on) {
   const rankSel = h("select", { id: "rank", onchange: (e) => on.rank(e.target.value) },
     ...ranks.map((r) => h("option", { value: String(r) }, `rank ${r}`)),
@@ -14,6 +14,8 @@ export function runControls(runId, ranks, view, on) {
       oninput: (e) => { const v = Number(e.target.value); $("#smoothing-v").textContent = v.toFixed(2); on.smoothing(v); } }),
       h("span", { id: "smoothing-v" }, view.smoothing.toFixed(2))),
     h("label", {}, h("input", { id: "logscale", type: "checkbox", onchange: (e) => on.log(e.target.checked) }), " log scale"),
+    h("label", { title: "by default the y range ignores outliers (1st–99th percentile); points outside it are triangles at the edge" },
+      h("input", { id: "y-all", type: "checkbox", checked: !view.robust, onchange: (e) => on.robust(!e.target.checked) }), " y: all points"),
     h("label", {}, "x ", h("select", { id: "xaxis", onchange: (e) => on.x(e.target.value) },
       h("option", { value: "step" }, "step"), h("option", { value: "time" }, "time"))),
     h("label", {}, rankSel),
@@ -50,4 +52,29 @@ export function bannerText(st, now) {
     stalled: `Stalled: the process is alive but no step finished for a while (last point ${last})${st.reason ? ": " + st.reason : ""}.`,
     stale: `Stale: no heartbeat for ${st.heartbeat_at ? ago(now - st.heartbeat_at) : "a long time"} and no final state: the process probably died (kill -9, out of memory, lost node). Last point ${last}.`,
   }[st.state] || "";
+}
+
+/** A duration for the ETA: "45 s", "12 min 5 s", "3 h 20 min". */
+function etaText(secs) {
+  const s = Math.round(secs);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+/** The header's progress: a bar of steps done out of planned, steps/s and the ETA; "total unknown" without a plan. */
+export function progressBar(p, state) {
+  if (!p || p.step === null || p.step === undefined) return [];
+  const rate = p.steps_per_second ? h("span", { class: "muted", id: "progress-rate" }, ` ${p.steps_per_second.toPrecision(3)} steps/s`) : "";
+  if (!p.total_steps) {
+    return [h("span", { id: "progress-text" }, `step ${p.step.toLocaleString("en")} (total unknown)`), rate];
+  }
+  const pct = Math.floor(100 * p.fraction);
+  const eta = state === "running" && p.eta_secs !== null && p.eta_secs !== undefined ? etaText(p.eta_secs) : null;
+  return [
+    h("progress", { id: "progress-bar", max: p.total_steps, value: p.step, title: `${pct} %` }),
+    h("span", { id: "progress-text" }, ` ${p.step.toLocaleString("en")}/${p.total_steps.toLocaleString("en")} (${pct} %)`),
+    rate,
+    eta ? h("span", { id: "progress-eta" }, ` · ETA ${eta}`) : "",
+  ];
 }

@@ -1,60 +1,152 @@
-// The runs page: every run under LOGDIR, live, filtered by project and tag; pick runs to compare.
+// The runs page: every run under LOGDIR, live, as a table a team reads: columns chosen from config keys, tags and
+// summary values, sorted and filtered (a rule of the check language) on the server. The view lives in the URL:
+// #/?columns=config.optimizer.lr,final_loss&sort=-final_loss&filter=lr%20>%201e-3&project=gpt&tag=mode
+// so a copied link shows the same table; changing the view rewrites the hash and the page is built again from it.
 
-import { openLive } from "./api.js";
+import { getJSON, openLive } from "./api.js";
 import { $, ago, badge, h, tagList } from "./dom.js";
 
-const COLUMNS = ["", "run", "project", "tags", "state", "last step", "last point", "alerts", "duration"];
+const DEFAULT_COLUMNS = ["final_loss", "best_loss"];
+// the fixed columns: header, and the column the server sorts by ("" not sortable)
+const FIXED = [["", ""], ["run", "run"], ["project", "project"], ["tags", ""], ["state", "state"], ["progress", "steps"],
+  ["last point", "last_time"], ["alerts", "alerts"], ["duration", "duration"]];
+const LABELS = { final_loss: "final loss", best_loss: "best loss", steps: "steps", total_steps: "planned steps", started_at: "started" };
+
+/** A chosen column's header: "lr" for config.optimizer.lr, "mode" for tag.mode, words for summary values. */
+const label = (col) => LABELS[col] || col.replace(/^config\./, "").replace(/^tag\./, "#");
+
+function cell(v) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(5)));
+  return String(v);
+}
 
 export class RunsPage {
-  constructor(main) {
-    this.filters = { project: "", tag: "" };
+  /** params: the hash's query (columns, sort, filter, project, tag). */
+  constructor(main, params) {
+    this.view = {
+      columns: params.has("columns") ? params.get("columns").split(",").filter(Boolean) : DEFAULT_COLUMNS.slice(),
+      sort: params.get("sort") || "", filter: params.get("filter") || "",
+      project: params.get("project") || "", tag: params.get("tag") || "",
+    };
     this.selected = new Set();
     this.runs = [];
+    this.available = [];
     this.serverOffset = 0;  // our clock minus the server's, so "last point … ago" is right on a skewed laptop
-    this.projectSel = h("select", { id: "filter-project", onchange: (e) => { this.filters.project = e.target.value; this.render(); } });
-    this.tagInput = h("input", { id: "filter-tag", placeholder: "tag, e.g. mode=graph",
-      oninput: (e) => { this.filters.tag = e.target.value.trim(); this.render(); } });
+    this.live = null;
+    this.disposed = false;
+    this.total = undefined;  // runs under LOGDIR before the filter, once the server said
+    this.projectSel = h("select", { id: "filter-project", onchange: (e) => this.go({ project: e.target.value }) });
+    this.tagInput = h("input", { id: "filter-tag", placeholder: "tag, e.g. mode=graph", value: this.view.tag,
+      oninput: (e) => { this.view.tag = e.target.value.trim(); this.render(); }, onchange: () => this.go({}) });
+    this.filterInput = h("input", { id: "filter-expr", size: 40, value: this.view.filter,
+      placeholder: "filter, e.g. lr > 1e-3 and final(loss) < 2", onchange: (e) => this.go({ filter: e.target.value.trim() }) });
+    this.filterError = h("span", { class: "error", id: "filter-error" });
+    this.columnInput = h("input", { id: "add-column", list: "column-names", placeholder: "add column: config key, tag, summary",
+      onchange: (e) => { const c = e.target.value.trim(); if (c && !this.view.columns.includes(c)) this.go({ columns: this.view.columns.concat([c]) }); } });
+    this.columnNames = h("datalist", { id: "column-names" });
     this.compareBtn = h("button", { id: "compare-btn", disabled: true, onclick: () => {
       location.hash = `#/compare?runs=${[...this.selected].map(encodeURIComponent).join(",")}&metric=loss`;
     } }, "Compare selected");
+    this.head = h("tr");
     this.tbody = h("tbody");
+    this.count = h("span", { class: "muted", id: "runs-count" });
     this.empty = h("p", { class: "empty" }, "Waiting for runs… (start a training with the monitor on)");
     document.title = "mindwatch: runs";
     main.replaceChildren(
-      h("section", { class: "toolbar" }, h("label", {}, "project ", this.projectSel), h("label", {}, "tag ", this.tagInput), this.compareBtn,
+      h("section", { class: "toolbar" }, h("label", {}, "project ", this.projectSel), h("label", {}, "tag ", this.tagInput),
+        h("label", {}, "filter ", this.filterInput), this.filterError, this.compareBtn,
         h("span", { class: "live-dot", id: "runs-live", title: "live updates" }, "live")),
-      h("table", { class: "runs", id: "runs-table" }, h("thead", {}, h("tr", {}, ...COLUMNS.map((t) => h("th", {}, t)))), this.tbody),
+      h("section", { class: "toolbar" }, h("label", {}, this.columnInput, this.columnNames), this.count),
+      h("table", { class: "runs", id: "runs-table" }, h("thead", {}, this.head), this.tbody),
       this.empty);
-    this.live = openLive({ runs: 1 }, {
-      runs: (d) => {
-        this.runs = d.runs;
-        this.serverOffset = Date.now() / 1000 - d.now;
-        $("#runs-live").classList.add("on");
-        this.render();
-      },
-      error: () => $("#runs-live") && $("#runs-live").classList.remove("on"),
-    });
+    this.renderHead();
+    this.connect();
     this.tick = setInterval(() => this.render(), 1000);
   }
 
+  /** The server's query for this view. */
+  query() {
+    const q = { runs: 1, columns: this.view.columns.join(",") };
+    if (this.view.sort) q.sort = this.view.sort;
+    if (this.view.filter) q.filter = this.view.filter;
+    return q;
+  }
+
+  /** Show the view with ``patch`` applied: it goes into the URL, and the router builds the page from it. */
+  go(patch) {
+    const v = Object.assign({}, this.view, patch);
+    const q = new URLSearchParams();
+    q.set("columns", v.columns.join(","));
+    for (const k of ["sort", "filter", "project", "tag"]) if (v[k]) q.set(k, v[k]);
+    location.hash = `#/?${q.toString()}`;
+  }
+
+  async connect() {
+    // the JSON endpoint first: a bad filter is a 400 with a message, which an EventSource cannot read
+    const q = this.query();
+    try {
+      this.show(await getJSON(`/api/runs?${new URLSearchParams(q)}`));
+    } catch (e) {
+      this.filterError.textContent = e.message;
+      this.empty.hidden = true;
+      return;
+    }
+    if (this.disposed) return;
+    this.live = openLive(q, {
+      runs: (d) => { $("#runs-live").classList.add("on"); this.show(d); },
+      error: () => $("#runs-live") && $("#runs-live").classList.remove("on"),
+    });
+  }
+
+  show(d) {
+    this.runs = d.runs;
+    this.total = d.total;
+    this.serverOffset = Date.now() / 1000 - d.now;
+    this.filterError.textContent = d.error || "";
+    if (d.columns.length !== this.available.length) {
+      this.available = d.columns;
+      this.columnNames.replaceChildren(...d.columns.map((c) => h("option", { value: c })));
+    }
+    this.render();
+  }
+
+  sortButton(key, text) {
+    if (!key) return text;
+    const on = this.view.sort.replace(/^-/, "") === key;
+    const desc = on && this.view.sort.startsWith("-");
+    return h("a", { href: "javascript:void 0", class: "sort", "data-sort": key,
+      onclick: () => this.go({ sort: on && !desc ? `-${key}` : key }) }, text, on ? (desc ? " ▼" : " ▲") : "");
+  }
+
+  renderHead() {
+    this.head.replaceChildren(
+      ...FIXED.map(([text, key]) => h("th", {}, this.sortButton(key, text))),
+      ...this.view.columns.map((c) => h("th", { "data-column": c, title: c }, this.sortButton(c, label(c)),
+        h("a", { href: "javascript:void 0", class: "remove", title: "remove column",
+          onclick: () => this.go({ columns: this.view.columns.filter((x) => x !== c) }) }, " ×"))));
+  }
+
   shownRuns() {
-    const { project, tag } = this.filters;
-    const shown = this.runs.filter((r) => (!project || r.project === project) && (!tag || tagList(r.tags).some((t) => t.includes(tag))));
-    return shown.sort((a, b) => (b.started_at || 0) - (a.started_at || 0));
+    const { project, tag } = this.view;
+    return this.runs.filter((r) => (!project || r.project === project) && (!tag || tagList(r.tags).some((t) => t.includes(tag))));
   }
 
   render() {
     const projects = [...new Set(this.runs.map((r) => r.project))].sort();
     if (this.projectSel.options.length !== projects.length + 1) {
       this.projectSel.replaceChildren(h("option", { value: "" }, "all"), ...projects.map((p) => h("option", { value: p }, p)));
-      this.projectSel.value = this.filters.project;
+      this.projectSel.value = this.view.project;
     }
     const now = Date.now() / 1000 - this.serverOffset;
-    this.tbody.replaceChildren(...this.shownRuns().map((r) => this.row(r, now)));
-    this.empty.hidden = this.runs.length > 0;
+    const shown = this.shownRuns();
+    this.tbody.replaceChildren(...shown.map((r) => this.row(r, now)));
+    this.count.textContent = this.total !== undefined ? `${shown.length} of ${this.total} run(s)` : "";
+    this.empty.hidden = this.total !== 0;
   }
 
   row(r, now) {
+    const steps = r.last_step ?? "–";
     return h("tr", { "data-run": r.id, class: `row-${r.state}` },
       h("td", {}, h("input", { type: "checkbox", checked: this.selected.has(r.id), onchange: (e) => {
         e.target.checked ? this.selected.add(r.id) : this.selected.delete(r.id);
@@ -64,14 +156,16 @@ export class RunsPage {
       h("td", {}, r.project),
       h("td", {}, ...tagList(r.tags).map((t) => h("span", { class: "tag" }, t))),
       h("td", {}, badge(r.state), r.error ? h("span", { class: "err", title: r.error }, " ⚠") : null),
-      h("td", { class: "num" }, r.last_step ?? "–"),
+      h("td", { class: "num" }, r.total_steps ? `${steps}/${r.total_steps}` : steps),
       h("td", { class: "num age", "data-t": r.last_time ?? "" }, r.last_time ? ago(now - r.last_time) + " ago" : "–"),
       h("td", { class: "num" }, r.alert_count ? h("span", { class: "alerts" }, r.alert_count) : "0"),
-      h("td", { class: "num" }, ago(r.duration)));
+      h("td", { class: "num" }, ago(r.duration)),
+      ...this.view.columns.map((c) => h("td", { class: "num", "data-column": c }, cell(r.values[c]))));
   }
 
   dispose() {
-    this.live.close();
+    this.disposed = true;
+    if (this.live) this.live.close();
     clearInterval(this.tick);
   }
 }

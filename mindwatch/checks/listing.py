@@ -1,0 +1,142 @@
+"""The runs page's filter: a rule of the ``check`` language evaluated over a run's listing, not its metrics.
+
+Example::
+
+    from mindwatch.checks.listing import RunFilter, run_columns
+    keep = RunFilter("lr > 1e-3 and final(loss) < 2 and mode == 'graph'")
+    [row for row in rows if keep(row)]            # rows: run_columns(listing.to_dict())
+
+A row holds the columns of one run (:func:`run_columns`): ``config.<dotted key>`` from meta.json's
+config snapshot, ``tag.<key>`` from its tags, and the summary values ``final_loss``, ``best_loss``,
+``steps``, ``duration``, ``alerts``, ``state``, ``project``, ``run``. A bare name resolves to the
+column of that name, else ``config.<name>``, else ``tag.<name>``, else the one config key that ends
+in ``.<name>`` (``lr`` finds ``optimizer.lr``). The functions read the summary:
+``final(loss)``, ``min(loss)`` (the best loss), ``steps()``, ``duration()``, ``alerts()``, ``state()``.
+Nothing reads the metrics files, so filtering 5,000 runs costs microseconds per run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mindwatch.checks.evaluate import Evaluator, Missing, Value
+from mindwatch.checks.language import Call, CheckRule, Name, RuleError, parse_rule
+
+#: The summary columns every run has, beside its config keys and tags.
+SUMMARY_COLUMNS = (
+    "run",
+    "project",
+    "state",
+    "steps",
+    "total_steps",
+    "final_loss",
+    "best_loss",
+    "duration",
+    "alerts",
+    "started_at",
+)
+_CALLS = {("final", "loss"): "final_loss", ("min", "loss"): "best_loss", ("steps", None): "steps",
+          ("duration", None): "duration", ("alerts", None): "alerts", ("state", None): "state"}  # fmt: skip
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optimizer": {"lr": 1e-3}}`` -> ``{"optimizer.lr": 1e-3}``; lists stay whole (as JSON text)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, path + "."))
+        elif isinstance(value, (list, tuple)):
+            out[path] = json.dumps(value, default=str)
+        else:
+            out[path] = value
+    return out
+
+
+def run_columns(listing: Mapping[str, Any]) -> dict[str, Any]:
+    """Every column of one run from its listing (:func:`mindwatch.store.catalog.listing` ``.to_dict()`` plus ``id``)."""
+    row: dict[str, Any] = {
+        "run": listing.get("run_id"),
+        "project": listing.get("project"),
+        "state": listing.get("state"),
+        "steps": listing.get("last_step"),
+        "total_steps": listing.get("total_steps"),
+        "final_loss": listing.get("final_loss"),
+        "best_loss": listing.get("best_loss"),
+        "duration": listing.get("duration"),
+        "alerts": listing.get("alert_count"),
+        "started_at": listing.get("started_at"),
+    }
+    for key, value in flatten(listing.get("config") or {}).items():
+        row[f"config.{key}"] = value
+    tags = listing.get("tags") or []
+    if isinstance(tags, Mapping):
+        row.update({f"tag.{k}": v for k, v in tags.items()})
+    elif isinstance(tags, list):
+        row.update({f"tag.{t}": True for t in tags if isinstance(t, str)})
+    return row
+
+
+class RunFilter:
+    """A runs-page filter: ``RunFilter(text)(row)`` is True when the rule holds for the run (missing values: False)."""
+
+    def __init__(self, text: str) -> None:
+        self.rule = parse_rule(text, names=True)
+
+    def __call__(self, row: Mapping[str, Any]) -> bool:
+        return _RowEvaluator(row, self.rule).eval(self.rule.tree) is True
+
+
+class _RowEvaluator(Evaluator):
+    def __init__(self, row: Mapping[str, Any], rule: CheckRule) -> None:
+        self.row = row
+        self.rule = rule
+        self.values: dict[str, Value] = {}
+
+    def name(self, node: Name) -> Value:
+        row, name = self.row, node.name
+        for key in (name, f"config.{name}", f"tag.{name}"):
+            if key in row:
+                return _value(row[key], key)
+        ends = [k for k in row if k.startswith("config.") and k.endswith(f".{name}")]
+        if len(ends) > 1:
+            raise self.fail(f"{name!r} is ambiguous: {', '.join(k[7:] for k in ends[:5])}; write the full key", node)
+        return _value(row[ends[0]], ends[0]) if ends else Missing(f"no column {name!r}")
+
+    def call(self, node: Call) -> Value:
+        if node.name == "abs":
+            return super().call(node)
+        column = _CALLS.get((node.name, node.metric))
+        if column is None or node.options:
+            known = ", ".join(f"{f}({m or ''})" for f, m in _CALLS)
+            raise self.fail(f"the runs filter reads the run's summary: {known}; other functions need `mindwatch check`", node)
+        return _value(self.row.get(column), column)
+
+
+def _value(v: Any, column: str) -> Value:
+    if v is None:
+        return Missing(f"no {column}")
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, default=str)
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Order of a column's values: numbers, then text, then missing (None, NaN) last."""
+    if isinstance(value, bool):
+        return (0, float(value))
+    if isinstance(value, (int, float)):
+        return (0, value) if not math.isnan(value) else (2, 0)
+    if value is None:
+        return (2, 0)
+    return (1, str(value))
+
+
+__all__ = ["SUMMARY_COLUMNS", "RuleError", "RunFilter", "flatten", "run_columns", "sort_key"]
