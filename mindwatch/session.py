@@ -43,6 +43,9 @@ from mindwatch.store.writer import RunWriter
 
 log = logging.getLogger("mindwatch")
 
+#: How often a training's heartbeat appends to the column files: each append fsyncs two files per metric.
+COLUMNS_EVERY_SECS = 30.0
+
 
 @dataclass
 class RunSession:
@@ -89,7 +92,9 @@ class RunSession:
         if rank == 0:  # before this attempt's writer replaces the status files the last attempt left
             fresh = {**build_meta(config, run_id, world_size, versions or {}), **(launch_meta or {})}
             meta = run_meta(RunLayout(run_dir), began, fresh)
-        writer = RunWriter(run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files)
+        writer = RunWriter(
+            run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files, columns_every_secs=COLUMNS_EVERY_SECS
+        )
         sinks: list[Sink] = [writer]
         if rank == 0 or config.callback.params.log_all_ranks:
             sinks.append(ConsoleSummary(config.interval))

@@ -8,7 +8,7 @@ Example::
     s = summarize_run(mindwatch.open_run("monitor_output/gpt/run_20261129_074500"))
     s.final_loss, s.best_loss, s.max_grad_norm, s.samples_per_second_p50, s.data_wait_share
 
-Definitions (the README's report section repeats them):
+Definitions (docs/reports.md repeats them):
 
 - ``final_loss``/``best_loss``: last value and smallest finite value of ``loss`` on the lowest rank;
 - ``max_grad_norm``: largest ``grad_norm`` over every rank (``inf``/NaN count as larger than any number);
@@ -31,7 +31,7 @@ from mindwatch.config import BUILTIN_METRICS
 from mindwatch.store.attempts import time_lost
 from mindwatch.store.reader import Run
 
-#: How reports and the terminal view order metrics: the built-in ones as the README lists them, then the rest.
+#: How reports and the terminal view order metrics: the built-in ones as docs/run-directory.md lists them, then the rest.
 METRIC_ORDER = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
 
 
