@@ -3,10 +3,12 @@
 Example::
 
     train_net = TrainOneStepWithGradNorm(net_with_loss, optimizer, layer_stats=True)
-    train_net.mindwatch_layers          # ('blocks.0.attn.qkv', 'blocks.0.attn.proj', ...)
+    train_net.mindwatch_layer_params    # ('blocks.0.attn.qkv.weight', 'blocks.0.attn.qkv.bias', ...)
+    LayerGrouping(train_net.mindwatch_layer_params).layers   # ('blocks.0.attn.qkv', ...)
 
 A layer is the cell that owns parameters: a parameter's name without its last component
-(``blocks.0.attn.qkv.weight`` and ``blocks.0.attn.qkv.bias`` -> ``blocks.0.attn.qkv``).
+(``blocks.0.attn.qkv.weight`` and ``blocks.0.attn.qkv.bias`` -> ``blocks.0.attn.qkv``), without the
+``network.`` that a loss wrapper (``nn.WithLossCell``) puts before every name.
 ``monitor_config.layers.group`` merges layers: a depth (``2``: ``blocks.0``) or fnmatch patterns (a
 layer matching one is named by the pattern).
 
@@ -27,6 +29,9 @@ from collections.abc import Sequence
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
+
+
+_LOSS_WRAPPER = "network."
 
 
 def layer_of(param_name: str) -> str:
@@ -63,24 +68,50 @@ def squares(tensors: tuple) -> ms.Tensor:
 
 
 class LayerStats(nn.Cell):
-    """The per-layer part of a train step (see the module docstring); used inside our train cells."""
+    """The per-parameter part of a train step (see the module docstring); used inside our train cells."""
 
-    def __init__(self, weights: ms.ParameterTuple, group: int | Sequence[str] | None = None) -> None:
+    def __init__(self, weights: ms.ParameterTuple) -> None:
         super().__init__()
-        names, index = group_layers([w.name for w in weights], group)
-        self.names = tuple(names)
-        matrix = np.zeros((len(names), len(index)), np.float32)
-        matrix[index, np.arange(len(index))] = 1.0
-        self.matrix = ms.Tensor(matrix)
-        self.zeros = ms.Tensor(np.zeros(len(index), np.float32))
+        #: The parameters measured, in output order.
+        self.names = tuple(w.name for w in weights)
+        self.zeros = ms.Tensor(np.zeros(len(self.names), np.float32))
         #: 1 on the steps whose weights and updates are measured; set between steps by the callback.
         self.flag = ms.Parameter(ms.Tensor(0, ms.int32), name="mindwatch_layer_stats_on", requires_grad=False)
 
-    def per_layer(self, per_param: ms.Tensor) -> ms.Tensor:
-        return ops.matmul(self.matrix, per_param)
-
     def result(self, grad_sq: ms.Tensor, weight_sq: ms.Tensor, delta_sq: ms.Tensor) -> ms.Tensor:
-        """``(3, layers)``: gradient norm, weight norm, update ratio (0 where the weights are 0 or not measured)."""
-        g, w, d = self.per_layer(grad_sq), self.per_layer(weight_sq), self.per_layer(delta_sq)
-        ratio = ops.sqrt(d / ops.maximum(w, ops.full_like(w, 1e-30)))
-        return ops.stack([ops.sqrt(g), ops.sqrt(w), ratio])
+        """``(3, parameters)`` squared sums: gradients, weights before the step, updates (0 where not measured)."""
+        return ops.stack([grad_sq, weight_sq, delta_sq])
+
+
+class LayerGrouping:
+    """From a step's per-parameter squared sums to per-layer statistics, on the host (numpy, one product).
+
+    Example::
+
+        grouping = LayerGrouping(train_net.mindwatch_layer_params, group=None)
+        grouping.layers                  # ('0', '2')
+        stats = grouping.stats(out)      # (3, layers) float32: grad_norm, weight_norm, update_ratio
+    """
+
+    def __init__(self, param_names: Sequence[str], group: int | Sequence[str] | None = None) -> None:
+        # the loss wrapper (nn.WithLossCell) names every parameter "network.<name in the model>": the model's names read better
+        wrapped = all(n.startswith(_LOSS_WRAPPER) for n in param_names)
+        names, index = group_layers([n.removeprefix(_LOSS_WRAPPER) if wrapped else n for n in param_names], group)
+        self.layers = tuple(names)
+        self.params = tuple(param_names)
+        self.matrix = np.zeros((len(names), len(index)), np.float32)
+        self.matrix[index, np.arange(len(index))] = 1.0
+
+    def stats(self, squares: np.ndarray) -> np.ndarray:
+        """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums."""
+        g, w, d = (self.matrix @ np.asarray(squares, np.float64).T).T  # each (layers,)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.sqrt(np.where(w > 0, d / np.where(w > 0, w, 1.0), 0.0))
+        return np.stack([np.sqrt(g), np.sqrt(w), ratio]).astype(np.float32)
+
+    def first_nonfinite(self, grad_sq: np.ndarray) -> str | None:
+        """The first layer (in parameter order) whose gradient is NaN or Inf, or None."""
+        bad = ~np.isfinite(np.asarray(grad_sq, np.float64))
+        if not bad.any():
+            return None
+        return self.layers[int(np.argmax(self.matrix[:, int(np.argmax(bad))]))]

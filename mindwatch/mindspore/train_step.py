@@ -15,8 +15,6 @@ With ``layer_stats=True`` a last output holds the per-layer statistics of :mod:`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
@@ -34,11 +32,11 @@ class _LayerStatsStep:
 
     layer_stats: LayerStats | None
 
-    def _setup_layer_stats(self, enabled: bool, group: int | Sequence[str] | None) -> None:
-        self.layer_stats = LayerStats(self.weights, group) if enabled else None
+    def _setup_layer_stats(self, enabled: bool) -> None:
+        self.layer_stats = LayerStats(self.weights) if enabled else None
         if self.layer_stats is not None:
             self.mindwatch_outputs = (*type(self).mindwatch_outputs, "layer_stats")
-            self.mindwatch_layers = self.layer_stats.names
+            self.mindwatch_layer_params = self.layer_stats.names
 
     def _measured_update(self, loss, grads, grad_sq, skip_update):
         """Apply the optimizer (unless ``skip_update``) and return ``(loss, per-layer statistics)``."""
@@ -86,13 +84,12 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         sens: float = 1.0,
         max_grad_norm: float | None = None,
         layer_stats: bool = False,
-        layer_group: int | Sequence[str] | None = None,
     ) -> None:
         super().__init__(network, optimizer, sens=sens)
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         self.max_grad_norm = max_grad_norm
-        self._setup_layer_stats(layer_stats, layer_group)
+        self._setup_layer_stats(layer_stats)
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
@@ -128,13 +125,12 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
         scale_sense,
         max_grad_norm: float | None = None,
         layer_stats: bool = False,
-        layer_group: int | Sequence[str] | None = None,
     ) -> None:
         super().__init__(network, optimizer, scale_sense)
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         self.max_grad_norm = max_grad_norm
-        self._setup_layer_stats(layer_stats, layer_group)
+        self._setup_layer_stats(layer_stats)
         # MindSpore's own overflow check uses an Ascend-only op off GPU; on CPU check for inf/nan directly.
         self._cpu_target = ms.get_context("device_target") == "CPU"
 
