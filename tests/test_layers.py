@@ -7,7 +7,8 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import nn
+from mindspore import dataset as ds
+from mindspore import nn, ops
 from mindspore.train import Callback, Model
 from test_callback import GPT, gpt_dataset
 
@@ -107,3 +108,90 @@ def test_the_loss_scale_cell_measures_layers_too(tmp_path: Path) -> None:
     for i, step in enumerate(g.step.tolist()):
         grads = {n: (v - snaps.after[step][n]) / LR for n, v in snaps.before[step].items() if layer_of(n) == "head"}
         assert g.value[i] == pytest.approx(np.sqrt(by_layer(grads)["head"]), rel=1e-3)
+
+
+class GradGate(nn.Cell):
+    """The identity forward; backward, the gradient times ``gate`` (1 normally; the test sets 1e4 or NaN)."""
+
+    def construct(self, x, gate):
+        return x
+
+    def bprop(self, x, gate, out, dout):
+        return dout * gate, ops.zeros_like(gate)
+
+
+class Planted(nn.Cell):
+    """A small MLP whose middle layer the test makes vanish (its output times 0), explode or go NaN (its gradient)."""
+
+    def __init__(self, vanish: bool = False) -> None:
+        super().__init__()
+        self.inp, self.mid, self.out = nn.Dense(8, 16), nn.Dense(16, 16), nn.Dense(16, 1)
+        self.act = nn.ReLU()
+        self.mid_output = 0.0 if vanish else 1.0
+        self.grad_gate = GradGate()
+        self.gate = ms.Parameter(ms.Tensor(1.0, ms.float32), name="gate", requires_grad=False)
+
+    def construct(self, x):
+        h = self.act(self.inp(x))
+        m = ops.matmul(h, self.grad_gate(self.mid.weight, self.gate).T) + self.mid.bias
+        return self.out(self.act(m) * self.mid_output + h * (1 - self.mid_output))
+
+
+class AtStep(Callback):
+    """Sets a parameter to a value for one step (the planted fault), then back."""
+
+    def __init__(self, param: ms.Parameter, step: int, value: float) -> None:
+        self.param, self.step, self.value = param, step, value
+        self.normal = float(param.asnumpy())
+
+    def on_train_step_begin(self, run_context) -> None:
+        step = run_context.original_args().cur_step_num
+        if step in (self.step, self.step + 1):
+            self.param.set_data(ms.Tensor(self.value if step == self.step else self.normal, ms.float32))
+
+
+def planted_run(tmp_path: Path, *, vanish: bool = False, fault: tuple[str, int, float] | None = None, steps: int = 30):
+    set_mode("graph")
+    ms.set_seed(3)
+    net = Planted(vanish)
+    loss = nn.WithLossCell(net, nn.MSELoss())
+    cell = TrainOneStepWithGradNorm(loss, nn.SGD(net.trainable_params(), learning_rate=0.01), layer_stats=True)
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal(8).astype(np.float32), rng.standard_normal(1).astype(np.float32)) for _ in range(steps * 4)]
+    dataset = ds.GeneratorDataset(data, ["x", "y"], shuffle=False).batch(4)
+    callbacks: list[Callback] = []
+    if fault is not None:
+        name, step, value = fault
+        callbacks.append(AtStep(net.gate, step, value))
+    config = {"save_dir": str(tmp_path), "project": "p", "layers": {"every": 1}, "interval": 60, "alerts": {"cooldown_secs": 0}}
+    monitor = MonitorCallback(config)
+    Model(cell).train(1, dataset, callbacks=[*callbacks, monitor], dataset_sink_mode=False)
+    return mindwatch.open_run(monitor.run_dir)
+
+
+def fired(run, rule: str) -> list[dict]:
+    return [a for a in run.alerts if a["rule"] == rule]
+
+
+def test_a_vanishing_layer_is_named(tmp_path: Path) -> None:
+    run = planted_run(tmp_path, vanish=True)
+    alerts = fired(run, "layer_vanishing")
+    assert {a["layer"] for a in alerts} == {"mid"}
+    assert alerts[0]["step"] == 3  # the default count: 3 measured steps in a row
+    assert run.series("grad_norm/mid").value.max() == 0.0 and run.series("grad_norm/inp").value.min() > 0
+
+
+def test_an_exploding_layer_is_named(tmp_path: Path) -> None:
+    run = planted_run(tmp_path, fault=("gate", 20, 1e4))
+    alerts = fired(run, "layer_spike")
+    assert alerts and (alerts[0]["layer"], alerts[0]["step"]) == ("mid", 20)  # nothing before the fault, and it first
+    assert "mid" in alerts[0]["message"] and alerts[0]["metric"] == "grad_norm/mid"
+    g = run.series("grad_norm/mid")
+    assert g.value[g.step.tolist().index(20)] > 1000 * np.median(g.value[:19])
+
+
+def test_a_nan_in_one_layer_is_named_first(tmp_path: Path) -> None:
+    run = planted_run(tmp_path, fault=("gate", 12, float("nan")), steps=14)
+    nonfinite = fired(run, "nonfinite")
+    assert nonfinite and nonfinite[0]["step"] == 12 and nonfinite[0]["layer"] == "mid"
+    assert "mid" in nonfinite[0]["message"]

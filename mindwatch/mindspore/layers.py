@@ -14,11 +14,11 @@ layer matching one is named by the pattern).
 
 Per layer, from the reduced gradients (before clipping) and the weights the step started from:
 ``grad_norm = ||g||``, ``weight_norm = ||w_before||`` and ``update_ratio = ||w_after - w_before|| /
-||w_before||`` (what the optimizer really did). Per-parameter squared sums are summed into layers by
-one matrix product. The gradient norms come every step at little cost (the global norm needs the same
-squares); weights and updates only on steps whose :class:`LayerStats` flag is set, in a graph branch
-the other steps skip (the weights are copied only then). The callback sets the flag every
-``layers.every`` steps and reads the ``(3, layers)`` result once.
+||w_before||`` (what the optimizer really did). The graph returns per-parameter squared sums,
+``(3, parameters)``; :class:`LayerGrouping` sums them into layers on the host. The gradient squares
+come every step at no extra cost (the global norm needs them); weights and updates only on steps whose
+:class:`LayerStats` flag is set, in a graph branch the other steps skip (the weights are copied only
+then). The callback sets the flag every ``layers.every`` steps and reads the result once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from collections.abc import Sequence
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
-
 
 _LOSS_WRAPPER = "network."
 
@@ -99,19 +98,23 @@ class LayerGrouping:
         names, index = group_layers([n.removeprefix(_LOSS_WRAPPER) if wrapped else n for n in param_names], group)
         self.layers = tuple(names)
         self.params = tuple(param_names)
-        self.matrix = np.zeros((len(names), len(index)), np.float32)
-        self.matrix[index, np.arange(len(index))] = 1.0
+        self.index = np.asarray(index, np.int64)  # the layer of each parameter
 
     def stats(self, squares: np.ndarray) -> np.ndarray:
         """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums."""
-        g, w, d = (self.matrix @ np.asarray(squares, np.float64).T).T  # each (layers,)
+        g, w, d = (self._per_layer(row) for row in np.asarray(squares, np.float64))
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.sqrt(np.where(w > 0, d / np.where(w > 0, w, 1.0), 0.0))
         return np.stack([np.sqrt(g), np.sqrt(w), ratio]).astype(np.float32)
 
+    def _per_layer(self, per_param: np.ndarray) -> np.ndarray:
+        # a sum by index, not a matrix product: 0 x NaN would spread one layer's NaN to every layer
+        return np.bincount(self.index, weights=per_param, minlength=len(self.layers))
+
     def first_nonfinite(self, grad_sq: np.ndarray) -> str | None:
-        """The first layer (in parameter order) whose gradient is NaN or Inf, or None."""
-        bad = ~np.isfinite(np.asarray(grad_sq, np.float64))
-        if not bad.any():
+        """The first layer (in parameter order) whose gradient is NaN or Inf; None when none is, or when every
+        layer's is (a NaN loss or activation reaches every gradient, so no layer stands out)."""
+        bad = ~np.isfinite(self._per_layer(np.asarray(grad_sq, np.float64)))
+        if not bad.any() or bad.all():
             return None
-        return self.layers[int(np.argmax(self.matrix[:, int(np.argmax(bad))]))]
+        return self.layers[int(np.argmax(bad))]
