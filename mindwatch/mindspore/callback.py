@@ -27,7 +27,7 @@ from mindspore.train import Callback
 
 from mindwatch.config import MonitorConfig, load_config
 from mindwatch.mindspore.actions import Interventions
-from mindwatch.mindspore.layers import LayerGrouping
+from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.outputs import decode_outputs, output_layout
 from mindwatch.mindspore.probes import (
     AttentionEntropy,
@@ -37,7 +37,7 @@ from mindwatch.mindspore.probes import (
 )
 from mindwatch.mindspore.ranks import discover
 from mindwatch.session import RunSession, SaveDirUnavailable
-from mindwatch.store.layers import LAYER_KEY, LayerRow
+from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
 from mindwatch.system import host_memory_sampler
 
 if TYPE_CHECKING:

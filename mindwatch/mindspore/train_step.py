@@ -10,7 +10,7 @@ Example::
 The norm is ``sqrt(sum(g**2))`` over every (reduced) gradient, before clipping. Each cell
 declares its outputs in ``mindwatch_outputs`` so the callback reads them by name; the
 learning rate returned is the one this step used (read before the optimizer advances).
-With ``layer_stats=True`` a last output holds the per-layer statistics of :mod:`mindwatch.mindspore.layers`.
+With ``layer_stats=True`` a last output holds the per-layer statistics of :mod:`mindwatch.mindspore.layer_stats`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
-from mindwatch.mindspore.layers import LayerStats, squares
+from mindwatch.mindspore.layer_stats import LayerStats, squares
 
 
 def global_norm(grads: tuple) -> ms.Tensor:

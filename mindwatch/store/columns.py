@@ -31,7 +31,7 @@ import numpy as np
 
 from mindwatch.store.columnfiles import NOT_STORED, ColumnFiles, read_column_files
 from mindwatch.store.jsonl import COORDINATES, JsonlTail, decode_line, decode_value, encode_line, last_record
-from mindwatch.store.layers import LayerFiles, layers_dir
+from mindwatch.store.layerfiles import LayerFiles, layers_dir
 
 if TYPE_CHECKING:
     from mindwatch.store.cache import ColumnCache

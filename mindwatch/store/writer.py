@@ -22,7 +22,7 @@ from typing import Any
 
 from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
-from mindwatch.store.layers import LAYER_KEY, LayerFilesWriter, layers_dir
+from mindwatch.store.layerfiles import LAYER_KEY, LayerFilesWriter, layers_dir
 from mindwatch.store.layout import RunLayout, write_json_atomic
 from mindwatch.store.states import FINAL_STATES
 

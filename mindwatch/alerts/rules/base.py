@@ -28,7 +28,7 @@ import numpy as np
 from mindwatch.alerts.alert import Alert, make_alert
 from mindwatch.schema import RuleSettings
 from mindwatch.store.jsonl import decode_value
-from mindwatch.store.layers import LAYER_KEY, LayerRow
+from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
 
 if TYPE_CHECKING:
     from mindwatch.config import MonitorConfig
