@@ -207,6 +207,11 @@ class RankColumns:
         return self._rewritten.size > 0 and int(self._rewritten.view[-1]) >= line
 
     @property
+    def layer_metrics(self) -> list[str]:
+        """The per-layer metrics of the layer files, in the model's order (``grad_norm/<first layer>``, ...)."""
+        return list(self._layers.metrics)
+
+    @property
     def keys(self) -> set[str]:
         """Names of the numeric values in the file (metrics), found lazily: a chart query does not need them."""
         if self._segments_scanned < len(self._segments):

@@ -2,7 +2,7 @@
 
 Example::
 
-    alerts: {layer_update_large: {limit: 0.1}}
+    alerts: {layer_update_large: {limit: 0.5}}
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from mindwatch.schema import RuleSettings
 
 
 class LayerUpdateLargeSettings(RuleSettings):
-    #: ``||w_after - w_before|| / ||w_before||`` above this (MindInsight's "update ratio too large": 0.1).
-    limit: float = Field(default=0.1, gt=0)
+    #: ``||w_after - w_before|| / ||w_before||`` above this: one step moved the weights by half their norm.
+    limit: float = Field(default=0.5, gt=0)
     count: int = Field(default=1, ge=1)
 
 
@@ -25,7 +25,7 @@ class LayerUpdateLargeRule(LayerRule):
 
     name, stat = "layer_update_large", "update_ratio"
 
-    def __init__(self, *, limit: float = 0.1, count: int = 1, rank: int = 0, actions=()) -> None:
+    def __init__(self, *, limit: float = 0.5, count: int = 1, rank: int = 0, actions=()) -> None:
         super().__init__(count=count, rank=rank, actions=actions)
         self.limit = limit
 
