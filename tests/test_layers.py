@@ -195,3 +195,36 @@ def test_a_nan_in_one_layer_is_named_first(tmp_path: Path) -> None:
     nonfinite = fired(run, "nonfinite")
     assert nonfinite and nonfinite[0]["step"] == 12 and nonfinite[0]["layer"] == "mid"
     assert "mid" in nonfinite[0]["message"]
+
+
+def test_the_report_compares_the_layers_and_maps_them(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from conftest import CHROMIUM, CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+    from test_report import CHARTS_SHOWN, open_page
+
+    from mindwatch.cli import main
+
+    run, _ = train(tmp_path, "graph", every=2)
+    out = tmp_path / "report.html"
+    assert main(["report", str(run.path), "-o", str(out)]) == 0
+    html = out.read_text()
+    data = json.loads(re.search(r'<script id="mindwatch-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    # the layer files read with numpy alone, as another tool would (docs/run-directory.md)
+    head = json.loads((run.path / "layers.rank0" / "layers.json").read_text())
+    rows = np.fromfile(run.path / "layers.rank0" / "values.f32", "<f4").reshape(-1, len(head["stats"]) * len(head["layers"]))
+    n = len(head["layers"])
+    assert data["layers"]["layers"] == head["layers"]
+    assert data["layers"]["last"]["grad_norm"] == pytest.approx(rows[-1, :n].tolist(), rel=1e-6)
+    assert data["layers"]["last"]["weight_norm"] == pytest.approx(rows[-1, n : 2 * n].tolist(), rel=1e-6)
+    assert not any(m["name"].startswith("grad_norm/") for m in data["metrics"])  # no chart per layer metric
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page, problems, requests = open_page(browser, out)
+        state = page.evaluate(CHARTS_SHOWN)
+        assert state["errors"] == [] and problems == [] and requests == []
+        for chart in ("chart-layer-norms", "chart-layers-grad_norm", "chart-layers-update_ratio"):
+            assert page.evaluate(f"() => !!echarts.getInstanceByDom(document.getElementById('{chart}'))"), chart
+        browser.close()

@@ -55,6 +55,12 @@ class LayerRow:
         return self.stats[LAYER_STATS.index(stat)]
 
 
+def is_layer_metric(name: str) -> bool:
+    """Whether ``name`` is a per-layer statistic (``grad_norm/<layer>``, ...), not a metric of its own."""
+    stat, slash, _ = name.partition("/")
+    return bool(slash) and stat in LAYER_STATS
+
+
 def layers_dir(metrics: Path) -> Path:
     """``.../metrics.rank0.jsonl`` -> ``.../layers.rank0``."""
     name = metrics.name.removeprefix("metrics.").removesuffix(".jsonl")
