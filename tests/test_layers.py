@@ -228,3 +228,27 @@ def test_the_report_compares_the_layers_and_maps_them(tmp_path: Path) -> None:
         for chart in ("chart-layer-norms", "chart-layers-grad_norm", "chart-layers-update_ratio"):
             assert page.evaluate(f"() => !!echarts.getInstanceByDom(document.getElementById('{chart}'))"), chart
         browser.close()
+
+
+@pytest.mark.slow
+def test_both_ranks_of_a_data_parallel_job_record_the_same_reduced_layer_norms(tmp_path: Path) -> None:
+    from test_distributed import Launch, msrun, only_run_dir
+
+    launch = Launch()
+    try:
+        config = '{"layers": {"every": 2}}'
+        msrun(
+            launch, tmp_path / "logs", "--save-dir", str(tmp_path / "out"), "--steps", "12", "--layer-stats", "--config", config
+        )
+        assert launch.wait(300) == [0], (tmp_path / "logs" / "msrun.out").read_text()[-3000:]
+    finally:
+        launch.kill()
+    run = mindwatch.open_run(only_run_dir(tmp_path / "out" / "dist"))
+    layers = [m for m in run.metrics if m.startswith("grad_norm/")]
+    assert layers == ["grad_norm/0", "grad_norm/2"]  # the two Dense layers of the SequentialCell
+    for metric in layers:
+        r0, r1 = run.series(metric, rank=0), run.series(metric, rank=1)
+        assert r0.step.tolist() == r1.step.tolist() == [2, 4, 6, 8, 10, 12]
+        assert r0.value == pytest.approx(r1.value, rel=1e-5)  # after the AllReduce: the same on every rank
+    # each rank's own loss differs (different data), so equal norms are not a copy of one rank's numbers
+    assert run.series("loss", rank=0).value.tolist() != run.series("loss", rank=1).value.tolist()
