@@ -259,6 +259,9 @@ class MonitorCallback(Callback):
         if self._closed or self.session is None:
             return
         self._closed = True
+        if self._layer_flag is not None and self._layers_on:  # the cell may train again without us
+            self._layer_flag.set_data(ms.Tensor(0, ms.int32))
+            self._layers_on = False
         if self._entropy is not None:
             self._entropy.remove()
             self._entropy = None
