@@ -49,9 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--skip must be between 1 and --steps - 1 (got {args.skip} with --steps {args.steps})")
     logging.getLogger("mindwatch").setLevel(logging.WARNING)
     results = layer_rounds(args.steps, args.rounds, args.skip)
-    print(
-        f"demo training with per-layer statistics (GRAPH, CPU), {args.rounds} rotating rounds x {args.steps} steps, from step {args.skip}:"
-    )
+    head = f"{args.rounds} rotating rounds x {args.steps} steps, from step {args.skip}"
+    print(f"demo training with per-layer statistics (GRAPH, CPU), {head}:")
     print_rounds(results)
     print_cpu_table(results)
     paired_ratios(results, {"every=10 / off": ("layer_stats off", "every=10"), "every=1 / off": ("layer_stats off", "every=1")})
