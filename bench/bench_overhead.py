@@ -189,17 +189,13 @@ class HookClock:
         return timed
 
 
-def demo_slowdown(steps: int, rounds: int, skip: int) -> dict[str, list[Round]]:
-    """Each arm's rounds: no callback, a loss reader (the peer), mindwatch; arms rotate; figures from step ``skip`` on."""
+def _step_timer(skip: int, steps: int):
+    """A callback, last in the list: step end times, and the CPU of every thread between step ``skip`` and the last."""
     from mindspore.train import Callback
 
     from bench import threadcpu
-    from mindwatch.demo.train import DemoSettings, build_training
-    from mindwatch.mindspore import MonitorCallback
 
     class StepTimer(Callback):
-        """Last in the callback list: step end times, and the CPU of every thread between step ``skip`` and the last."""
-
         def __init__(self, clock: HookClock) -> None:
             self.clock = clock
             self.ends: list[float] = []
@@ -223,6 +219,41 @@ def demo_slowdown(steps: int, rounds: int, skip: int) -> dict[str, list[Round]]:
             hook_cpu, hook_wall = (self.clock.cpu_ns - cpu0) / 1e9, (self.clock.wall_ns - wall0) / 1e9
             return Round(float(np.mean(np.diff(ends))), n, ends[-1] - ends[0], self.cpu, hook_cpu, hook_wall)
 
+    return StepTimer
+
+
+def rotating_rounds(arms: dict, steps: int, rounds: int, skip: int) -> dict[str, list[Round]]:
+    """Train each arm ``rounds`` times, the arms in rotating order, and time each round from step ``skip`` on.
+
+    ``arms``: ``{name: (model, dataset, callbacks)}``, where ``callbacks(tmp_dir)`` returns the arm's callbacks
+    (timed from inside by :class:`HookClock`). Each model is trained once before the rounds (compiled, warm).
+    """
+    timer_class = _step_timer(skip, steps)
+    names = list(arms)
+    for model, dataset, _ in {id(a[0]): a for a in arms.values()}.values():
+        model.train(1, dataset, callbacks=[timer_class(HookClock())], dataset_sink_mode=False)
+    results: dict[str, list[Round]] = {arm: [] for arm in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for arm in names[r % len(names) :] + names[: r % len(names)]:  # each arm goes first, second, third in turn
+                model, dataset, callbacks = arms[arm]
+                clock = HookClock()
+                timer = timer_class(clock)
+                extra = callbacks(tmp)
+                for cb in extra:
+                    clock.wrap(cb)
+                model.train(1, dataset, callbacks=[*extra, timer], dataset_sink_mode=False)
+                results[arm].append(timer.result())
+    return results
+
+
+def demo_slowdown(steps: int, rounds: int, skip: int) -> dict[str, list[Round]]:
+    """Each arm's rounds: no callback, a loss reader (the peer), mindwatch; arms rotate; figures from step ``skip`` on."""
+    from mindspore.train import Callback
+
+    from mindwatch.demo.train import DemoSettings, build_training
+    from mindwatch.mindspore import MonitorCallback
+
     class ReadLoss(Callback):
         """What any per-step loss logger does, MindSpore's LossMonitor included: the loss on the host."""
 
@@ -233,25 +264,16 @@ def demo_slowdown(steps: int, rounds: int, skip: int) -> dict[str, list[Round]]:
             out = run_context.original_args().net_outputs
             (out[0] if isinstance(out, (tuple, list)) else out).asnumpy()
 
-    arms = ("no callback", "loss reader", "mindwatch")
-    model, dataset = build_training(DemoSettings(steps=steps * (len(arms) * rounds + 1), mode="graph"))
+    # the plain demo cell: per-layer statistics have their own benchmark (python -m bench layers)
+    settings = DemoSettings(steps=steps * (3 * rounds + 1), mode="graph", layer_stats=False)
+    model, dataset = build_training(settings)
     dataset = dataset.take(steps)  # the lr schedule covers every round; each round trains `steps` batches
-    model.train(1, dataset, callbacks=[StepTimer(HookClock())], dataset_sink_mode=False)  # compile once, warm up
-    results: dict[str, list[Round]] = {arm: [] for arm in arms}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(rounds):
-            for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:  # each arm goes first, second, third in turn
-                clock = HookClock()
-                timer = StepTimer(clock)
-                if arm == "mindwatch":
-                    extra = [MonitorCallback({"save_dir": tmp, "interval": 3600})]
-                else:
-                    extra = [ReadLoss()] if arm == "loss reader" else []
-                for cb in extra:
-                    clock.wrap(cb)
-                model.train(1, dataset, callbacks=[*extra, timer], dataset_sink_mode=False)
-                results[arm].append(timer.result())
-    return results
+    arms = {
+        "no callback": (model, dataset, lambda tmp: []),
+        "loss reader": (model, dataset, lambda tmp: [ReadLoss()]),
+        "mindwatch": (model, dataset, lambda tmp: [MonitorCallback({"save_dir": tmp, "interval": 3600})]),
+    }
+    return rotating_rounds(arms, steps, rounds, skip)
 
 
 def idle_cpu(seconds: float) -> dict[str, float]:
@@ -290,10 +312,21 @@ def _spread(xs: list[float]) -> str:
 
 def report_demo(results: dict[str, list[Round]], steps: int, rounds: int, skip: int) -> None:
     print(f"demo training (GRAPH, CPU), {rounds} rotating rounds x {steps} steps, figures from step {skip} on:")
+    print_rounds(results)
+    print_cpu_table(results)
+    _demo_ratios(results)
+
+
+def print_rounds(results: dict[str, list[Round]]) -> None:
+    """Each arm's mean step time, round by round, and its median."""
     for arm, rs in results.items():
         ts = [r.step for r in rs]
         per_round = ", ".join(f"{x * 1e3:.1f}" for x in ts)
         print(f"  {arm:12s} mean step per round {per_round} ms  (median {statistics.median(ts) * 1e3:.2f} ms)")
+
+
+def print_cpu_table(results: dict[str, list[Round]]) -> None:
+    """CPU per step and per second of each thread group, per arm (medians over the rounds)."""
     print("  CPU per step (median over rounds), by thread; per second in brackets:")
     columns = ("training", "its callback", "mindwatch*", "other (MindSpore)")
     print(f"  {'arm':12s} " + " ".join(f"{c:>18s}" for c in columns) + "   callback wall-CPU")
@@ -308,14 +341,25 @@ def report_demo(results: dict[str, list[Round]], steps: int, rounds: int, skip: 
         cells = [cell([(r.cpu["training"], r) for r in rs]), cell([(r.hook_cpu, r) for r in rs])]
         cells += [cell([(r.cpu["mindwatch"], r) for r in rs]), cell([(r.cpu["other"], r) for r in rs])]
         print(f"  {arm:12s} " + " ".join(f"{c:>18s}" for c in cells) + f"   {wait:7.1f} us/step")
-    off, peer, mw = (results[a] for a in ("no callback", "loss reader", "mindwatch"))
-    ratios = {
-        "loss reader / no callback": [b.step / a.step for a, b in zip(off, peer, strict=True)],
-        "mindwatch / no callback": [b.step / a.step for a, b in zip(off, mw, strict=True)],
-        "mindwatch / loss reader": [b.step / a.step for a, b in zip(peer, mw, strict=True)],
-    }
-    for name, xs in ratios.items():
+
+
+def paired_ratios(results: dict[str, list[Round]], pairs: dict[str, tuple[str, str]]) -> None:
+    """Print ``b / a`` of the mean step time, round by round, for each ``name: (a, b)``."""
+    for name, (a, b) in pairs.items():
+        xs = [y.step / x.step for x, y in zip(results[a], results[b], strict=True)]
         print(f"  paired wall ratio {name:26s} {_spread(xs)}")
+
+
+def _demo_ratios(results: dict[str, list[Round]]) -> None:
+    off, peer, mw = (results[a] for a in ("no callback", "loss reader", "mindwatch"))
+    paired_ratios(
+        results,
+        {
+            "loss reader / no callback": ("no callback", "loss reader"),
+            "mindwatch / no callback": ("no callback", "mindwatch"),
+            "mindwatch / loss reader": ("loss reader", "mindwatch"),
+        },
+    )
     extra = [(m.cpu["mindwatch"] + m.hook_cpu - p.hook_cpu) / m.steps for p, m in zip(peer, mw, strict=True)]
     print(
         f"  mindwatch's CPU above the loss reader's (its threads + its hooks - the reader's hooks): "

@@ -107,6 +107,24 @@ class AttentionEntropy(_Section):
     cells: list[str] = Field(default_factory=list)
 
 
+class LayersSection(_Section):
+    """Per-layer health (docs/layers.md): recorded when the train cell has ``layer_stats=True``."""
+
+    enabled: bool = True
+    #: Measure weights and updates every N steps (the gradient norms come with them); 1: every step.
+    every: int = Field(default=10, ge=1)
+    #: Merge layers: a name depth (``2``: ``blocks.0``) or fnmatch patterns (a layer matching one is named
+    #: by the pattern); null: every cell that owns parameters is a layer.
+    group: Union[int, list[str], None] = None
+
+    @field_validator("group")
+    @classmethod
+    def _positive_depth(cls, v: Any) -> Any:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("a group depth must be at least 1")
+        return v
+
+
 class PrometheusSection(_Section):
     """An opt-in ``/metrics`` endpoint in each training process (see docs/prometheus.md)."""
 
@@ -308,6 +326,7 @@ class MonitorConfig(_Section):
     batch_size: int | None = Field(default=None, ge=1)
     seq_length: int | None = Field(default=None, ge=1)
     attention_entropy: AttentionEntropy = Field(default_factory=AttentionEntropy)
+    layers: LayersSection = Field(default_factory=LayersSection)
     #: Records waiting for the writer; when full, new records are dropped and counted.
     queue_size: int = Field(default=10_000, ge=16)
     prometheus: PrometheusSection = Field(default_factory=PrometheusSection)

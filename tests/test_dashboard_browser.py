@@ -232,3 +232,56 @@ def test_each_restart_is_marked_on_the_charts(tmp_path: Path) -> None:
         wait_for(lambda: page.evaluate(CHART_POINTS) > 0, 60, "the loss chart")
         assert page.evaluate(RESTART_LINES) == [[21, "restart: attempt 2"], [41, "restart: attempt 3"]]
         browser.close()
+
+
+LAYER_ROWS = """() => {
+  const el = document.querySelector('#chart-layers');
+  const c = el && echarts.getInstanceByDom(el);
+  return c ? c.getOption().yAxis[0].data : [];
+}"""
+
+LAYER_CURVE = """() => {
+  const el = document.querySelector('#chart-layer');
+  const c = el && !el.hidden && echarts.getInstanceByDom(el);
+  if (!c) return null;
+  const o = c.getOption();
+  return {title: o.title[0].text, points: o.series.map((s) => s.data.length)};
+}"""
+
+
+def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    import mindwatch
+    from mindwatch.demo.train import DemoSettings, build_training
+    from mindwatch.mindspore import MonitorCallback
+
+    model, data = build_training(DemoSettings(steps=30, layers=1, d_model=32, heads=2, batch_size=8, seq_length=32))
+    config = {"save_dir": str(tmp_path / "logs"), "project": "p", "run_name": "layers", "layers": {"every": 2}, "interval": 60}
+    model.train(1, data, callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
+    run = mindwatch.open_run(tmp_path / "logs" / "p" / "layers")
+    layers = [m.removeprefix("grad_norm/") for m in run.metrics if m.startswith("grad_norm/")]
+    assert "blocks.0.attn.qkv" in layers
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 1400})
+        page.goto(f"{dash.url}#/run/p%2Flayers")
+        wait_for(lambda: len(page.evaluate(LAYER_ROWS)) == len(layers), 60, "a heat-map row per layer")
+        rows = page.evaluate(LAYER_ROWS)
+        assert sorted(rows) == sorted(layers)
+        assert not page.query_selector("#chart-grad_norm\\/blocks\\.0\\.attn\\.qkv")  # no chart per layer metric
+        target = rows.index("blocks.0.attn.qkv")
+        box = page.query_selector("#chart-layers").bounding_box()
+        x, y = page.evaluate(
+            """(row) => echarts.getInstanceByDom(document.querySelector('#chart-layers'))
+                 .convertToPixel({seriesIndex: 0}, [0, row])""",
+            target,
+        )
+        page.mouse.click(box["x"] + x, box["y"] + y)  # a click on the layer's first cell, as a user would
+        wait_for(lambda: page.evaluate(LAYER_CURVE) is not None, 30, "the picked layer's curves")
+        curve = page.evaluate(LAYER_CURVE)
+        assert curve["title"] == "layer blocks.0.attn.qkv"
+        expected = [len(run.series(f"{stat}/blocks.0.attn.qkv")) for stat in ("grad_norm", "update_ratio")]
+        assert curve["points"] == expected and expected[0] == 15  # every 2nd of 30 steps
+        page.screenshot(path=str(artifacts_dir / "dashboard_layers.png"), full_page=True)
+        browser.close()

@@ -231,5 +231,16 @@ def test_engine_files_actions_on_control_once_and_survives_a_broken_rule(caplog:
 
 def test_default_config_switches_on_the_documented_rules() -> None:
     names = sorted({r.name for r in build_rules(load_config({}))})
-    assert names == ["data_wait", "divergence", "memory", "nonfinite", "spike", "throughput_drop"]
+    assert names == [
+        "data_wait",
+        "divergence",
+        "layer_frozen",
+        "layer_spike",
+        "layer_update_large",
+        "layer_vanishing",
+        "memory",
+        "nonfinite",
+        "spike",
+        "throughput_drop",
+    ]
     assert build_rules(load_config({"alerts": {"enabled": False}})) == []

@@ -413,3 +413,10 @@ def test_column_cache_lets_a_new_server_continue_without_rereading(tmp_path: Pat
     assert not third.from_cache  # a changed file is read again, never served from the cache
     third.refresh()
     assert third.steps[0] == 9
+
+
+def test_every_front_end_module_is_served() -> None:
+    from mindwatch.serve import app
+
+    static = Path(app.__file__).parent / "static"
+    assert {p.name for p in static.iterdir() if p.suffix in (".js", ".css", ".html")} == set(app.STATIC_FILES)

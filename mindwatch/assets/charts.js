@@ -191,28 +191,35 @@ export function line(el, opts) {
 }
 
 function heatmapOption(d, opts) {
-  const vals = d.values.map((v) => v[2]);
+  // opts.log: colour by log10 of the value (per-layer norms span decades); the tooltip keeps the value itself
+  const cells = opts.log ? d.values.map(([x, y, v]) => [x, y, v > 0 ? Math.log10(v) : "-", v]) : d.values;
+  const vals = cells.map((v) => v[2]).filter((v) => typeof v === "number");
   return {
     animation: false,
     title: titleOption(opts.title || "attention entropy per layer", opts.subtitle),
-    tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ step ~${d.steps[p.value[0]]}: ${fmtNumber(p.value[2])}` },
+    tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ step ~${d.steps[p.value[0]]}: ${fmtNumber(p.value[opts.log ? 3 : 2])}` },
     grid: { left: 140, right: 100, top: opts.subtitle ? 56 : 36, bottom: 40 },
     xAxis: { type: "category", data: d.steps, name: "step" },
     yAxis: { type: "category", data: d.layers, axisLabel: { width: 130, overflow: "truncate" } },
     visualMap: { min: vals.length ? Math.min(...vals) : 0, max: vals.length ? Math.max(...vals) : 1, calculable: true,
-      orient: "vertical", right: 4, top: 36, itemHeight: 120, precision: 3,
+      orient: "vertical", right: 4, top: 36, itemHeight: 120, precision: opts.log ? 1 : 3, dimension: 2,
+      formatter: opts.log ? (v) => `1e${(+v).toFixed(1)}` : undefined,
       inRange: { color: ["#313695", "#4575b4", "#abd9e9", "#fee090", "#f46d43", "#a50026"] } },
-    series: [{ type: "heatmap", data: d.values, progressive: 0 }],
+    series: [{ type: "heatmap", data: cells, progressive: 0 }],
   };
 }
 
-/** A heat map of per-layer values over step buckets: {layers, steps, values: [[bucket, layer, v], ...]}; opts {title, subtitle?}. */
+/**
+ * A heat map of per-layer values over step buckets: {layers, steps, values: [[bucket, layer, v], ...]};
+ * opts {title, subtitle?, log?} (log: colour on a log scale).
+ */
 export function heatmap(el, data, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });
-  chart.setOption(heatmapOption(data, opts || {}), { notMerge: true });
+  let shown = opts || {};
+  chart.setOption(heatmapOption(data, shown), { notMerge: true });
   return {
     chart,
-    update(d) { chart.setOption(heatmapOption(d, opts || {}), { notMerge: true }); },
+    update(d, newOpts) { shown = newOpts || shown; chart.setOption(heatmapOption(d, shown), { notMerge: true }); },
     resize() { chart.resize(); },
     dispose() { chart.dispose(); },
   };

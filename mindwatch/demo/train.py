@@ -34,6 +34,8 @@ class DemoSettings:
     lr: float = 3e-3
     warmup: int = 30
     max_grad_norm: float | None = 1.0
+    #: Per-layer gradient norm, weight norm and update ratio in the graph (docs/layers.md).
+    layer_stats: bool = True
     seed: int = 0
 
 
@@ -61,7 +63,9 @@ def build_training(settings: DemoSettings = DemoSettings()) -> tuple[Model, ds.D
     optimizer = nn.AdamWeightDecay(
         net.trainable_params(), learning_rate=lr_schedule(settings.steps, settings.lr, settings.warmup), weight_decay=0.01
     )
-    train_net = TrainOneStepWithGradNorm(LanguageModelLoss(net), optimizer, max_grad_norm=settings.max_grad_norm)
+    train_net = TrainOneStepWithGradNorm(
+        LanguageModelLoss(net), optimizer, max_grad_norm=settings.max_grad_norm, layer_stats=settings.layer_stats
+    )
     windows = ByteWindows(stdlib_corpus(), settings.seq_length, settings.steps * settings.batch_size, seed=settings.seed)
     dataset = ds.GeneratorDataset(windows, ["ids", "targets"], shuffle=False).batch(settings.batch_size, drop_remainder=True)
     return Model(train_net), dataset

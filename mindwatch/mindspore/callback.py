@@ -27,6 +27,7 @@ from mindspore.train import Callback
 
 from mindwatch.config import MonitorConfig, load_config
 from mindwatch.mindspore.actions import Interventions
+from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.outputs import decode_outputs, output_layout
 from mindwatch.mindspore.probes import (
     AttentionEntropy,
@@ -36,6 +37,7 @@ from mindwatch.mindspore.probes import (
 )
 from mindwatch.mindspore.ranks import discover
 from mindwatch.session import RunSession, SaveDirUnavailable
+from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
 from mindwatch.system import device_util_sampler, host_memory_sampler
 
 if TYPE_CHECKING:
@@ -79,6 +81,12 @@ class MonitorCallback(Callback):
         self._watchdog: Watchdog | None = None
         self._lr_probe: LrProbe | None = None
         self._entropy: AttentionEntropy | None = None
+        #: Per-layer statistics (a train cell with ``layer_stats=True``): the grouping, the graph's flag and
+        #: the output that holds them, and whether this step measures weights and updates.
+        self._layers: LayerGrouping | None = None
+        self._layer_flag: Any = None
+        self._layer_output = -1
+        self._layers_on = False
         self._guard_nonfinite = False
         #: Reads one of MindSpore's callback params: ``dict.__getitem__`` when they are a dict (see on_train_begin).
         self._read_arg: Callable[[Any, str], Any] = getattr
@@ -97,6 +105,8 @@ class MonitorCallback(Callback):
         self._closed = False
         #: The cur_step_num this Model.train call ends at (see planned_steps); None: unknown.
         self._planned: int | None = None
+        #: Global step minus MindSpore's cur_step_num (a resumed training), known at the first step.
+        self._offset = 0
 
     # -- public ------------------------------------------------------------
     @property
@@ -161,6 +171,7 @@ class MonitorCallback(Callback):
         if self._watchdog is not None:
             self._watchdog.started = _perf()  # from here, compilation and the first batch have first_step_timeout
         self._setup_entropy(getattr(cb, "network", None) or train_network)
+        self._setup_layers(train_network)
         self._batch_size = self.config.batch_size
         self._seq_length = self.config.seq_length
         self._batch_shape_read = False
@@ -179,6 +190,12 @@ class MonitorCallback(Callback):
         if self._entropy is not None:
             step = self._read_arg(run_context.original_args(), "cur_step_num")
             self._entropy.sampling = step % self.config.attention_entropy.every == 0
+        if self._layers is not None:
+            step = self._read_arg(run_context.original_args(), "cur_step_num") + self._offset
+            on = step % self.config.layers.every == 0
+            if on != self._layers_on:  # two small writes every `every` steps, none in between
+                self._layer_flag.set_data(ms.Tensor(int(on), ms.int32))
+                self._layers_on = on
 
     def on_train_step_end(self, run_context: Any) -> None:
         if not self.enabled:
@@ -192,7 +209,7 @@ class MonitorCallback(Callback):
         self._data_wait += self._step_begin - self._prev_step_end
         self._prev_step_end = now
         n = step - self._last_recorded_step
-        if n < self._step_interval and not self._first_pending:
+        if n < self._step_interval and not self._first_pending and not self._layers_on:
             if self._control.pending:
                 self._actions.carry_out(run_context)
             return
@@ -222,6 +239,8 @@ class MonitorCallback(Callback):
                     rec["tokens_per_second"] = self._batch_size * self._seq_length * n / elapsed
         if self._entropy is not None and self._entropy.values:
             rec.update(self._entropy.take())
+        if self._layers is not None:
+            self._add_layer_stats(outputs, rec)
         self._submit(rec)
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
             self._actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
@@ -250,6 +269,9 @@ class MonitorCallback(Callback):
         if self._closed or self.session is None:
             return
         self._closed = True
+        if self._layer_flag is not None and self._layers_on:  # the cell may train again without us
+            self._layer_flag.set_data(ms.Tensor(0, ms.int32))
+            self._layers_on = False
         if self._entropy is not None:
             self._entropy.remove()
             self._entropy = None
@@ -266,6 +288,30 @@ class MonitorCallback(Callback):
             launch_key=who.launch_key,
             launch_meta=who.as_meta(),
         )
+
+    def _setup_layers(self, train_network: Any) -> None:
+        params = getattr(train_network, "mindwatch_layer_params", None)
+        declared = self._declared_outputs or ()
+        if not params or not self.config.layers.enabled or "layer_stats" not in declared or self.session is None:
+            return
+        self._layers = LayerGrouping(params, self.config.layers.group)
+        self._layer_flag = train_network.layer_stats.flag
+        self._layer_output = declared.index("layer_stats")
+        self._layers_on = False
+        self._layer_flag.set_data(ms.Tensor(0, ms.int32))
+        self.session.writer.set_layers(list(self._layers.layers))
+
+    def _add_layer_stats(self, outputs: Any, rec: dict[str, Any]) -> None:
+        """The step's per-layer statistics (one device read), and on a NaN/Inf gradient the first layer that had it."""
+        assert self._layers is not None
+        grad_norm = rec.get("grad_norm", 0.0)
+        if not self._layers_on and math.isfinite(grad_norm):
+            return
+        squares = outputs[self._layer_output].asnumpy()
+        if self._layers_on:
+            rec[LAYER_KEY] = LayerRow(self._layers.layers, self._layers.stats(squares))
+        if not math.isfinite(grad_norm) and (layer := self._layers.first_nonfinite(squares[0])) is not None:
+            rec["nonfinite_layer"] = layer
 
     def _read_batch_shape(self, cb: Any) -> None:
         self._batch_shape_read = True

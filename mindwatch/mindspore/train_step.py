@@ -10,6 +10,7 @@ Example::
 The norm is ``sqrt(sum(g**2))`` over every (reduced) gradient, before clipping. Each cell
 declares its outputs in ``mindwatch_outputs`` so the callback reads them by name; the
 learning rate returned is the one this step used (read before the optimizer advances).
+With ``layer_stats=True`` a last output holds the per-layer statistics of :mod:`mindwatch.mindspore.layer_stats`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,41 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
+from mindwatch.mindspore.layer_stats import LayerStats, squares
+
 
 def global_norm(grads: tuple) -> ms.Tensor:
     """L2 norm over all gradients, in float32."""
-    squares = [ops.reduce_sum(ops.square(ops.cast(g, ms.float32))) for g in grads]
-    return ops.sqrt(ops.addn(squares))
+    return ops.sqrt(ops.reduce_sum(squares(grads)))
+
+
+class _LayerStatsStep:
+    """What both train cells share for ``layer_stats``: the outputs they declare and the measured update."""
+
+    layer_stats: LayerStats | None
+
+    def _setup_layer_stats(self, enabled: bool) -> None:
+        self.layer_stats = LayerStats(self.weights) if enabled else None
+        if self.layer_stats is not None:
+            self.mindwatch_outputs = (*type(self).mindwatch_outputs, "layer_stats")
+            self.mindwatch_layer_params = self.layer_stats.names
+
+    def _measured_update(self, loss, grads, grad_sq, skip_update):
+        """Apply the optimizer (unless ``skip_update``) and return ``(loss, per-layer statistics)``."""
+        stats = self.layer_stats
+        if stats.flag > 0:
+            before = tuple(w * 1 for w in self.weights)  # a copy: the weights the step started from
+            weight_sq = squares(before)
+            if not skip_update:
+                loss = ops.depend(loss, self.optimizer(grads))
+            after = tuple(ops.depend(w, loss) for w in self.weights)  # read once the update is done
+            delta_sq = squares(tuple(after[i] - before[i] for i in range(len(before))))
+        else:
+            if not skip_update:
+                loss = ops.depend(loss, self.optimizer(grads))
+            weight_sq = stats.zeros
+            delta_sq = stats.zeros
+        return loss, stats.result(grad_sq, weight_sq, delta_sq)
 
 
 def _clip(grads: tuple, norm: ms.Tensor, max_norm: float) -> tuple:
@@ -37,7 +68,7 @@ def _current_lr(optimizer: nn.Optimizer) -> ms.Tensor:
     return ops.cast(ops.reshape(lr, ()), ms.float32)
 
 
-class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
+class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
     """``nn.TrainOneStepCell`` that also returns the global gradient norm and the learning rate.
 
     Outputs ``(loss, grad_norm, lr)``. With ``max_grad_norm`` the gradients are clipped to
@@ -46,26 +77,38 @@ class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
 
     mindwatch_outputs = ("loss", "grad_norm", "lr")
 
-    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, sens: float = 1.0, max_grad_norm: float | None = None) -> None:
+    def __init__(
+        self,
+        network: nn.Cell,
+        optimizer: nn.Optimizer,
+        sens: float = 1.0,
+        max_grad_norm: float | None = None,
+        layer_stats: bool = False,
+    ) -> None:
         super().__init__(network, optimizer, sens=sens)
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         self.max_grad_norm = max_grad_norm
+        self._setup_layer_stats(layer_stats)
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
         sens = ops.fill(loss.dtype, loss.shape, self.sens)
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
-        norm = global_norm(grads)
+        grad_sq = squares(grads)
+        norm = ops.sqrt(ops.reduce_sum(grad_sq))
         if self.max_grad_norm is not None:
             grads = _clip(grads, norm, self.max_grad_norm)
         lr = _current_lr(self.optimizer)
-        loss = ops.depend(loss, self.optimizer(grads))
-        return loss, norm, lr
+        if self.layer_stats is None:
+            loss = ops.depend(loss, self.optimizer(grads))
+            return loss, norm, lr
+        loss, stats = self._measured_update(loss, grads, grad_sq, False)
+        return loss, norm, lr, stats
 
 
-class TrainOneStepWithGradNormAndLossScale(nn.TrainOneStepWithLossScaleCell):
+class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithLossScaleCell):
     """Loss-scale train step returning ``(loss, overflow, loss_scale, lr, grad_norm)`` (MindFormers' order).
 
     ``scale_sense`` is a ``DynamicLossScaleUpdateCell``/``FixedLossScaleUpdateCell`` or a Tensor,
@@ -75,11 +118,19 @@ class TrainOneStepWithGradNormAndLossScale(nn.TrainOneStepWithLossScaleCell):
 
     mindwatch_outputs = ("loss", "overflow", "loss_scale", "lr", "grad_norm")
 
-    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, scale_sense, max_grad_norm: float | None = None) -> None:
+    def __init__(
+        self,
+        network: nn.Cell,
+        optimizer: nn.Optimizer,
+        scale_sense,
+        max_grad_norm: float | None = None,
+        layer_stats: bool = False,
+    ) -> None:
         super().__init__(network, optimizer, scale_sense)
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         self.max_grad_norm = max_grad_norm
+        self._setup_layer_stats(layer_stats)
         # MindSpore's own overflow check uses an Ascend-only op off GPU; on CPU check for inf/nan directly.
         self._cpu_target = ms.get_context("device_target") == "CPU"
 
@@ -99,13 +150,17 @@ class TrainOneStepWithGradNormAndLossScale(nn.TrainOneStepWithLossScaleCell):
         grads = self.grad_reducer(grads)
         cond = self.get_overflow_status(status, grads)
         overflow = self.process_loss_scale(cond)
-        norm = global_norm(grads)
+        grad_sq = squares(grads)
+        norm = ops.sqrt(ops.reduce_sum(grad_sq))
         if self.max_grad_norm is not None:
             grads = _clip(grads, norm, self.max_grad_norm)
         lr = _current_lr(self.optimizer)
-        if not overflow:
-            loss = ops.depend(loss, self.optimizer(grads))
-        return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm
+        if self.layer_stats is None:
+            if not overflow:
+                loss = ops.depend(loss, self.optimizer(grads))
+            return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm
+        loss, stats = self._measured_update(loss, grads, grad_sq, overflow)
+        return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm, stats
 
 
 _grad_scale = ops.MultitypeFuncGraph("mindwatch_grad_scale")

@@ -35,6 +35,7 @@ from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
 from mindwatch.analysis.units import format_duration
 from mindwatch.assets import asset_text, echarts_js
+from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
 from mindwatch.store.reader import Run, open_run
 
 #: Points per series in a chart; min/max pairs per bucket, so spikes survive.
@@ -72,6 +73,7 @@ def render_report(runs: list[Run]) -> str:
         "metrics": _metric_charts(runs, labels),
         "histogram": _histogram(runs, labels),
         "heatmap": _heatmap(runs[0]),
+        "layers": _layers(runs[0]),
         "alerts": _alerts_chart(runs, labels),
         "step_range": _step_range(runs),
     }
@@ -90,6 +92,8 @@ def render_report(runs: list[Run]) -> str:
             '<div class="grid" id="curves"></div>' if data["metrics"] else '<p class="muted">no metrics recorded yet</p>',
             "<h2>Distributions</h2>" if data["histogram"] or data["heatmap"] else "",
             '<div class="grid" id="distributions"></div>',
+            "<h2>Layers</h2>" if data["layers"] else "",
+            '<div class="grid" id="layers"></div>',
             "<h2>Alerts</h2>",
             '<div class="grid" id="alerts-chart"></div>',
             _alerts_table(runs, labels),
@@ -129,7 +133,7 @@ def _step_range(runs: list[Run]) -> list[int] | None:
 
 
 def _metric_names(runs: list[Run]) -> list[str]:
-    names = {m for r in runs for m in r.metrics if m != "epoch"}
+    names = {m for r in runs for m in r.metrics if m != "epoch" and not is_layer_metric(m)}  # layers: their own section
     plain = ordered_metrics({m for m in names if not m.startswith(_ENTROPY)})
     return plain + ([_ENTROPY + "*"] if any(m.startswith(_ENTROPY) for m in names) else [])
 
@@ -218,6 +222,30 @@ def _heatmap(run: Run) -> dict[str, Any] | None:
     if len(grid.steps) < samples:
         note += f", mean of each of {len(grid.steps)} step buckets"
     return {"steps": grid.steps, "layers": [m[len(_ENTROPY) :] for m in layers], "values": grid.values, "note": note}
+
+
+def _layers(run: Run) -> dict[str, Any] | None:
+    """Per-layer health of the first rank that has it: the last measured norms side by side, and heat maps
+    of the gradient norm and the update ratio over steps (binned like the dashboard's)."""
+    rank = next((r for r, cols in sorted(run.columns.items()) if cols.layer_metrics), None)
+    if rank is None:
+        return None
+    metrics = run.columns[rank].layer_metrics
+    layers = [m.partition("/")[2] for m in metrics if m.startswith("grad_norm/")]
+    last: dict[str, list[float | None]] = {}
+    maps: dict[str, dict[str, Any]] = {}
+    step = None
+    for stat in LAYER_STATS:
+        series = [run.series(f"{stat}/{layer}", rank=rank) for layer in layers]
+        if not any(len(s) for s in series):
+            continue
+        last[stat] = [_finite(float(s.value[-1])) if len(s) else None for s in series]
+        step = max((int(s.step[-1]) for s in series if len(s)), default=step)
+        grid = bin_layers([(s.step, s.value) for s in series], MAX_HEATMAP_STEPS)
+        maps[stat] = {"steps": grid.steps, "layers": layers, "values": grid.values}
+    if not last:
+        return None
+    return {"layers": layers, "last": last, "step": step, "heatmaps": maps, "note": f"rank {rank}, last measured at step {step}"}
 
 
 def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:

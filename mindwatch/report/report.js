@@ -67,6 +67,25 @@ if (DATA.heatmap) {
     (el) => heatmap(el, hm, { title: "attention entropy (nats) per layer", subtitle: hm.note }));
 }
 
+// -- per-layer health (docs/layers.md): the last norms side by side, and heat maps over steps -------------
+if (DATA.layers) {
+  const ly = DATA.layers;
+  const box = document.getElementById("layers");
+  make(chartDiv(box, "chart-layer-norms", true), (el) => plainChart(el, {
+    title: titleOption("per-layer L2 norms", ly.note),
+    tooltip: { trigger: "axis" },
+    legend: { right: 10, top: 6 },
+    grid: { left: 64, right: 24, top: 58, bottom: 110 },
+    xAxis: { type: "category", data: ly.layers, axisLabel: { rotate: 50, fontSize: 10 } },
+    yAxis: { type: "log", name: "L2 norm" },
+    series: [["weight_norm", "weights"], ["grad_norm", "gradients"]].filter(([k]) => ly.last[k])
+      .map(([k, name]) => ({ name, type: "bar", data: ly.last[k].map((v) => (v > 0 ? v : "-")) })),
+  }));
+  for (const [stat, title] of [["grad_norm", "gradient norm per layer (log colour)"], ["update_ratio", "update ratio per layer (log colour)"]]) {
+    if (ly.heatmaps[stat]) make(chartDiv(box, `chart-layers-${stat}`, false), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
+  }
+}
+
 // -- alerts timeline -------------------------------------------------------------------------
 if (DATA.alerts && DATA.alerts.series.length) {
   const al = DATA.alerts;

@@ -275,7 +275,8 @@ def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[
         if rank is None:
             rank = min(view.columns) if view.columns else 0
         cols = view.columns.get(rank)
-        names = sorted((m for m in view.metrics if m.startswith(prefix)), key=layer_order)
+        in_model_order = [m for m in cols.layer_metrics if m.startswith(prefix)] if cols is not None else []
+        names = in_model_order or sorted((m for m in view.metrics if m.startswith(prefix)), key=layer_order)
         if cols is None or not names:
             return {"run": view.id, "prefix": prefix, "layers": [], "steps": [], "values": []}
         data = []

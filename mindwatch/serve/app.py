@@ -50,6 +50,7 @@ STATIC_FILES = {
     "run_page.js": "text/javascript",
     "run_panels.js": "text/javascript",
     "compare_page.js": "text/javascript",
+    "layers_view.js": "text/javascript",
     "style.css": "text/css",
     "index.html": "text/html",
 }

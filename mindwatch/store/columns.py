@@ -31,6 +31,7 @@ import numpy as np
 
 from mindwatch.store.columnfiles import NOT_STORED, ColumnFiles, read_column_files
 from mindwatch.store.jsonl import COORDINATES, JsonlTail, decode_line, decode_value, encode_line, last_record
+from mindwatch.store.layerfiles import LayerFiles, layers_dir
 
 if TYPE_CHECKING:
     from mindwatch.store.cache import ColumnCache
@@ -105,6 +106,7 @@ class RankColumns:
         self._files: ColumnFiles | None = None  # when set, segment 0 is what they cover, every column included
         self._free_work = 0  # lines and values taken from the column files (nothing a cache would save)
         self._ino: int | None = None  # the file's inode, to notice a replaced file
+        self._layers = LayerFiles(layers_dir(self.path))  # per-layer statistics beside the JSONL, when written
 
     def _open_files(self) -> bool:
         """Start from the writer's column files (see :mod:`mindwatch.store.columnfiles`) when they match the file."""
@@ -153,6 +155,7 @@ class RankColumns:
             self._add_segment(start, data)
         for name, col in self._columns.items():
             self._extend(name, col)
+        self._layers.refresh()
         self._maybe_save()
         return self.lines - before
 
@@ -204,6 +207,11 @@ class RankColumns:
         return self._rewritten.size > 0 and int(self._rewritten.view[-1]) >= line
 
     @property
+    def layer_metrics(self) -> list[str]:
+        """The per-layer metrics of the layer files, in the model's order (``grad_norm/<first layer>``, ...)."""
+        return list(self._layers.metrics)
+
+    @property
     def keys(self) -> set[str]:
         """Names of the numeric values in the file (metrics), found lazily: a chart query does not need them."""
         if self._segments_scanned < len(self._segments):
@@ -211,7 +219,7 @@ class RankColumns:
                 for seg in self._segments[self._segments_scanned :]:
                     self._discover_keys(self._segment_bytes(f, seg))
                     self._segments_scanned += 1
-        return self._keys
+        return self._keys | set(self._layers.metrics)
 
     def _discover_keys(self, data: bytes) -> None:
         # Lines of one shape (same keys, numbers removed) share keys: decode one line per shape.
@@ -268,6 +276,9 @@ class RankColumns:
 
     def raw_column(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(line numbers, values) of ``metric`` in file order, every value written. Empty when absent."""
+        layer = self._layers.column(metric, lines_known=self.lines)
+        if layer is not None:
+            return layer
         col = self._columns.get(metric)
         if col is None:
             col = self._columns[metric] = _Column()

@@ -23,6 +23,7 @@ from typing import Any
 
 from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
+from mindwatch.store.layerfiles import LAYER_KEY, LayerFilesWriter, layers_dir
 from mindwatch.store.layout import RunLayout, read_json, write_json_atomic
 from mindwatch.store.states import FINAL_STATES
 
@@ -58,13 +59,25 @@ class RunWriter:
         if isinstance(previous.get("best_loss"), (int, float)):
             self.best_loss = float(previous["best_loss"])
         self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files, every_secs=columns_every_secs)
+        self.layers: LayerFilesWriter | None = None
+        self._valid_lines: int | None = None  # lines with an integer step in the JSONL, once layer rows need it
         self.flush()
+
+    def set_layers(self, names: list[str]) -> None:
+        """Records may carry per-layer statistics of these layers (``LAYER_KEY``): rows in ``layers.rank<R>/``."""
+        self.layers = LayerFilesWriter(layers_dir(self.layout.metrics(self.rank)), names)
 
     # -- sink interface -------------------------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
         """Append records and hand them to the OS (readers see them at once)."""
         if not records:
             return
+        rows = [(i, r[LAYER_KEY]) for i, r in enumerate(records) if LAYER_KEY in r] if self.layers is not None else []
+        if rows:  # the statistics go to the layer files, not into the line; before the lines, so a reader has both
+            records = [{k: v for k, v in r.items() if k != LAYER_KEY} if LAYER_KEY in r else r for r in records]
+            self._add_layer_rows(records, rows)
+        elif self._valid_lines is not None:
+            self._valid_lines += sum(type(r.get("step")) is int for r in records)
         data = b"".join(encode_line(r) for r in records)
         try:
             if self._fh is None:
@@ -78,6 +91,8 @@ class RunWriter:
             self.records_lost += len(records)
             self._close_file()
             self.columns.stop("the metrics file could not be written")
+            if self.layers is not None:
+                self.layers.stop("the metrics file could not be written")
             self._warn(
                 f"mindwatch: cannot write metrics to {self.layout.metrics(self.rank)} ({e}); "
                 f"{self.records_lost} records lost so far, training continues"
@@ -97,6 +112,8 @@ class RunWriter:
             if self._fh is not None and self._unsynced:
                 os.fsync(self._fh.fileno())
                 self._unsynced = False
+                if self.layers is not None:
+                    self.layers.flush()
             if self._fh is not None:
                 self.columns.flush(force=final)
             write_json_atomic(self.layout.status(self.rank), self.status(), durable=final)
@@ -108,6 +125,8 @@ class RunWriter:
         self.state, self.error, self.reason = state, error, reason
         self.flush()
         self._close_file()
+        if self.layers is not None:
+            self.layers.close()
 
     # -- alerts and status ----------------------------------------------
     def append_alert(self, alert: dict[str, Any]) -> None:
@@ -137,6 +156,25 @@ class RunWriter:
         }
 
     # -- internals ------------------------------------------------------
+    def _add_layer_rows(self, records: list[dict[str, Any]], rows: list[tuple[int, Any]]) -> None:
+        """Rows for ``records`` (about to be appended): ``rows`` are (index in records, stats)."""
+        assert self.layers is not None
+        if self._valid_lines is None:  # the lines already in the JSONL (earlier attempts), counted as readers count them
+            from mindwatch.store.columns import RankColumns
+
+            cols = RankColumns(self.layout.metrics(self.rank))
+            cols.refresh()
+            self._valid_lines = cols.lines
+        line_of = {}
+        for i, rec in enumerate(records):
+            if type(rec.get("step")) is int:
+                line_of[i] = self._valid_lines
+                self._valid_lines += 1
+        for i, stats in rows:
+            if i in line_of:
+                self.layers.add(line_of[i], stats)
+        self.layers.hand_over()
+
     def _end_torn_line(self) -> None:
         """A resumed run whose last writer was killed mid-line: end that line, so it does not swallow our first one."""
         path = self.layout.metrics(self.rank)

@@ -28,6 +28,7 @@ from rich.text import Text
 from mindwatch.analysis.progress import run_progress
 from mindwatch.analysis.summary import ordered_metrics
 from mindwatch.store.catalog import find_runs, listing
+from mindwatch.store.layerfiles import is_layer_metric
 from mindwatch.store.layout import is_run_dir
 from mindwatch.store.reader import Run, open_run
 from mindwatch.terminal.runs import STATE_STYLE
@@ -94,7 +95,7 @@ def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int =
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col, justify in (("metric", "left"), ("last", "right"), ("min", "right"), ("max", "right"), ("trend", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for metric in ordered_metrics(run.metrics):
+    for metric in ordered_metrics([m for m in run.metrics if not is_layer_metric(m)]):  # layers: the dashboard's view
         if metric == "epoch":
             continue
         s = run.series(metric, rank=r)

@@ -62,6 +62,7 @@ def main() -> None:
     p.add_argument("--block-at", type=int, default=10**9)
     p.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
+    p.add_argument("--layer-stats", action="store_true", help="per-layer statistics in the train cell")
     args = p.parse_args()
 
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
@@ -73,7 +74,7 @@ def main() -> None:
     net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 1))
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
     # the gradient norm is taken after the AllReduce: the same on every rank (the loss is each rank's own)
-    model = Model(TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), optimizer))
+    model = Model(TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), optimizer, layer_stats=args.layer_stats))
     data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(BATCH)
     config = {
         "project": args.project,

@@ -23,9 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from mindwatch.alerts.alert import Alert, make_alert
 from mindwatch.schema import RuleSettings
 from mindwatch.store.jsonl import decode_value
+from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
 
 if TYPE_CHECKING:
     from mindwatch.config import MonitorConfig
@@ -148,3 +151,53 @@ class RuleBase:
         kw.setdefault("severity", self.severity)
         kw.setdefault("t", rec.get("t"))  # the anomalous step's wall time
         return make_alert(self.name, step=rec.get("step"), rank=self.rank, message=message, actions=self.actions, **kw)
+
+
+class LayerRule(RuleBase):
+    """Fires for a layer once its statistic ``stat`` was anomalous for ``count`` measured steps in a row."""
+
+    name = "layer"
+    stat = "grad_norm"
+    #: Skip loss-scale overflow steps (the update was skipped on purpose).
+    skip_overflow = False
+
+    def __init__(self, *, count: int = 1, rank: int = 0, actions: Sequence[str] = ()) -> None:
+        super().__init__(rank, actions)
+        self.count = count
+        self.layers: tuple[str, ...] = ()
+        self.run = np.zeros(0, np.int64)
+
+    def judge(self, values: np.ndarray) -> np.ndarray:
+        """A bool per layer: anomalous at this step."""
+        raise NotImplementedError
+
+    def threshold(self, j: int) -> float | None:
+        """The limit layer ``j`` crossed, for the alert."""
+        return None
+
+    def describe(self, layer: str, value: float, j: int) -> str:
+        raise NotImplementedError
+
+    def check(self, rec: Record) -> list[Alert]:
+        row = rec.get(LAYER_KEY)
+        if not isinstance(row, LayerRow) or (self.skip_overflow and rec.get("overflow")):
+            return []
+        if row.layers != self.layers:  # the first row (or another model): start counting afresh
+            self.layers, self.run = row.layers, np.zeros(len(row.layers), np.int64)
+        values = np.asarray(row.values(self.stat), np.float64)
+        bad = self.judge(values)
+        self.run = np.where(bad, self.run + 1, 0)
+        out = []
+        for j in np.flatnonzero(self.run == self.count):  # once per streak
+            layer, v = self.layers[j], float(values[j])
+            out.append(
+                self._alert(
+                    rec,
+                    self.describe(layer, v, j),
+                    metric=f"{self.stat}/{layer}",
+                    value=v,
+                    threshold=self.threshold(j),
+                    layer=layer,
+                )
+            )
+        return out

@@ -39,6 +39,10 @@ class NonFiniteRule(RuleBase):
                 continue
             if metric != "loss" and rec.get("overflow"):
                 continue  # the loss-scale cell skipped this update on purpose
+            layer = rec.get("nonfinite_layer")  # the first layer whose gradient went NaN/Inf (per-layer statistics)
+            if isinstance(layer, str):
+                msg = f"{metric} is {v} at step {rec.get('step')}; the first layer with a NaN/Inf gradient is {layer}"
+                return [self._alert(rec, msg, metric=metric, value=v, layer=layer)]
             return [self._alert(rec, f"{metric} is {v} at step {rec.get('step')}", metric=metric, value=v)]
         return []
 

@@ -19,6 +19,9 @@ const GROUPS = [
 ];
 const HIDDEN = new Set(["epoch"]);
 export const ENTROPY = "attention_entropy/";
+/** Per-layer statistics (docs/layers.md): drawn by the layers view, not one chart each. */
+export const LAYER_PREFIXES = ["grad_norm/", "weight_norm/", "update_ratio/"];
+export const isLayerMetric = (m) => LAYER_PREFIXES.some((p) => m.startsWith(p));
 
 /** The charts of a run with these metrics: the known groups that have data, then one chart per other metric. */
 export function chartGroups(metrics) {
@@ -29,7 +32,7 @@ export function chartGroups(metrics) {
   }).filter((g) => g.metrics.length);
   const used = new Set(GROUPS.flatMap((g) => g.metrics));
   for (const m of metrics) {
-    if (!used.has(m) && !HIDDEN.has(m) && !m.startsWith(ENTROPY)) groups.push({ id: m, title: m, metrics: [m] });
+    if (!used.has(m) && !HIDDEN.has(m) && !m.startsWith(ENTROPY) && !isLayerMetric(m)) groups.push({ id: m, title: m, metrics: [m] });
   }
   return groups;
 }

@@ -7,6 +7,7 @@ import { heatmap } from "./charts.js";
 import { count } from "./debug.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
+import { LayersView, hasLayers } from "./layers_view.js";
 import { ChartCard, ENTROPY, chartGroups } from "./run_charts.js";
 import { bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
@@ -24,6 +25,7 @@ export class RunPage {
     this.alerts = [];
     this.cards = [];
     this.heat = null;
+    this.layers = null;  // the layers view, when the run has per-layer statistics
     this.live = null;
     this.serverOffset = 0;  // our clock minus the server's
     this.disposed = false;
@@ -37,7 +39,7 @@ export class RunPage {
     document.title = `mindwatch: ${runId}`;
     main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress),
       this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
-    this.onResize = () => { this.cards.forEach((c) => c.resize()); if (this.heat) this.heat.resize(); };
+    this.onResize = () => { this.cards.forEach((c) => c.resize()); if (this.heat) this.heat.resize(); if (this.layers) this.layers.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
     this.build().catch((e) => this.showError(e.message));
@@ -72,6 +74,8 @@ export class RunPage {
     this.cards.forEach((c) => c.dispose());
     if (this.heat) this.heat.dispose();
     this.heat = null;
+    if (this.layers) this.layers.dispose();
+    this.layers = null;
     this.grid.replaceChildren();
     this.cards = chartGroups(this.info.metrics).map((g) => {
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": g.metrics.join(",") });
@@ -88,6 +92,10 @@ export class RunPage {
       const el = h("div", { class: "chart heat", id: "chart-attention-entropy" });
       this.grid.append(el);
       this.heat = heatmap(el, await this.fetchHeat(), { title: "attention entropy per layer (nats)" });
+    }
+    if (hasLayers(this.info.metrics)) {
+      this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0]);
+      await this.layers.refresh();
     }
   }
 
@@ -122,7 +130,7 @@ export class RunPage {
     }, ZOOM_MS);
   }
 
-  renderSide() { this.side.replaceChildren(...sidePanel(this.info, this.alerts)); }
+  renderSide() { this.side.replaceChildren(...sidePanel(this.info, this.alerts, (layer) => this.layers && this.layers.pick(layer))); }
 
   showProgress(p) {
     this.info.progress = p;
@@ -175,10 +183,11 @@ export class RunPage {
   }
 
   refreshDerived() {
-    if (this.timers.derived || !(this.heat || this.bandsShown())) return;
+    if (this.timers.derived || !(this.heat || this.layers || this.bandsShown())) return;
     this.timers.derived = setTimeout(async () => {
       try {
         if (this.heat) this.heat.update(await this.fetchHeat());
+        if (this.layers) await this.layers.refresh();
         if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
         this.drawAll();
         count("derivedRefreshes");
@@ -206,5 +215,6 @@ export class RunPage {
     window.removeEventListener("resize", this.onResize);
     this.cards.forEach((c) => c.dispose());
     if (this.heat) this.heat.dispose();
+    if (this.layers) this.layers.dispose();
   }
 }

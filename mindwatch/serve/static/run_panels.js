@@ -24,13 +24,20 @@ export function runControls(runId, ranks, view, on) {
   ];
 }
 
-/** The side bar: the last 200 alerts (newest first), tags, the run's meta and config. */
-export function sidePanel(info, alerts) {
+/** The side bar: the last 200 alerts (newest first), tags, the run's meta and config; an alert that names a layer
+ * links to it (``onLayer(layer)``). */
+export function sidePanel(info, alerts, onLayer) {
+  const layerLink = (a) => {
+    if (!a.layer || !onLayer) return "";
+    const link = h("a", { href: "javascript:void 0", class: "layer-link", "data-layer": a.layer }, `layer ${a.layer}`);
+    link.addEventListener("click", () => onLayer(a.layer));
+    return h("span", {}, " → ", link);
+  };
   return [
     h("h3", {}, `Alerts (${alerts.length})`),
     h("ul", { class: "alert-list", id: "alert-list" }, ...alerts.slice(-200).reverse().map((a) =>
       h("li", { class: `sev-${a.severity || "warning"}` }, h("b", {}, `step ${a.step ?? "?"}`), ` r${a.rank ?? 0} `,
-        h("span", { class: "rule" }, a.rule || ""), " ", a.message || `${a.metric} = ${a.value}`))),
+        h("span", { class: "rule" }, a.rule || ""), " ", a.message || `${a.metric} = ${a.value}`, layerLink(a)))),
     h("h3", {}, "Tags"), h("div", {}, ...tagList(info.tags).map((t) => h("span", { class: "tag" }, t))),
     h("h3", {}, "Run"), h("pre", { class: "config" }, JSON.stringify(info.meta, null, 1)),
     h("h3", {}, "Config"), h("pre", { class: "config", id: "config" }, JSON.stringify(info.config, null, 1)),

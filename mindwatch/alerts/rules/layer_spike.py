@@ -1,0 +1,66 @@
+"""An exploding or spiking layer: its gradient norm above ``factor`` x its own rolling median.
+
+Example::
+
+    alerts: {layer_spike: {factor: 10, window: 20, warmup: 5}}
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec
+from mindwatch.schema import RuleSettings
+
+
+class LayerSpikeSettings(RuleSettings):
+    #: A layer's gradient norm above ``factor`` x the median of its last ``window`` measured values.
+    factor: float = Field(default=10.0, gt=1)
+    window: int = Field(default=20, ge=3)
+    #: Measured values of a layer before it is judged.
+    warmup: int = Field(default=5, ge=1)
+    count: int = Field(default=1, ge=1)
+
+
+class LayerSpikeRule(LayerRule):
+    """``grad_norm/<layer>`` above ``factor`` x its rolling median (NaN/Inf belongs to the non-finite rule)."""
+
+    name, stat = "layer_spike", "grad_norm"
+    skip_overflow = True
+
+    def __init__(self, *, factor: float = 10.0, window: int = 20, warmup: int = 5, count: int = 1, rank: int = 0, actions=()):
+        super().__init__(count=count, rank=rank, actions=actions)
+        self.factor, self.window, self.warmup = factor, window, warmup
+        self.history = np.zeros((0, 0))
+        self.seen = 0
+        self.median = np.zeros(0)
+
+    def judge(self, values: np.ndarray) -> np.ndarray:
+        if self.history.shape[1] != len(values):
+            self.history, self.seen = np.full((self.window, len(values)), np.nan), 0
+        with np.errstate(invalid="ignore"):
+            self.median = np.nanmedian(self.history, axis=0) if self.seen else np.full(len(values), np.nan)
+            bad = (self.seen >= self.warmup) & np.isfinite(values) & (values > self.factor * self.median) & (self.median > 0)
+        self.history[self.seen % self.window] = np.where(np.isfinite(values), values, np.nan)
+        self.seen += 1
+        return bad
+
+    def threshold(self, j: int) -> float:
+        return float(self.factor * self.median[j])
+
+    def describe(self, layer: str, value: float, j: int) -> str:
+        median = self.median[j]
+        return f"layer {layer}: its gradient norm spiked to {value:.4g}, above {self.factor:g} x its rolling median {median:.4g}"
+
+
+def _build(s: LayerSpikeSettings, ctx: RuleContext) -> list[LayerSpikeRule]:
+    return [LayerSpikeRule(factor=s.factor, window=s.window, warmup=s.warmup, count=s.count, rank=ctx.rank, actions=s.actions)]
+
+
+SPEC = RuleSpec(
+    "layer_spike",
+    LayerSpikeSettings,
+    _build,
+    doc="a layer's gradient norm above `factor` x its own rolling median: it explodes (per-layer statistics)",
+)

@@ -1,0 +1,120 @@
+"""Per-layer health inside the step's own graph: gradient norm, weight norm and update ratio of every layer.
+
+Example::
+
+    train_net = TrainOneStepWithGradNorm(net_with_loss, optimizer, layer_stats=True)
+    train_net.mindwatch_layer_params    # ('blocks.0.attn.qkv.weight', 'blocks.0.attn.qkv.bias', ...)
+    LayerGrouping(train_net.mindwatch_layer_params).layers   # ('blocks.0.attn.qkv', ...)
+
+A layer is the cell that owns parameters: a parameter's name without its last component
+(``blocks.0.attn.qkv.weight`` and ``blocks.0.attn.qkv.bias`` -> ``blocks.0.attn.qkv``), without the
+``network.`` that a loss wrapper (``nn.WithLossCell``) puts before every name.
+``monitor_config.layers.group`` merges layers: a depth (``2``: ``blocks.0``) or fnmatch patterns (a
+layer matching one is named by the pattern).
+
+Per layer, from the reduced gradients (before clipping) and the weights the step started from:
+``grad_norm = ||g||``, ``weight_norm = ||w_before||`` and ``update_ratio = ||w_after - w_before|| /
+||w_before||`` (what the optimizer really did). The graph returns per-parameter squared sums,
+``(3, parameters)``; :class:`LayerGrouping` sums them into layers on the host. The gradient squares
+come every step at no extra cost (the global norm needs them); weights and updates only on steps whose
+:class:`LayerStats` flag is set, in a graph branch the other steps skip (the weights are copied only
+then). The callback sets the flag every ``layers.every`` steps and reads the result once.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+
+_LOSS_WRAPPER = "network."
+
+
+def layer_of(param_name: str) -> str:
+    """The layer a parameter belongs to: its name without the last component."""
+    head, dot, _ = param_name.rpartition(".")
+    return head if dot else param_name
+
+
+def group_layers(param_names: Sequence[str], group: int | Sequence[str] | None = None) -> tuple[list[str], list[int]]:
+    """``(layer names in first-seen order, the layer index of each parameter)``.
+
+    ``group``: None keeps every layer; an int keeps that many name components; patterns merge the
+    layers that match one into a layer named by the pattern (the first pattern that matches wins).
+    """
+    names: list[str] = []
+    index: list[int] = []
+    seen: dict[str, int] = {}
+    for p in param_names:
+        layer = layer_of(p)
+        if isinstance(group, int):
+            layer = ".".join(layer.split(".")[:group])
+        elif group:
+            layer = next((pat for pat in group if fnmatch.fnmatchcase(layer, pat)), layer)
+        if layer not in seen:
+            seen[layer] = len(names)
+            names.append(layer)
+        index.append(seen[layer])
+    return names, index
+
+
+def squares(tensors: tuple) -> ms.Tensor:
+    """``sum(t**2)`` of each tensor, in float32, as one vector."""
+    return ops.stack([ops.reduce_sum(ops.square(ops.cast(t, ms.float32))) for t in tensors])
+
+
+class LayerStats(nn.Cell):
+    """The per-parameter part of a train step (see the module docstring); used inside our train cells."""
+
+    def __init__(self, weights: ms.ParameterTuple) -> None:
+        super().__init__()
+        #: The parameters measured, in output order.
+        self.names = tuple(w.name for w in weights)
+        self.zeros = ms.Tensor(np.zeros(len(self.names), np.float32))
+        #: 1 on the steps whose weights and updates are measured; set between steps by the callback.
+        self.flag = ms.Parameter(ms.Tensor(0, ms.int32), name="mindwatch_layer_stats_on", requires_grad=False)
+
+    def result(self, grad_sq: ms.Tensor, weight_sq: ms.Tensor, delta_sq: ms.Tensor) -> ms.Tensor:
+        """``(3, parameters)`` squared sums: gradients, weights before the step, updates (0 where not measured)."""
+        return ops.stack([grad_sq, weight_sq, delta_sq])
+
+
+class LayerGrouping:
+    """From a step's per-parameter squared sums to per-layer statistics, on the host (numpy, one product).
+
+    Example::
+
+        grouping = LayerGrouping(train_net.mindwatch_layer_params, group=None)
+        grouping.layers                  # ('0', '2')
+        stats = grouping.stats(out)      # (3, layers) float32: grad_norm, weight_norm, update_ratio
+    """
+
+    def __init__(self, param_names: Sequence[str], group: int | Sequence[str] | None = None) -> None:
+        # the loss wrapper (nn.WithLossCell) names every parameter "network.<name in the model>": the model's names read better
+        wrapped = all(n.startswith(_LOSS_WRAPPER) for n in param_names)
+        names, index = group_layers([n.removeprefix(_LOSS_WRAPPER) if wrapped else n for n in param_names], group)
+        self.layers = tuple(names)
+        self.params = tuple(param_names)
+        self.index = np.asarray(index, np.int64)  # the layer of each parameter
+
+    def stats(self, squares: np.ndarray) -> np.ndarray:
+        """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums."""
+        g, w, d = (self._per_layer(row) for row in np.asarray(squares, np.float64))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.sqrt(np.where(w > 0, d / np.where(w > 0, w, 1.0), 0.0))
+        return np.stack([np.sqrt(g), np.sqrt(w), ratio]).astype(np.float32)
+
+    def _per_layer(self, per_param: np.ndarray) -> np.ndarray:
+        # a sum by index, not a matrix product: 0 x NaN would spread one layer's NaN to every layer
+        return np.bincount(self.index, weights=per_param, minlength=len(self.layers))
+
+    def first_nonfinite(self, grad_sq: np.ndarray) -> str | None:
+        """The first layer (in parameter order) whose gradient is NaN or Inf; None when none is, or when every
+        layer's is (a NaN loss or activation reaches every gradient, so no layer stands out)."""
+        bad = ~np.isfinite(self._per_layer(np.asarray(grad_sq, np.float64)))
+        if not bad.any() or bad.all():
+            return None
+        return self.layers[int(np.argmax(bad))]

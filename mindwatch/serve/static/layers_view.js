@@ -1,0 +1,75 @@
+// The run page's layers view (docs/layers.md): a heat map of layers x steps for one statistic, coloured on a log
+// scale, and the curves of the layer a click (or an alert that names it) picks.
+
+import { api } from "./api.js";
+import { heatmap, line } from "./charts.js";
+import { h } from "./dom.js";
+import { POINTS, isLayerMetric } from "./run_charts.js";
+
+const BUCKETS = 120;
+const STATS = [["grad_norm", "gradient norm"], ["update_ratio", "update ratio"], ["weight_norm", "weight norm"]];
+
+/** Whether a run has per-layer statistics. */
+export const hasLayers = (metrics) => metrics.some(isLayerMetric);
+
+export class LayersView {
+  constructor(container, runId, rank) {
+    this.runId = runId;
+    this.rank = rank;
+    this.stat = "grad_norm";
+    this.layers = [];       // layer names, in the heat map's row order
+    this.picked = null;     // the layer whose curves are shown
+    this.heat = null;
+    this.curve = null;
+    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...STATS.map(([v, t]) => h("option", { value: v }, t)));
+    this.select.addEventListener("change", () => { this.stat = this.select.value; this.refresh(); });
+    this.heatEl = h("div", { class: "chart heat layers", id: "chart-layers" });
+    this.curveEl = h("div", { class: "chart heat", id: "chart-layer" });
+    this.curveEl.hidden = true;
+    this.el = h("section", { class: "layers-view", id: "layers" },
+      h("h3", {}, "Layers ", this.select, h("span", { class: "muted" }, " click a cell for the layer's curves")),
+      this.heatEl, this.curveEl);
+    container.append(this.el);
+  }
+
+  async refresh() {
+    const d = await api.heatmap(this.runId, this.rank, BUCKETS, `${this.stat}/`);
+    const prefix = `${this.stat}/`;
+    this.layers = d.layers.map((m) => m.slice(prefix.length));
+    const data = Object.assign({}, d, { layers: this.layers });
+    const title = `${STATS.find(([v]) => v === this.stat)[1]} per layer (log colour)`;
+    if (!this.heat) {
+      this.heat = heatmap(this.heatEl, data, { title, log: true });
+      this.heat.chart.on("click", (p) => this.pick(this.layers[p.value[1]]));
+    } else {
+      this.heat.update(data, { title, log: true });
+    }
+    if (this.picked) await this.loadCurves();
+  }
+
+  /** Show the curves of ``layer`` (a click on the heat map, or an alert that names it). */
+  async pick(layer) {
+    this.picked = layer;
+    this.curveEl.hidden = false;
+    this.el.scrollIntoView({ block: "nearest" });
+    await this.loadCurves();
+  }
+
+  async loadCurves() {
+    const series = await Promise.all(STATS.slice(0, 2).map(async ([stat, name], i) => {
+      const s = await api.series({ run: this.runId, metric: `${stat}/${this.picked}`, rank: this.rank, x: "step", points: POINTS });
+      return { name, metric: `${stat}/${this.picked}`, points: s.points, nonfinite: s.nonfinite, yAxisIndex: i };
+    }));
+    const opts = { title: `layer ${this.picked}`, series, axes: [{ name: "gradient norm" }, { name: "update ratio" }], x: "step" };
+    if (this.curve) this.curve.update(opts);
+    else this.curve = line(this.curveEl, opts);
+  }
+
+  resize() { if (this.heat) this.heat.resize(); if (this.curve) this.curve.resize(); }
+
+  dispose() {
+    if (this.heat) this.heat.dispose();
+    if (this.curve) this.curve.dispose();
+    this.el.remove();
+  }
+}

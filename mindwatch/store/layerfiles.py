@@ -1,0 +1,214 @@
+"""Per-layer statistics of a rank: ``layers.rank<R>/``, binary rows beside the JSONL, one row per recorded layer step.
+
+Example::
+
+    # the writer side: RunWriter.set_layers(names) once, then records carrying LAYER_KEY
+    rec = {"step": 120, "t": t, "loss": 2.3, LAYER_KEY: LayerRow(names, stats)}   # stats: float32 (3, layers)
+
+    files = LayerFiles(run_dir / "layers.rank0")
+    files.metrics                       # ['grad_norm/blocks.0.attn.qkv', 'update_ratio/...', ...]
+    line, value = files.column("grad_norm/blocks.0.attn.qkv")
+
+100 layers x 3 statistics would multiply the size of every JSONL line, so they live here instead:
+
+- ``layers.json``: ``{"format": "mindwatch.layers", "stats": [...], "layers": [...]}``;
+- ``lines.i64``: for each row, the JSONL line (counting lines with an integer step, as every reader
+  does) of the record of the same step, so a row has that record's step and time;
+- ``values.f32``: the rows, float32 little-endian, row-major ``(rows, stats x layers)``: for each
+  statistic in ``stats`` order, one value per layer in ``layers`` order (NaN and Inf as they are).
+
+Any tool reads them with ``numpy.fromfile(dir / "values.f32", "<f4").reshape(-1, len(stats) * len(layers))``.
+Files only grow; a row torn by a crash (a short last row) is ignored, and so is a row whose line is not
+in the JSONL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mindwatch.store.layout import read_json, write_json_atomic
+
+log = logging.getLogger("mindwatch")
+
+FORMAT = "mindwatch.layers"
+#: The statistics a layer row holds, in order (docs/run-directory.md).
+LAYER_STATS = ("grad_norm", "weight_norm", "update_ratio")
+#: The record key that carries a step's :class:`LayerRow` to the writer and the rules.
+LAYER_KEY = "layer_stats"
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One step's per-layer statistics: ``stats[i, j]`` is ``LAYER_STATS[i]`` of ``layers[j]``."""
+
+    layers: tuple[str, ...]
+    stats: np.ndarray
+
+    def values(self, stat: str) -> np.ndarray:
+        """One statistic of every layer, in ``layers`` order."""
+        return self.stats[LAYER_STATS.index(stat)]
+
+
+def is_layer_metric(name: str) -> bool:
+    """Whether ``name`` is a per-layer statistic (``grad_norm/<layer>``, ...), not a metric of its own."""
+    stat, slash, _ = name.partition("/")
+    return bool(slash) and stat in LAYER_STATS
+
+
+def layers_dir(metrics: Path) -> Path:
+    """``.../metrics.rank0.jsonl`` -> ``.../layers.rank0``."""
+    name = metrics.name.removeprefix("metrics.").removesuffix(".jsonl")
+    return metrics.with_name(f"layers.{name}")
+
+
+def layer_metrics(layers: list[str], stats: tuple[str, ...] | list[str] = LAYER_STATS) -> list[str]:
+    """The metric names of the columns of a row, in row order: ``grad_norm/<layer>``, ...."""
+    return [f"{stat}/{layer}" for stat in stats for layer in layers]
+
+
+class LayerFilesWriter:
+    """Appends layer rows for one rank (the worker thread). A failure is a warning, then no more rows."""
+
+    def __init__(self, directory: Path, layers: list[str]) -> None:
+        self.dir = Path(directory)
+        self.layers = list(layers)
+        self.width = len(LAYER_STATS) * len(self.layers)
+        self.enabled = bool(self.layers)
+        self._values: Any = None
+        self._lines: Any = None
+        if not self.enabled:
+            return
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            head = read_json(self.dir / "layers.json")
+            wanted = {"format": FORMAT, "stats": list(LAYER_STATS), "layers": self.layers}
+            if head is None:
+                write_json_atomic(self.dir / "layers.json", wanted)
+            elif head != wanted:  # a resumed run whose model changed: these files describe the old layers
+                self.stop("the run's layer files describe other layers (the model changed); not extending them")
+                return
+            self._trim()
+            self._values = open(self.dir / "values.f32", "ab")  # noqa: SIM115 (kept open across writes)
+            self._lines = open(self.dir / "lines.i64", "ab")  # noqa: SIM115
+        except OSError as e:
+            self.stop(f"cannot write {self.dir} ({e})")
+
+    def _trim(self) -> None:
+        """Drop what a crash left past the last whole row, so rows and lines stay in step."""
+        rows = min(_size(self.dir / "values.f32") // (4 * self.width), _size(self.dir / "lines.i64") // 8)
+        for name, nbytes in (("values.f32", 4 * self.width * rows), ("lines.i64", 8 * rows)):
+            if (self.dir / name).exists():
+                os.truncate(self.dir / name, nbytes)
+
+    def add(self, line: int, row: LayerRow) -> None:
+        """One row: the statistics of the step recorded on JSONL line ``line``."""
+        if not self.enabled:
+            return
+        values = np.asarray(row.stats, dtype="<f4").reshape(-1)
+        if values.size != self.width:
+            self.stop(f"a layer row has {values.size} values, not {self.width}")
+            return
+        try:
+            self._values.write(values.tobytes())
+            self._lines.write(np.asarray([line], "<i8").tobytes())
+        except OSError as e:
+            self.stop(f"cannot write {self.dir} ({e})")
+
+    def hand_over(self) -> None:
+        """Hand the rows written so far to the OS (readers see them; no fsync)."""
+        if not self.enabled:
+            return
+        try:
+            self._values.flush()
+            self._lines.flush()
+        except OSError as e:
+            self.stop(f"cannot write {self.dir} ({e})")
+
+    def flush(self) -> None:
+        """Hand the rows to the OS and fsync them (every heartbeat)."""
+        if not self.enabled:
+            return
+        try:
+            for f in (self._values, self._lines):
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            self.stop(f"cannot write {self.dir} ({e})")
+
+    def close(self) -> None:
+        self.flush()
+        for f in (self._values, self._lines):
+            if f is not None:
+                f.close()
+        self._values = self._lines = None
+        self.enabled = False
+
+    def stop(self, why: str) -> None:
+        if self.enabled:
+            log.warning("mindwatch: per-layer statistics stop: %s; training continues", why)
+        self.enabled = False
+
+
+class LayerFiles:
+    """One rank's layer rows for reading, re-read as they grow (:meth:`refresh`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        self.layers: list[str] = []
+        self.stats: list[str] = []
+        self.metrics: list[str] = []
+        self._index: dict[str, int] = {}
+        self.lines = np.empty(0, np.int64)
+        self.values = np.empty((0, 0), np.float32)
+        self.refresh()
+
+    def refresh(self) -> int:
+        """Read rows appended since; returns how many."""
+        if not self.layers:
+            head = read_json(self.dir / "layers.json")
+            if not head or head.get("format") != FORMAT:
+                return 0
+            self.layers, self.stats = [str(x) for x in head["layers"]], [str(x) for x in head["stats"]]
+            self.metrics = layer_metrics(self.layers, self.stats)
+            self._index = {m: i for i, m in enumerate(self.metrics)}
+            self.values = np.empty((0, len(self.metrics)), np.float32)
+        width = len(self.metrics)
+        rows = min(_size(self.dir / "values.f32") // (4 * width), _size(self.dir / "lines.i64") // 8) if width else 0
+        have = len(self.lines)
+        if rows <= have:
+            return 0
+        try:
+            lines = np.fromfile(self.dir / "lines.i64", "<i8", count=rows - have, offset=8 * have)
+            values = np.fromfile(self.dir / "values.f32", "<f4", count=(rows - have) * width, offset=4 * width * have)
+        except OSError:
+            return 0
+        self.lines = np.concatenate([self.lines, lines])
+        self.values = np.concatenate([self.values, values.reshape(-1, width)])
+        return rows - have
+
+    def column(self, metric: str, lines_known: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """(JSONL line numbers, float64 values) of one layer metric, rows in file order; None when not a layer metric.
+
+        ``lines_known``: rows whose line the reader has not read (yet) are left out.
+        """
+        j = self._index.get(metric)
+        if j is None:
+            return None
+        lines, values = self.lines, self.values[:, j].astype(np.float64)
+        if lines_known is not None:
+            keep = lines < lines_known
+            lines, values = lines[keep], values[keep]
+        return lines, values
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

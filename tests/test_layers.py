@@ -1,0 +1,254 @@
+"""Per-layer health on real trainings (CPU): the statistics equal what the weights themselves say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import dataset as ds
+from mindspore import nn, ops
+from mindspore.train import Callback, Model
+from test_callback import GPT, gpt_dataset
+
+import mindwatch
+from mindwatch.demo.model import LanguageModelLoss, TinyGPT
+from mindwatch.demo.train import set_mode
+from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
+
+LR = 0.05
+
+
+class WeightSnapshots(Callback):
+    """The weights at each step's begin and end, by parameter name (the independent reference)."""
+
+    def __init__(self, net: nn.Cell) -> None:
+        self.net = net
+        self.before: dict[int, dict[str, np.ndarray]] = {}
+        self.after: dict[int, dict[str, np.ndarray]] = {}
+
+    def _weights(self) -> dict[str, np.ndarray]:
+        return {p.name: p.asnumpy().astype(np.float64) for p in self.net.trainable_params()}
+
+    def on_train_step_begin(self, run_context) -> None:
+        self.before[run_context.original_args().cur_step_num] = self._weights()
+
+    def on_train_step_end(self, run_context) -> None:
+        self.after[run_context.original_args().cur_step_num] = self._weights()
+
+
+def layer_of(name: str) -> str:
+    """The layer of a parameter, as the docs define it: ``network.blocks.0.attn.qkv.weight`` -> ``blocks.0.attn.qkv``."""
+    return name.removeprefix("network.").rsplit(".", 1)[0]
+
+
+def by_layer(values: dict[str, np.ndarray]) -> dict[str, float]:
+    """Squared sums of the parameters of each layer."""
+    out: dict[str, float] = {}
+    for name, v in values.items():
+        out[layer_of(name)] = out.get(layer_of(name), 0.0) + float((v**2).sum())
+    return out
+
+
+def train(tmp_path: Path, mode: str, optimizer: str = "sgd", every: int = 1, steps: int = 6, loss_scale: bool = False):
+    set_mode(mode)
+    ms.set_seed(7)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    params = net.trainable_params()
+    opt = nn.SGD(params, learning_rate=LR) if optimizer == "sgd" else nn.Adam(params, learning_rate=1e-2)
+    if loss_scale:
+        cell = TrainOneStepWithGradNormAndLossScale(net, opt, ms.Tensor(1.0, ms.float32), layer_stats=True)
+    else:
+        cell = TrainOneStepWithGradNorm(net, opt, layer_stats=True)
+    snaps = WeightSnapshots(net)
+    monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "layers": {"every": every}, "interval": 60})
+    Model(cell).train(1, gpt_dataset(steps), callbacks=[snaps, monitor], dataset_sink_mode=False)
+    return mindwatch.open_run(monitor.run_dir), snaps
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_layer_statistics_equal_the_weights_own_story_with_sgd(tmp_path: Path, mode: str) -> None:
+    run, snaps = train(tmp_path, mode)
+    layers = sorted(by_layer(snaps.before[1]))
+    assert "blocks.0.attn.qkv" in layers and {f"grad_norm/{layer}" for layer in layers} <= set(run.metrics)
+    checked = 0
+    for layer in layers:
+        g, w, r = (run.series(f"{stat}/{layer}") for stat in ("grad_norm", "weight_norm", "update_ratio"))
+        assert g.step.tolist() == list(range(1, 7))
+        for i, step in enumerate(g.step.tolist()):
+            before, after = snaps.before[step], snaps.after[step]
+            grads = {n: (before[n] - after[n]) / LR for n in before if layer_of(n) == layer}  # plain SGD: w -= lr * g
+            delta = {n: after[n] - before[n] for n in grads}
+            ref_g = np.sqrt(by_layer(grads)[layer])
+            ref_w = np.sqrt(by_layer({n: before[n] for n in grads})[layer])
+            ref_r = np.sqrt(by_layer(delta)[layer]) / ref_w
+            assert g.value[i] == pytest.approx(ref_g, rel=1e-3), (layer, step)
+            assert w.value[i] == pytest.approx(ref_w, rel=1e-3), (layer, step)
+            assert r.value[i] == pytest.approx(ref_r, rel=1e-3), (layer, step)
+            checked += 1
+    assert checked == 6 * len(layers)
+
+
+def test_update_ratio_with_adam_is_what_the_optimizer_did(tmp_path: Path) -> None:
+    run, snaps = train(tmp_path, "graph", optimizer="adam", every=2)
+    for layer in ("blocks.0.attn.qkv", "blocks.0.mlp.0", "head"):
+        r = run.series(f"update_ratio/{layer}")
+        assert r.step.tolist() == [2, 4, 6]  # every 2 steps; the others are not measured
+        for step, value in zip(r.step.tolist(), r.value, strict=True):
+            before = {n: v for n, v in snaps.before[step].items() if layer_of(n) == layer}
+            delta = {n: snaps.after[step][n] - v for n, v in before.items()}
+            assert value == pytest.approx(np.sqrt(by_layer(delta)[layer] / by_layer(before)[layer]), rel=1e-3)
+
+
+def test_the_loss_scale_cell_measures_layers_too(tmp_path: Path) -> None:
+    run, snaps = train(tmp_path, "graph", loss_scale=True, steps=4)
+    g = run.series("grad_norm/head")
+    assert g.step.tolist() == [1, 2, 3, 4]
+    for i, step in enumerate(g.step.tolist()):
+        grads = {n: (v - snaps.after[step][n]) / LR for n, v in snaps.before[step].items() if layer_of(n) == "head"}
+        assert g.value[i] == pytest.approx(np.sqrt(by_layer(grads)["head"]), rel=1e-3)
+
+
+class GradGate(nn.Cell):
+    """The identity forward; backward, the gradient times ``gate`` (1 normally; the test sets 1e4 or NaN)."""
+
+    def construct(self, x, gate):
+        return x
+
+    def bprop(self, x, gate, out, dout):
+        return dout * gate, ops.zeros_like(gate)
+
+
+class Planted(nn.Cell):
+    """A small MLP whose middle layer the test makes vanish (its output times 0), explode or go NaN (its gradient)."""
+
+    def __init__(self, vanish: bool = False) -> None:
+        super().__init__()
+        self.inp, self.mid, self.out = nn.Dense(8, 16), nn.Dense(16, 16), nn.Dense(16, 1)
+        self.act = nn.ReLU()
+        self.mid_output = 0.0 if vanish else 1.0
+        self.grad_gate = GradGate()
+        self.gate = ms.Parameter(ms.Tensor(1.0, ms.float32), name="gate", requires_grad=False)
+
+    def construct(self, x):
+        h = self.act(self.inp(x))
+        m = ops.matmul(h, self.grad_gate(self.mid.weight, self.gate).T) + self.mid.bias
+        return self.out(self.act(m) * self.mid_output + h * (1 - self.mid_output))
+
+
+class AtStep(Callback):
+    """Sets a parameter to a value for one step (the planted fault), then back."""
+
+    def __init__(self, param: ms.Parameter, step: int, value: float) -> None:
+        self.param, self.step, self.value = param, step, value
+        self.normal = float(param.asnumpy())
+
+    def on_train_step_begin(self, run_context) -> None:
+        step = run_context.original_args().cur_step_num
+        if step in (self.step, self.step + 1):
+            self.param.set_data(ms.Tensor(self.value if step == self.step else self.normal, ms.float32))
+
+
+def planted_run(tmp_path: Path, *, vanish: bool = False, fault: tuple[str, int, float] | None = None, steps: int = 30):
+    set_mode("graph")
+    ms.set_seed(3)
+    net = Planted(vanish)
+    loss = nn.WithLossCell(net, nn.MSELoss())
+    cell = TrainOneStepWithGradNorm(loss, nn.SGD(net.trainable_params(), learning_rate=0.01), layer_stats=True)
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal(8).astype(np.float32), rng.standard_normal(1).astype(np.float32)) for _ in range(steps * 4)]
+    dataset = ds.GeneratorDataset(data, ["x", "y"], shuffle=False).batch(4)
+    callbacks: list[Callback] = []
+    if fault is not None:
+        name, step, value = fault
+        callbacks.append(AtStep(net.gate, step, value))
+    config = {"save_dir": str(tmp_path), "project": "p", "layers": {"every": 1}, "interval": 60, "alerts": {"cooldown_secs": 0}}
+    monitor = MonitorCallback(config)
+    Model(cell).train(1, dataset, callbacks=[*callbacks, monitor], dataset_sink_mode=False)
+    return mindwatch.open_run(monitor.run_dir)
+
+
+def fired(run, rule: str) -> list[dict]:
+    return [a for a in run.alerts if a["rule"] == rule]
+
+
+def test_a_vanishing_layer_is_named(tmp_path: Path) -> None:
+    run = planted_run(tmp_path, vanish=True)
+    alerts = fired(run, "layer_vanishing")
+    assert {a["layer"] for a in alerts} == {"mid"}
+    assert alerts[0]["step"] == 3  # the default count: 3 measured steps in a row
+    assert run.series("grad_norm/mid").value.max() == 0.0 and run.series("grad_norm/inp").value.min() > 0
+
+
+def test_an_exploding_layer_is_named(tmp_path: Path) -> None:
+    run = planted_run(tmp_path, fault=("gate", 20, 1e4))
+    alerts = fired(run, "layer_spike")
+    assert alerts and (alerts[0]["layer"], alerts[0]["step"]) == ("mid", 20)  # nothing before the fault, and it first
+    assert "mid" in alerts[0]["message"] and alerts[0]["metric"] == "grad_norm/mid"
+    g = run.series("grad_norm/mid")
+    assert g.value[g.step.tolist().index(20)] > 1000 * np.median(g.value[:19])
+
+
+def test_a_nan_in_one_layer_is_named_first(tmp_path: Path) -> None:
+    run = planted_run(tmp_path, fault=("gate", 12, float("nan")), steps=14)
+    nonfinite = fired(run, "nonfinite")
+    assert nonfinite and nonfinite[0]["step"] == 12 and nonfinite[0]["layer"] == "mid"
+    assert "mid" in nonfinite[0]["message"]
+
+
+def test_the_report_compares_the_layers_and_maps_them(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from conftest import CHROMIUM, CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+    from test_report import CHARTS_SHOWN, open_page
+
+    from mindwatch.cli import main
+
+    run, _ = train(tmp_path, "graph", every=2)
+    out = tmp_path / "report.html"
+    assert main(["report", str(run.path), "-o", str(out)]) == 0
+    html = out.read_text()
+    data = json.loads(re.search(r'<script id="mindwatch-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    # the layer files read with numpy alone, as another tool would (docs/run-directory.md)
+    head = json.loads((run.path / "layers.rank0" / "layers.json").read_text())
+    rows = np.fromfile(run.path / "layers.rank0" / "values.f32", "<f4").reshape(-1, len(head["stats"]) * len(head["layers"]))
+    n = len(head["layers"])
+    assert data["layers"]["layers"] == head["layers"]
+    assert data["layers"]["last"]["grad_norm"] == pytest.approx(rows[-1, :n].tolist(), rel=1e-6)
+    assert data["layers"]["last"]["weight_norm"] == pytest.approx(rows[-1, n : 2 * n].tolist(), rel=1e-6)
+    assert not any(m["name"].startswith("grad_norm/") for m in data["metrics"])  # no chart per layer metric
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page, problems, requests = open_page(browser, out)
+        state = page.evaluate(CHARTS_SHOWN)
+        assert state["errors"] == [] and problems == [] and requests == []
+        for chart in ("chart-layer-norms", "chart-layers-grad_norm", "chart-layers-update_ratio"):
+            assert page.evaluate(f"() => !!echarts.getInstanceByDom(document.getElementById('{chart}'))"), chart
+        browser.close()
+
+
+@pytest.mark.slow
+def test_both_ranks_of_a_data_parallel_job_record_the_same_reduced_layer_norms(tmp_path: Path) -> None:
+    from test_distributed import Launch, msrun, only_run_dir
+
+    launch = Launch()
+    try:
+        config = '{"layers": {"every": 2}}'
+        msrun(
+            launch, tmp_path / "logs", "--save-dir", str(tmp_path / "out"), "--steps", "12", "--layer-stats", "--config", config
+        )
+        assert launch.wait(300) == [0], (tmp_path / "logs" / "msrun.out").read_text()[-3000:]
+    finally:
+        launch.kill()
+    run = mindwatch.open_run(only_run_dir(tmp_path / "out" / "dist"))
+    layers = [m for m in run.metrics if m.startswith("grad_norm/")]
+    assert layers == ["grad_norm/0", "grad_norm/2"]  # the two Dense layers of the SequentialCell
+    for metric in layers:
+        r0, r1 = run.series(metric, rank=0), run.series(metric, rank=1)
+        assert r0.step.tolist() == r1.step.tolist() == [2, 4, 6, 8, 10, 12]
+        assert r0.value == pytest.approx(r1.value, rel=1e-5)  # after the AllReduce: the same on every rank
+    # each rank's own loss differs (different data), so equal norms are not a copy of one rank's numbers
+    assert run.series("loss", rank=0).value.tolist() != run.series("loss", rank=1).value.tolist()
