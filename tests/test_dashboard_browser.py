@@ -245,7 +245,7 @@ LAYER_CURVE = """() => {
   const c = el && !el.hidden && echarts.getInstanceByDom(el);
   if (!c) return null;
   const o = c.getOption();
-  return {title: o.title[0].text, points: o.series.map((s) => s.data.length)};
+  return {title: o.title[0].text, points: o.series.filter((s) => s.type === "line").map((s) => s.data.length)};
 }"""
 
 
