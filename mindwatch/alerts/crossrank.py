@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
+from mindwatch.alerts.liveness import LostRank, RankLiveness
 from mindwatch.alerts.rules import value_of
 from mindwatch.analysis.units import format_ms
 from mindwatch.store.layout import RunLayout, read_json
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mindwatch")
 
 #: The rules' names in ``alerts.jsonl``.
-STRAGGLER, HANG = "straggler", "hang"
+STRAGGLER, HANG, RANK_LOST = "straggler", "hang", "rank_lost"
 
 
 class StragglerRule:
@@ -123,6 +124,8 @@ class CrossRankWatch:
         alerts_enabled: bool = True,
         cooldown_secs: float = 300.0,
         forward: Callable[[Alert], None] | None = None,
+        on_lost: Callable[[LostRank, Alert], None] | None = None,
+        stale_secs: float = 10.0,
         close_wait: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -144,6 +147,11 @@ class CrossRankWatch:
         self.hang_enabled = alerts_enabled and config.hang.enabled
         self.hang_wait = config.hang.wait
         self.hang_actions = list(config.hang.actions)
+        self.liveness = RankLiveness(self.layout, world_size, stale_secs=stale_secs)
+        self.liveness_secs = config.liveness_secs
+        self.on_lost = on_lost
+        self.last_steps: dict[int, int] = {}
+        self._last_liveness = -1e18
         self._alerts = JsonlTail(self.layout.alerts)
         for tail in [self._alerts, *self.tails.tails.values()]:
             tail.offset = _size(tail.path)  # a resumed run's old lines are not news
@@ -161,6 +169,13 @@ class CrossRankWatch:
     def flush(self) -> None:
         self.poll()
 
+    def tick(self) -> None:
+        """Every worker loop: the liveness of the ranks on this host, every ``liveness_secs`` (a signal 0 per pid)."""
+        now = self.clock()
+        if now - self._last_liveness >= self.liveness_secs:
+            self._last_liveness = now
+            self._check_liveness(remote=False)
+
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         """A last look, after the other ranks ended too (up to ``close_wait`` s): their last alerts get forwarded."""
         deadline = self.clock() + self.close_wait
@@ -173,6 +188,8 @@ class CrossRankWatch:
     def _others_done(self) -> bool:
         # a rank writes its final status after its last alert is in alerts.jsonl
         for r in range(1, self.world_size):
+            if r in self.liveness.lost:
+                continue
             st = read_json(self.layout.status(r))
             if st is None or st.get("state") not in FINAL_STATES:
                 return False
@@ -181,11 +198,46 @@ class CrossRankWatch:
     # -- one look at the other ranks --------------------------------------------------
     def poll(self) -> None:
         self._last_poll = self.clock()
-        for rank, records in self.tails.read_new().items():
-            for step, ranks in self.aligner.add(rank, records):
-                self.engine.write([{"step": step, "ranks": ranks}])
+        self._read_steps()
+        self._check_liveness(remote=True)
         if self.hang_enabled or self.forward is not None:
             self._read_alerts()
+
+    def _read_steps(self) -> None:
+        for rank, records in self.tails.read_new().items():
+            step = records[-1].get("step")
+            if isinstance(step, int):
+                self.last_steps[rank] = step
+            for step, ranks in self.aligner.add(rank, records):
+                self.engine.write([{"step": step, "ranks": ranks}])
+
+    def _check_liveness(self, *, remote: bool) -> None:
+        if self.world_size < 2:
+            return
+        lost = self.liveness.check(self.last_steps, remote=remote)
+        if not lost:
+            return
+        self._read_steps()  # the lost rank's last records, if they arrived since the last poll
+        for gone in lost:
+            last = max(s for s in (gone.last_step, self.last_steps.get(gone.rank), -1) if isinstance(s, int))
+            gone = LostRank(gone.rank, gone.pid, gone.host, last if last >= 0 else None, gone.how, gone.t)
+            self.liveness.lost[gone.rank] = gone
+            alert = make_alert(
+                RANK_LOST,
+                step=gone.last_step,
+                rank=gone.rank,
+                message=gone.message,
+                severity="error",
+                lost_rank=gone.rank,
+                pid=gone.pid,
+                host=gone.host,
+                how=gone.how,
+                reported_by=0,
+            )
+            log.error("mindwatch: %s", gone.message)
+            if self.on_lost is not None:
+                self.on_lost(gone, alert)
+            self.emit(alert)
 
     def _read_alerts(self) -> None:
         for alert in self._alerts.read_new():

@@ -29,6 +29,7 @@ import numpy as np
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.config import BUILTIN_METRICS
 from mindwatch.store.reader import Run
+from mindwatch.store.states import lost_message
 
 #: How reports and the terminal view order metrics: the built-in ones as the README lists them, then the rest.
 METRIC_ORDER = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
@@ -119,7 +120,7 @@ def summarize_run(run: Run) -> RunSummary:
         project=str(run.meta.get("project", run.path.parent.name)),
         path=str(run.path),
         state=run.state,
-        error=errors[0] if errors else None,
+        error=lost_message(run.statuses) or (errors[0] if errors else None),
         ranks=run.ranks,
         world_size=int(run.meta.get("world_size", max(len(run.ranks), 1))),
         metrics=run.metrics,

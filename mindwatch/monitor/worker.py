@@ -78,6 +78,8 @@ class Monitor:
         self._last_flush = 0.0
         self._last_sample = 0.0
         self._sink_errors: dict[int, float] = {}
+        #: Sinks called every loop (``tick()``), such as a multi-rank run's action coordinator.
+        self.tickers: list[Any] = []
 
     # -- training thread ------------------------------------------------
     def record(self, rec: Record) -> None:
@@ -124,6 +126,8 @@ class Monitor:
         while not self._stop.wait(self.poll_secs):
             self._drain()
             self._deliver_alerts()
+            for ticker in self.tickers:
+                self._call(ticker, "tick")
             now = time.monotonic()
             if now - self._last_flush >= self.flush_secs:
                 self._last_flush = now

@@ -20,7 +20,7 @@ from typing import Any
 
 from mindwatch.store.jsonl import decode_line
 from mindwatch.store.layout import RunLayout, is_run_dir, read_json
-from mindwatch.store.states import rank_state, run_state
+from mindwatch.store.states import lost_message, rank_states, run_state
 
 
 def find_runs(logdir: str | os.PathLike[str], max_depth: int = 3) -> list[Path]:
@@ -84,7 +84,7 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
     layout = RunLayout(Path(path))
     meta = read_json(layout.meta) or {}
     statuses = {r: s for r in layout.ranks() if (s := read_json(layout.status(r))) is not None}
-    state = run_state(rank_state(s, now) for s in statuses.values())
+    state = run_state(rank_states(statuses, now).values())
     # the heartbeat lags the metrics by up to flush_secs (and forever after a kill -9): take the newer of the two
     lasts = [rec for r in layout.ranks() if (rec := last_record(layout.metrics(r))) is not None]
     last_steps = [s["last_step"] for s in statuses.values() if isinstance(s.get("last_step"), int)]
@@ -106,7 +106,7 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
         started_at=started or None,
         ended_at=meta.get("ended_at"),
         alert_count=_count_lines(layout.alerts),
-        error=errors[0] if errors else None,
+        error=lost_message(statuses) or (errors[0] if errors else None),
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ class RunWriter:
         self._fh: Any = None
         self._last_warning = 0.0
         self.started_at = time.time()
+        self.host = socket.gethostname()
+        #: Rank 0 of a multi-rank run: ranks it saw die, ``{"1": {"pid", "host", "last_step", "how", "t"}}``.
+        self.lost_ranks: dict[str, dict[str, Any]] = {}
         self.layout.root.mkdir(parents=True, exist_ok=True)
         self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files)
         self.flush()
@@ -103,6 +107,7 @@ class RunWriter:
         return {
             "rank": self.rank,
             "pid": os.getpid(),
+            "host": self.host,
             "state": self.state,
             "last_step": self.last_step,
             "last_step_time": self.last_step_time,
@@ -114,6 +119,7 @@ class RunWriter:
             "records_lost": self.records_lost,
             "error": self.error,
             "reason": self.reason,
+            **({"lost_ranks": self.lost_ranks} if self.lost_ranks else {}),
         }
 
     # -- internals ------------------------------------------------------
