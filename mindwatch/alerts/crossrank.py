@@ -17,18 +17,21 @@ the rank the others wait for (:mod:`mindwatch.alerts.hang`). Nothing here touche
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
 from mindwatch.alerts.liveness import LostRank, RankLiveness
 from mindwatch.alerts.rules import value_of
+from mindwatch.analysis.bands import CROSS_RANK_METRICS
 from mindwatch.analysis.units import format_ms
+from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
 from mindwatch.store.states import FINAL_STATES
@@ -41,6 +44,20 @@ log = logging.getLogger("mindwatch")
 
 #: The rules' names in ``alerts.jsonl``.
 STRAGGLER, HANG, RANK_LOST = "straggler", "hang", "rank_lost"
+
+
+def medians_of_the_others(values: np.ndarray) -> np.ndarray:
+    """For each element, the median of all the other elements (``statistics.median`` of the rest), in O(n log n)."""
+    n = len(values)
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    m = n - 1  # how many values are left without one
+    lo, hi = (m - 1) // 2, m // 2  # the middle of what is left (one index when m is odd)
+    at_lo = np.where(lo < position, s[lo], s[min(lo + 1, n - 1)])  # without element i, index k of the rest is s[k] or s[k + 1]
+    at_hi = np.where(hi < position, s[hi], s[min(hi + 1, n - 1)])
+    return (at_lo + at_hi) / 2
 
 
 class StragglerRule:
@@ -74,17 +91,19 @@ class StragglerRule:
         out = []
         for metric in self.metrics:
             values = {r: v for r, rec in ranks.items() if (v := value_of(rec, metric)) is not None and v == v}
-            for rank, v in values.items():
-                others = [x for r, x in values.items() if r != rank]
-                if not others:
-                    continue
-                median = statistics.median(others)
+            if len(values) < 2:
+                continue
+            who = np.fromiter(values, np.int64, len(values))
+            v = np.fromiter(values.values(), np.float64, len(values))
+            median = medians_of_the_others(v)
+            slow = (v > self.factor * median) & (v - median > self.min_excess)
+            for rank, is_slow, value, med in zip(who.tolist(), slow.tolist(), v.tolist(), median.tolist(), strict=True):
                 key = (rank, metric)
-                if v > self.factor * median and v - median > self.min_excess:
+                if is_slow:
                     self.streak[key] = self.streak.get(key, 0) + 1
                     if self.streak[key] == self.count:
-                        out.append(self._alert(step_record["step"], rank, metric, v, median))
-                else:
+                        out.append(self._alert(step_record["step"], rank, metric, value, med))
+                elif self.streak.get(key):
                     self.streak[key] = 0
         return out
 
@@ -126,6 +145,7 @@ class CrossRankWatch:
         forward: Callable[[Alert], None] | None = None,
         on_lost: Callable[[LostRank, Alert], None] | None = None,
         stale_secs: float = 10.0,
+        write_bands: bool = True,
         close_wait: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -147,7 +167,11 @@ class CrossRankWatch:
         self.hang_enabled = alerts_enabled and config.hang.enabled
         self.hang_wait = config.hang.wait
         self.hang_actions = list(config.hang.actions)
+        self.bands = BandFileWriter(self.layout) if write_bands else None
         self.liveness = RankLiveness(self.layout, world_size, stale_secs=stale_secs)
+        #: Remote heartbeats are read (one status file a rank) this often: a quarter of the stale limit.
+        self.remote_secs = max(config.poll_secs, stale_secs / 4)
+        self._last_remote = -1e18
         self.liveness_secs = config.liveness_secs
         self.on_lost = on_lost
         self.last_steps: dict[int, int] = {}
@@ -199,17 +223,41 @@ class CrossRankWatch:
     def poll(self) -> None:
         self._last_poll = self.clock()
         self._read_steps()
-        self._check_liveness(remote=True)
+        remote = self._last_poll - self._last_remote >= self.remote_secs
+        if remote:
+            self._last_remote = self._last_poll
+        self._check_liveness(remote=remote)
         if self.hang_enabled or self.forward is not None:
             self._read_alerts()
 
     def _read_steps(self) -> None:
+        complete = []
         for rank, records in self.tails.read_new().items():
             step = records[-1].get("step")
             if isinstance(step, int):
                 self.last_steps[rank] = step
             for step, ranks in self.aligner.add(rank, records):
                 self.engine.write([{"step": step, "ranks": ranks}])
+                complete.append((step, ranks))
+        if complete and self.bands is not None:
+            self._write_bands(complete)
+
+    def _write_bands(self, complete: list[tuple[int, dict[int, dict[str, Any]]]]) -> None:
+        """Every step all ranks recorded, summarised across ranks per metric (``bands/``: what the dashboard reads)."""
+        complete.sort(key=lambda item: item[0])
+        steps = [step for step, _ in complete]
+        ranks = np.arange(self.world_size)
+        for metric in CROSS_RANK_METRICS:
+            values = np.full((len(complete), self.world_size), np.nan)
+            seen = False
+            for i, (_, by_rank) in enumerate(complete):
+                for r, rec in by_rank.items():
+                    v = rec.get(metric)
+                    if isinstance(v, (int, float)):
+                        values[i, r] = v
+                        seen = True
+            if seen:
+                self.bands.append(metric, band_rows(steps, ranks, values))
 
     def _check_liveness(self, *, remote: bool) -> None:
         if self.world_size < 2:
