@@ -2,7 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench
+DIST ?= dist
+
+.PHONY: setup demo test lint bench dist
 setup:
 	@VENV=$(VENV) scripts/setup.sh
 
@@ -22,3 +24,12 @@ lint: setup
 
 bench: setup
 	$(PY) -m bench $(ARGS)
+
+# The wheel and sdist (ECharts inside) into $(DIST)/: needs npm and `pip install build`, not MindSpore.
+dist: node_modules
+	$(PY) -m build --outdir $(DIST)
+
+node_modules: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "make dist: npm not found: install Node.js and npm (Debian: apt-get install npm), then run make dist again" >&2; exit 1; }
+	npm ci --no-audit --no-fund
+	touch node_modules

@@ -1,4 +1,5 @@
-"""Run benchmarks: ``python -m bench`` (all) or ``python -m bench overhead dashboard``."""
+"""Run benchmarks: ``python -m bench`` (all), ``python -m bench overhead dashboard``, or one with its options:
+``python -m bench overhead --rounds 15``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ def available() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or available()
+    first = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    names, options = argv[:first] or available(), argv[first:]
+    if options and len(names) != 1:
+        print("options go to one benchmark: python -m bench NAME --option ...", file=sys.stderr)
+        return 2
     unknown = [n for n in names if n not in available()]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; available: {', '.join(available())}", file=sys.stderr)
@@ -23,7 +28,11 @@ def main(argv: list[str]) -> int:
     for name in names:
         print(f"\n=== bench {name} ===", flush=True)
         start = time.time()
-        importlib.import_module(f"bench.bench_{name}").main()
+        module = importlib.import_module(f"bench.bench_{name}")
+        if options:
+            module.main(options)
+        else:
+            module.main()
         print(f"(bench {name}: {time.time() - start:.1f} s)", flush=True)
     return 0
 

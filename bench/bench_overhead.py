@@ -1,6 +1,7 @@
 """Cost of monitoring: the callback's hot path per step, and the slowdown of the demo training.
 
-Run: ``python -m bench overhead`` (``MINDWATCH_BENCH_QUICK=1`` for a short smoke run).
+Run: ``python -m bench overhead [--rounds 15 --steps 200 --skip 100 --hot-steps 200000 --idle-secs 10]``
+(``MINDWATCH_BENCH_QUICK=1`` for a short smoke run; ``--help`` for the options).
 
 1. Hot path: ``on_train_step_begin`` + ``on_train_step_end`` per step, driven with MindSpore's own
    ``RunContext``/callback params, against an empty callback, a naive ``json.dumps`` + ``write`` per
@@ -10,7 +11,12 @@ Run: ``python -m bench overhead`` (``MINDWATCH_BENCH_QUICK=1`` for a short smoke
 2. Demo slowdown: the demo model (GRAPH mode, CPU) trained in rotating rounds on one compiled
    network with no callback, with a callback that only reads the loss each step (what any
    per-step logger does, MindSpore's LossMonitor included: the peer), and with mindwatch (all
-   default metrics); median step times and paired per-round ratios.
+   default metrics); median step times and paired per-round ratios, from step ``--skip`` of each round on.
+   Next to them, CPU time per thread (:mod:`bench.threadcpu`): the training thread, the arm's own
+   step hooks on it (timed from inside), mindwatch's threads and MindSpore's (all others). CPU
+   time hardly moves with the machine's load; wall ratios on a shared machine do. The callback's
+   wall time minus its CPU time is what its hooks waited: for the GIL, for a core, for the device.
+3. Idle: CPU per second of mindwatch's threads while no record comes (compiling; stalled).
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -149,25 +157,77 @@ def hot_path(steps: int) -> dict[str, float]:
     return results
 
 
-def demo_slowdown(steps: int, rounds: int) -> dict[str, list[float]]:
-    """Mean step time per round of each arm: no callback, a loss reader (the peer), mindwatch; arms rotate."""
+@dataclass
+class Round:
+    """One arm's round of the demo, from step ``skip`` on."""
+
+    step: float  # mean seconds per step
+    steps: int
+    seconds: float  # wall seconds
+    cpu: dict[str, float]  # CPU seconds per thread group (bench.threadcpu.by_group)
+    hook_cpu: float  # CPU seconds in the arm's own step hooks, on the training thread
+    hook_wall: float  # wall seconds in them (CPU + waiting for the GIL, the CPU or a device sync)
+
+
+class HookClock:
+    """Times a callback's step hooks from inside: ``time.thread_time_ns`` and ``perf_counter_ns`` around each call."""
+
+    def __init__(self) -> None:
+        self.cpu_ns = self.wall_ns = 0
+
+    def wrap(self, callback) -> None:
+        for name in ("on_train_step_begin", "on_train_step_end"):
+            setattr(callback, name, self._timed(getattr(callback, name)))
+
+    def _timed(self, hook):
+        def timed(run_context):
+            wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+            hook(run_context)
+            self.cpu_ns += time.thread_time_ns() - cpu
+            self.wall_ns += time.perf_counter_ns() - wall
+
+        return timed
+
+
+def demo_slowdown(steps: int, rounds: int, skip: int) -> dict[str, list[Round]]:
+    """Each arm's rounds: no callback, a loss reader (the peer), mindwatch; arms rotate; figures from step ``skip`` on."""
     from mindspore.train import Callback
 
+    from bench import threadcpu
     from mindwatch.demo.train import DemoSettings, build_training
     from mindwatch.mindspore import MonitorCallback
 
     class StepTimer(Callback):
-        def __init__(self) -> None:
+        """Last in the callback list: step end times, and the CPU of every thread between step ``skip`` and the last."""
+
+        def __init__(self, clock: HookClock) -> None:
+            self.clock = clock
             self.ends: list[float] = []
+            self.cpu: dict[str, float] = {}
+            self._before: threadcpu.Snapshot = {}
+            self._hooks = (0, 0)
 
         def on_train_step_end(self, run_context):
             self.ends.append(time.perf_counter())
+            step = run_context.original_args().cur_step_num
+            if step == skip:
+                self._hooks = (self.clock.cpu_ns, self.clock.wall_ns)
+                self._before = threadcpu.snapshot()
+            elif step == steps:  # before on_train_end: mindwatch's threads are still alive
+                self.cpu = threadcpu.by_group(self._before, threadcpu.snapshot(), training=threading.get_native_id())
 
-        def mean_step(self, skip: int = 5) -> float:
-            return float(np.mean(np.diff(self.ends[skip:])))
+        def result(self) -> Round:
+            ends = self.ends[skip - 1 :]
+            n = len(ends) - 1
+            cpu0, wall0 = self._hooks
+            hook_cpu, hook_wall = (self.clock.cpu_ns - cpu0) / 1e9, (self.clock.wall_ns - wall0) / 1e9
+            return Round(float(np.mean(np.diff(ends))), n, ends[-1] - ends[0], self.cpu, hook_cpu, hook_wall)
 
     class ReadLoss(Callback):
         """What any per-step loss logger does, MindSpore's LossMonitor included: the loss on the host."""
+
+        def on_train_step_begin(self, run_context):
+            pass
 
         def on_train_step_end(self, run_context):
             out = run_context.original_args().net_outputs
@@ -176,26 +236,120 @@ def demo_slowdown(steps: int, rounds: int) -> dict[str, list[float]]:
     arms = ("no callback", "loss reader", "mindwatch")
     model, dataset = build_training(DemoSettings(steps=steps * (len(arms) * rounds + 1), mode="graph"))
     dataset = dataset.take(steps)  # the lr schedule covers every round; each round trains `steps` batches
-    model.train(1, dataset, callbacks=[StepTimer()], dataset_sink_mode=False)  # compile once, warm up
-    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    model.train(1, dataset, callbacks=[StepTimer(HookClock())], dataset_sink_mode=False)  # compile once, warm up
+    results: dict[str, list[Round]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:  # each arm goes first, second, third in turn
-                timer = StepTimer()
+                clock = HookClock()
+                timer = StepTimer(clock)
                 if arm == "mindwatch":
                     extra = [MonitorCallback({"save_dir": tmp, "interval": 3600})]
                 else:
                     extra = [ReadLoss()] if arm == "loss reader" else []
+                for cb in extra:
+                    clock.wrap(cb)
                 model.train(1, dataset, callbacks=[*extra, timer], dataset_sink_mode=False)
-                times[arm].append(timer.mean_step())
-    return times
+                results[arm].append(timer.result())
+    return results
 
 
-def main() -> None:
+def idle_cpu(seconds: float) -> dict[str, float]:
+    """CPU per second of mindwatch's threads while no record comes: before the first step, and stalled after steps."""
+    from bench import threadcpu
+    from mindwatch.config import load_config
+    from mindwatch.session import RunSession
+    from mindwatch.system import host_memory_sampler
+
+    def mindwatch_cpu() -> float:
+        before = threadcpu.snapshot()
+        time.sleep(seconds)
+        return threadcpu.by_group(before, threadcpu.snapshot(), training=threading.get_native_id())["mindwatch"] / seconds
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        session = RunSession.start(load_config({"save_dir": tmp, "interval": 3600}), samplers=[host_memory_sampler()])
+        if session.watchdog is not None:
+            session.watchdog.started = time.perf_counter()
+        time.sleep(0.5)
+        out["before the first step (compiling)"] = mindwatch_cpu()
+        for step in range(1, 6):
+            session.monitor.record({"step": step, "t": time.time(), "loss": 2.0})
+            if session.watchdog is not None:
+                session.watchdog.last_beat = time.perf_counter()
+            time.sleep(0.01)
+        time.sleep(0.5)
+        out["stalled after 5 steps"] = mindwatch_cpu()
+        session.close()
+    return out
+
+
+def _spread(xs: list[float]) -> str:
+    return f"median {statistics.median(xs):.4f}, min {min(xs):.4f}, max {max(xs):.4f}"
+
+
+def report_demo(results: dict[str, list[Round]], steps: int, rounds: int, skip: int) -> None:
+    print(f"demo training (GRAPH, CPU), {rounds} rotating rounds x {steps} steps, figures from step {skip} on:")
+    for arm, rs in results.items():
+        ts = [r.step for r in rs]
+        per_round = ", ".join(f"{x * 1e3:.1f}" for x in ts)
+        print(f"  {arm:12s} mean step per round {per_round} ms  (median {statistics.median(ts) * 1e3:.2f} ms)")
+    print("  CPU per step (median over rounds), by thread; per second in brackets:")
+    columns = ("training", "its callback", "mindwatch*", "other (MindSpore)")
+    print(f"  {'arm':12s} " + " ".join(f"{c:>18s}" for c in columns) + "   callback wall-CPU")
+    for arm, rs in results.items():
+
+        def cell(per_round: list[tuple[float, Round]]) -> str:
+            per_step = statistics.median(v / r.steps for v, r in per_round) * 1e3
+            per_sec = statistics.median(v / r.seconds for v, r in per_round) * 1e3
+            return f"{per_step:7.3f} ms ({per_sec:5.1f})"
+
+        wait = statistics.median((r.hook_wall - r.hook_cpu) / r.steps for r in rs) * 1e6
+        cells = [cell([(r.cpu["training"], r) for r in rs]), cell([(r.hook_cpu, r) for r in rs])]
+        cells += [cell([(r.cpu["mindwatch"], r) for r in rs]), cell([(r.cpu["other"], r) for r in rs])]
+        print(f"  {arm:12s} " + " ".join(f"{c:>18s}" for c in cells) + f"   {wait:7.1f} us/step")
+    off, peer, mw = (results[a] for a in ("no callback", "loss reader", "mindwatch"))
+    ratios = {
+        "loss reader / no callback": [b.step / a.step for a, b in zip(off, peer, strict=True)],
+        "mindwatch / no callback": [b.step / a.step for a, b in zip(off, mw, strict=True)],
+        "mindwatch / loss reader": [b.step / a.step for a, b in zip(peer, mw, strict=True)],
+    }
+    for name, xs in ratios.items():
+        print(f"  paired wall ratio {name:26s} {_spread(xs)}")
+    extra = [(m.cpu["mindwatch"] + m.hook_cpu - p.hook_cpu) / m.steps for p, m in zip(peer, mw, strict=True)]
+    print(
+        f"  mindwatch's CPU above the loss reader's (its threads + its hooks - the reader's hooks): "
+        f"median {statistics.median(extra) * 1e3:.3f} ms/step"
+    )
+    print("  (targets: mindwatch* <= 0.1 ms CPU/step; wall ratio mindwatch / loss reader <= 1.01, median of >= 15 rounds;")
+    print("   wall ratios on a shared machine are noise: trust the CPU columns there)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
     import logging
 
+    parser = argparse.ArgumentParser(prog="python -m bench overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--hot-steps", type=int, default=20_000 if QUICK else 200_000, help="hot path steps (0: skip it)")
+    parser.add_argument("--rounds", type=int, default=3 if QUICK else 15, help="rotating demo rounds (0: skip the demo)")
+    parser.add_argument("--steps", type=int, default=120 if QUICK else 200, help="demo steps per round")
+    parser.add_argument("--skip", type=int, default=20 if QUICK else 100, help="figures from this step of a round on")
+    parser.add_argument("--idle-secs", type=float, default=2.0 if QUICK else 10.0, help="seconds per idle phase (0: skip)")
+    args = parser.parse_args(argv or [])
+    if not 1 <= args.skip < args.steps:
+        parser.error(f"--skip must be between 1 and --steps - 1 (got {args.skip} with --steps {args.steps})")
     logging.getLogger("mindwatch").setLevel(logging.WARNING)
-    steps = 20_000 if QUICK else 200_000
+    if args.hot_steps:
+        report_hot_path(args.hot_steps)
+    if args.idle_secs:
+        print(f"idle, no record comes ({args.idle_secs:g} s each): CPU of mindwatch's threads per second")
+        for phase, cpu in idle_cpu(args.idle_secs).items():
+            print(f"  {phase:36s} {cpu * 1e3:7.3f} ms/s   (target <= 1 ms/s)")
+    if args.rounds:
+        report_demo(demo_slowdown(args.steps, args.rounds, args.skip), args.steps, args.rounds, args.skip)
+
+
+def report_hot_path(steps: int) -> None:
     res = hot_path(steps)
     empty = res["empty callback"]
     print(f"hot path, {steps:,} steps (tensorboardX: {steps // 50:,}), best of 3, per step:")
@@ -206,16 +360,3 @@ def main() -> None:
         extra = f"{dt / res['mindwatch']:6.1f}x mindwatch" if name != "mindwatch" else ""
         print(f"  {name:56s} {dt * 1e6:8.2f} us   (above empty: {(dt - empty) * 1e6:7.2f} us) {extra}")
     print(f"  mindwatch cost above an empty callback: {(res['mindwatch'] - empty) * 1e6:.2f} us/step (target <= 5 us)")
-
-    demo_steps, rounds = (60, 3) if QUICK else (150, 9)
-    times = demo_slowdown(demo_steps, rounds)
-    off = times["no callback"]
-    print(f"demo training (GRAPH, CPU), {rounds} rounds x {demo_steps} steps, mean step time per round (arms rotate):")
-    for arm, ts in times.items():
-        print(f"  {arm:12s} {', '.join(f'{x * 1e3:.1f}' for x in ts)} ms  (median {statistics.median(ts) * 1e3:.2f} ms)")
-    for arm in ("loss reader", "mindwatch"):
-        paired = statistics.median(b / a for a, b in zip(off, times[arm], strict=True))
-        print(f"  {arm} / no callback: median paired ratio {paired:.4f} ({(paired - 1) * 100:+.2f} %)")
-    paired = statistics.median(b / a for a, b in zip(times["loss reader"], times["mindwatch"], strict=True))
-    print(f"  mindwatch / loss reader (the least a per-step logger costs): median paired ratio {paired:.4f}")
-    print("  (target: <= 2 % slowdown)")

@@ -18,4 +18,3 @@ from mindwatch.config import ConfigError, MonitorConfig, load_config  # noqa: E4
 from mindwatch.store.reader import Run, Series, open_run  # noqa: E402
 
 __all__ = ["ConfigError", "MonitorConfig", "Run", "Series", "__version__", "load_config", "open_run"]
-

@@ -16,7 +16,7 @@ def _demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
     p.add_argument("--mode", choices=["graph", "pynative"], default="graph", help="MindSpore execution mode")
     p.add_argument("--save-dir", default="./monitor_output", help="where run directories go")
-    p.add_argument("--project", default="demo")
+    p.add_argument("--project", default="demo", help="project the run goes under (default demo)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between console summaries")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the live dashboard beside the training")
     p.add_argument("--port", type=int, default=8765, help="dashboard port (default 8765; a free one if taken)")
@@ -173,7 +173,10 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_demo, _serve, _
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mindwatch import __version__
+
     parser = argparse.ArgumentParser(prog="mindwatch", description="Live monitor for MindSpore training.")
+    parser.add_argument("--version", action="version", version=f"mindwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(sub)

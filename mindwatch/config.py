@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
@@ -204,23 +204,38 @@ class DistributedSection(_Section):
     liveness_secs: float = Field(default=0.1, gt=0)
 
 
-class NotifyChannel(_Section):
+#: What a notify channel can be told: alerts (at or above its ``min_severity``) and the end of the run.
+NotifyEvent = Literal["alerts", "end"]
+
+#: Webhook types whose robots sign requests with a secret.
+SIGNED_WEBHOOKS = ("dingtalk", "feishu")
+
+
+_ALL_EVENTS: tuple[NotifyEvent, ...] = ("alerts", "end")
+
+
+class _ChannelSettings(_Section):
+    #: Alerts below this severity are not sent; the end-of-run message always is (when in ``events``).
+    min_severity: Severity = "info"
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(_ALL_EVENTS), min_length=1)
+    #: Seconds per request, and retries after a failed one.
+    timeout: float = Field(default=5.0, gt=0)
+    retries: int = Field(default=2, ge=0)
+
+
+class NotifyChannel(_ChannelSettings):
     """One webhook: ``{type: dingtalk, url_env: DINGTALK_URL, secret_env: DINGTALK_SECRET}``.
 
     The URL (it holds the service's token) and the secret may come from environment variables;
     neither is ever logged or written to ``meta.json``.
     """
 
-    type: Literal["dingtalk", "wecom", "slack", "webhook"]
+    type: Literal["dingtalk", "feishu", "wecom", "slack", "webhook"]
     url: str | None = None
     url_env: str | None = None
-    #: DingTalk's signing secret ("加签"), or ``secret_env`` naming the variable that holds it.
+    #: The signing secret of a DingTalk ("加签") or Feishu/Lark ("签名校验") robot, or ``secret_env`` naming its variable.
     secret: str | None = None
     secret_env: str | None = None
-    min_severity: Severity = "info"
-    #: Seconds per request, and retries after a failed one.
-    timeout: float = Field(default=5.0, gt=0)
-    retries: int = Field(default=2, ge=0)
 
     @model_validator(mode="after")
     def _one_url(self) -> NotifyChannel:
@@ -228,9 +243,63 @@ class NotifyChannel(_Section):
             raise ValueError("give exactly one of 'url' or 'url_env' (the name of an environment variable holding the URL)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must start with http:// or https://")
-        if (self.secret is not None or self.secret_env is not None) and self.type != "dingtalk":
-            raise ValueError("'secret' / 'secret_env' are for type 'dingtalk' (signed robots) only")
+        if (self.secret is not None or self.secret_env is not None) and self.type not in SIGNED_WEBHOOKS:
+            raise ValueError("'secret' / 'secret_env' are for types 'dingtalk' and 'feishu' (signed robots) only")
         return self
+
+
+class EmailChannel(_ChannelSettings):
+    """Email through an SMTP server: ``{type: email, host: smtp.example.com, sender: mw@example.com, to: [ops@example.com]}``.
+
+    The user name and password come from environment variables only (``username_env``, ``password_env``),
+    so neither can reach ``meta.json``.
+    """
+
+    type: Literal["email"]
+    host: str = Field(min_length=1)
+    #: Default: 465 with ``ssl``, else 25.
+    port: int | None = Field(default=None, ge=1, le=65535)
+    sender: str
+    to: list[str] = Field(min_length=1)
+    #: ``auto``: STARTTLS when the server offers it; ``true``: required (the message is not sent without it).
+    starttls: Union[Literal["auto"], bool] = "auto"
+    #: TLS from the first byte (SMTPS, usually port 465) instead of STARTTLS.
+    ssl: bool = False
+    username_env: str | None = None
+    password_env: str | None = None
+
+    @field_validator("sender")
+    @classmethod
+    def _sender_address(cls, v: str) -> str:
+        return _email_address(v)
+
+    @field_validator("to")
+    @classmethod
+    def _to_addresses(cls, v: list[str]) -> list[str]:
+        return [_email_address(a) for a in v]
+
+    @model_validator(mode="after")
+    def _tls_and_login(self) -> EmailChannel:
+        if self.ssl and self.starttls is True:
+            raise ValueError("'ssl: true' is TLS from the start; it cannot be combined with 'starttls: true'")
+        if (self.username_env is None) != (self.password_env is None):
+            raise ValueError("give both 'username_env' and 'password_env' (to log in), or neither")
+        return self
+
+
+def _email_address(v: str) -> str:
+    """``v`` when it is one RFC 5322 address (``ops@localhost`` and ``Ops <ops@example.com>`` included)."""
+    from email.headerregistry import HeaderRegistry
+
+    try:
+        header: Any = HeaderRegistry()("to", v)  # an AddressHeader
+        ok = len(header.addresses) == 1 and not header.defects
+        ok = ok and bool(header.addresses[0].username) and bool(header.addresses[0].domain)
+    except (IndexError, ValueError):
+        ok = False
+    if not ok or "\n" in v or "\r" in v:
+        raise ValueError(f"{v!r} is not an email address")
+    return v
 
 
 class MonitorConfig(_Section):
@@ -262,10 +331,28 @@ class MonitorConfig(_Section):
     queue_size: int = Field(default=10_000, ge=16)
     prometheus: PrometheusSection = Field(default_factory=PrometheusSection)
     alerts: AlertsSection = Field(default_factory=AlertsSection)
-    notify: list[NotifyChannel] = Field(default_factory=list)
+    notify: list[Annotated[Union[NotifyChannel, EmailChannel], Field(discriminator="type")]] = Field(default_factory=list)
+    #: The dashboard's address (``http://host:8080``, serving this ``save_dir``): notifications link to the run's page.
+    dashboard_url: str | None = Field(default=None, pattern=r"^https?://")
     distributed: DistributedSection = Field(default_factory=DistributedSection)
     #: Rules for ``mindwatch check`` (CI gate), e.g. ``"final(loss) < 2.5"``; parsed when the config loads.
     checks: list[str] = Field(default_factory=list)
+    #: A training that starts again with the same ``run_name`` (or ``MINDWATCH_RUN_ID``): ``allow`` continues
+    #: that run directory (or creates it), ``must`` requires it, ``never`` makes a new one (``_2``). See docs/resume.md.
+    resume: Literal["never", "allow", "must"] = "allow"
+    #: Raise instead of warning and falling back when the run directory cannot be created or written.
+    strict: bool = False
+
+    @field_validator("project", "run_name")
+    @classmethod
+    def _folder_name(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.strip():
+            raise ValueError("must not be empty: it names a folder")
+        if "\0" in v or "/" in v or "\\" in v or v in {".", ".."}:
+            raise ValueError("must be a plain folder name: no NUL byte, no '/' or '\\', not '.' or '..'")
+        return v
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -390,7 +477,8 @@ def _explain(err: ValidationError, prefix: str) -> str:
 
 def _is_union_tag(p: Any) -> bool:
     # pydantic puts the tried union member ('float', 'Bound') into the location
-    return isinstance(p, str) and (p in {"float", "Bound", "list[str]", "dict[str,str]"} or p.startswith("function-"))
+    tags = {"float", "Bound", "list[str]", "dict[str,str]", "email", "dingtalk", "feishu", "wecom", "slack", "webhook"}
+    return isinstance(p, str) and (p in tags or p.startswith("function-"))
 
 
 def _allowed_here(loc: tuple[Any, ...]) -> str:

@@ -14,13 +14,16 @@ The MindSpore callback uses this; any other training loop can too.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import platform
 import socket
 import sys
+import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,11 +39,15 @@ from mindwatch.monitor.watchdog import Watchdog
 from mindwatch.monitor.worker import Monitor, Sampler, Sink
 from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.sinks.console import ConsoleSummary
-from mindwatch.store.layout import RunLayout, new_run_id, write_json_atomic
-from mindwatch.store.rendezvous import RendezvousTimeout, agree_run_id
+from mindwatch.store.attempts import continue_meta, new_attempt
+from mindwatch.store.layout import RunLayout, is_run_dir, new_run_id, read_json, write_json_atomic
+from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id
 from mindwatch.store.writer import RunWriter
 
 log = logging.getLogger("mindwatch")
+
+#: How often a training's heartbeat appends to the column files: each append fsyncs two files per metric.
+COLUMNS_EVERY_SECS = 30.0
 
 
 @dataclass
@@ -81,12 +88,18 @@ class RunSession:
         ranks > 0 then join the directory rank 0 created (:mod:`mindwatch.store.rendezvous`).
         """
         setup_logging(config.log_level)
-        parent = Path(config.save_dir) / config.project
-        parent.mkdir(parents=True, exist_ok=True)
+        began = time.time()  # status files the last attempt left are older (the other ranks join after rank 0 publishes)
+        parent = usable_save_dir(config) / config.project
         run_id = run_id or agreed_run_id(config, parent, rank, launch_key)
         run_dir = parent / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        writer = RunWriter(run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files)
+        meta: dict[str, Any] = {}
+        if rank == 0:  # before this attempt's writer replaces the status files the last attempt left
+            fresh = {**build_meta(config, run_id, world_size, versions or {}), **(launch_meta or {})}
+            meta = run_meta(RunLayout(run_dir), began, fresh)
+        writer = RunWriter(
+            run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files, columns_every_secs=COLUMNS_EVERY_SECS
+        )
         sinks: list[Sink] = [writer]
         if rank == 0 or config.callback.params.log_all_ranks:
             sinks.append(ConsoleSummary(config.interval))
@@ -97,7 +110,7 @@ class RunSession:
         session = cls(config, run_dir, rank, world_size, writer, monitor, control=Control(coordinated=coordinated))
         session.watch(run_id, nonfinite_checked)
         if rank == 0:
-            session.meta = {**build_meta(config, run_id, world_size, versions or {}), **(launch_meta or {})}
+            session.meta = meta
             session.write_meta()
         monitor.start()
         if session.watchdog is not None:
@@ -115,6 +128,15 @@ class RunSession:
         except OSError as e:
             log.warning("mindwatch: cannot write %s (%s); training continues", self.layout.meta, e)
 
+    def plan(self, total_steps: int | None) -> None:
+        """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress."""
+        for sink in self.monitor.sinks:
+            if hasattr(sink, "total_steps"):  # the console line and the end-of-run message
+                sink.total_steps = total_steps
+        if self.rank == 0 and self.meta:
+            self.meta["total_steps"] = total_steps
+            self.write_meta()
+
     def watch(self, run_id: str, nonfinite_checked: tuple[str, ...] = ()) -> None:
         """Add what watches the run: alerts.jsonl + console lines, the rules, notify channels, the stall watchdog.
 
@@ -122,6 +144,8 @@ class RunSession:
         """
         cfg, alerts = self.config, self.config.alerts
         sinks: list[Sink] = [AlertLog(self.writer)]
+        if self.rank == 0:
+            sinks.append(_AttemptStart(self))
         if alerts.enabled:
             rules = build_rules(cfg, rank=self.rank, nonfinite_checked=nonfinite_checked)
             sinks.append(RuleEngine(rules, self.monitor.alert, control=self.control, cooldown_secs=alerts.cooldown_secs))
@@ -145,7 +169,9 @@ class RunSession:
             if channels:
                 host = socket.gethostname()
                 context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
-                notify = NotifySink(channels, context=context)
+                if cfg.dashboard_url:
+                    context["dashboard"] = run_page_url(cfg.dashboard_url, cfg.project, run_id)
+                notify = NotifySink(channels, context=context, run_dir=self.run_dir, world_size=self.world_size)
         if self.rank == 0 and self.world_size > 1:
             from mindwatch.alerts.crossrank import CrossRankWatch
 
@@ -219,14 +245,47 @@ class RunSession:
             self.control.request(alert)
         self.monitor.alert(alert)
 
+    def first_step(self, step: int) -> None:
+        """The first step this attempt records (a resumed training starts past 1, or rewinds)."""
+        if self.rank == 0 and self.meta.get("attempts"):
+            self.meta["attempts"][-1]["first_step"] = step
+            self.write_meta()
+
     def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
-        if self.rank == 0 and self.meta:
-            self.meta["ended_at"] = time.time()
-            self.meta["final_state"] = state
-            self.write_meta()
         self.monitor.close(state, error, reason)
+        if self.rank == 0 and self.meta:
+            now = time.time()
+            self.meta["ended_at"] = now
+            self.meta["final_state"] = state
+            if self.meta.get("attempts"):
+                self.meta["attempts"][-1].update(ended_at=now, end=state, last_step=self.writer.last_step)
+            self.write_meta()
+
+
+class _AttemptStart:
+    """Sink on rank 0: notes in meta.json the first step this attempt records (on the worker, not the training thread)."""
+
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+        self.done = False
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if not self.done and records:
+            self.done = True
+            self.session.first_step(records[0]["step"])
+
+    def flush(self) -> None:
+        pass
+
+    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        pass
+
+
+def run_page_url(dashboard_url: str, project: str, run_id: str) -> str:
+    """The run's page on a dashboard serving ``save_dir`` (its runs are named ``project/run``)."""
+    return f"{dashboard_url.rstrip('/')}/#/run/{urllib.parse.quote(f'{project}/{run_id}', safe='')}"
 
 
 def bridge_sinks(config: MonitorConfig, layout: RunLayout, run_id: str, rank: int) -> list[Sink]:
@@ -248,9 +307,80 @@ def bridge_sinks(config: MonitorConfig, layout: RunLayout, run_id: str, rank: in
     return sinks
 
 
+class SaveDirUnavailable(OSError):
+    """Neither ``save_dir`` nor the fallback folder can be written (or ``strict`` forbids the fallback)."""
+
+
+class ResumeError(RuntimeError):
+    """``resume: must`` and the run to continue is not there."""
+
+
+def usable_save_dir(config: MonitorConfig) -> Path:
+    """``save_dir`` when it can be written; else, unless ``strict``, a folder under the temp dir, with a warning.
+
+    A temp folder rather than console-only: the records, alerts and reports survive the run and can be copied
+    out; its name depends only on ``save_dir``, so every rank on a host falls back to the same one (and meets there).
+    """
+    wanted = Path(config.save_dir)
+    try:
+        _check_writable(wanted / config.project)
+        return wanted
+    except OSError as e:
+        cause = f"{type(e).__name__}: {e.strerror or e}"
+        if config.strict:
+            raise SaveDirUnavailable(f"mindwatch: cannot write in save_dir {wanted} ({cause}); strict is on") from e
+    digest = hashlib.sha1(str(wanted.absolute()).encode()).hexdigest()[:8]
+    fallback = Path(tempfile.gettempdir()) / f"mindwatch-{digest}"
+    try:
+        _check_writable(fallback / config.project)
+    except OSError as e2:
+        raise SaveDirUnavailable(f"mindwatch: cannot write in save_dir {wanted} ({cause}) nor in {fallback} ({e2})") from e2
+    log.warning(
+        "mindwatch: cannot write in save_dir %s (%s); recording into %s instead (a temporary folder: copy it out). "
+        "Set save_dir to a writable folder, or strict: true to stop instead",
+        wanted,
+        cause,
+        fallback,
+    )
+    return fallback
+
+
+def _check_writable(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".mindwatch-write-test-")
+    os.close(fd)
+    os.unlink(probe)
+
+
+def run_meta(layout: RunLayout, began: float, meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with its ``attempts``: the first, or the old run's attempts (the last settled) and this one."""
+    old = read_json(layout.meta)
+    if old is None:
+        return {**meta, "attempts": [new_attempt(1, meta["started_at"])]}
+    resumed = continue_meta(old, meta, layout.root, before=began)
+    last = resumed["attempts"][-2]
+    log.info("mindwatch: resuming run %s (attempt %d; the last one %s)", layout.root, len(resumed["attempts"]), last["end"])
+    return resumed
+
+
+def resumed_run_id(config: MonitorConfig, parent: Path) -> str | None:
+    """The run directory this training continues (``resume`` with a fixed name), or None for a new one."""
+    fixed = os.environ.get(RUN_ID_ENV) or (config.run_name if config.resume != "never" else None)
+    if config.resume == "must":
+        if not fixed:
+            raise ResumeError(f"monitor_config.resume is 'must': set run_name (or {RUN_ID_ENV}) to the run to continue")
+        if not is_run_dir(parent / fixed):
+            raise ResumeError(
+                f"monitor_config.resume is 'must' but there is no run {fixed!r} in {parent} to continue; "
+                "use resume: allow to create it"
+            )
+    return fixed
+
+
 def agreed_run_id(config: MonitorConfig, parent: Path, rank: int, launch_key: str | None) -> str:
     """The run id all ranks of a launch share; a rank that cannot learn it records into a directory of its own."""
-    propose = lambda: new_run_id(parent, config.run_name)  # noqa: E731
+    resumed = resumed_run_id(config, parent)
+    propose = lambda: resumed or new_run_id(parent, config.run_name)  # noqa: E731
     try:
         return agree_run_id(parent, rank=rank, key=launch_key, propose=propose, timeout=config.distributed.rendezvous_timeout)
     except (RendezvousTimeout, OSError) as e:

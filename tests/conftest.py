@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -95,3 +97,45 @@ def assert_same_columns(a: RankColumns, b: RankColumns) -> None:
             np.testing.assert_array_equal(x, y, err_msg=metric)
     line = np.arange(a.lines)
     np.testing.assert_array_equal(a.time_of_lines(line), b.time_of_lines(line))
+
+
+def dense_training(steps: int, secs_per_step: float = 0.0, fail_at: int | None = None):
+    """A one-layer regression in GRAPH mode: ``(model, dataset)``; the data source sleeps ``secs_per_step``
+    before each batch (a steady pipeline) and raises ``OSError`` at batch ``fail_at``."""
+    import time
+
+    import mindspore as ms
+    from mindspore import dataset as ds
+    from mindspore import nn
+    from mindspore.train import Model
+
+    from mindwatch.demo.train import set_mode
+
+    set_mode("graph")
+    ms.set_seed(0)
+    net = nn.Dense(4, 1)
+    model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
+
+    def batches():
+        for i in range(steps):
+            if fail_at is not None and i == fail_at:
+                raise OSError("shard 7 is corrupt")
+            time.sleep(secs_per_step)
+            yield np.full((8, 4), i % 7, np.float32), np.ones((8, 1), np.float32)
+
+    return model, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False)
+
+
+def start_printing_steps(args: list[str], seen: dict[int, float], **popen) -> tuple[subprocess.Popen, threading.Thread]:
+    """Start a training script in its own process group; a thread fills ``seen`` from its ``STEP <step> <x>`` lines."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True, **popen)
+
+    def read_steps() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith("STEP "):
+                _, step, x = line.split()
+                seen[int(step)] = float(x)
+
+    reader = threading.Thread(target=read_steps, daemon=True)
+    reader.start()
+    return proc, reader

@@ -45,7 +45,7 @@ class Counting(NoAlerts):
 
 def test_every_sink_with_alert_gets_every_alert_on_the_worker_thread(tmp_path: Path) -> None:
     a, b = Counting(), Counting()
-    mon = Monitor([RunWriter(tmp_path, 0), a, b], poll_secs=0.01).start()
+    mon = Monitor([RunWriter(tmp_path, 0), a, b], batch_secs=0.01).start()
     raised = [make_alert("spike", step=i, rank=0, message=f"n{i}") for i in range(50)]
     threads = [threading.Thread(target=lambda a=al: mon.alert(a)) for al in raised]  # from many threads
     for t in threads:

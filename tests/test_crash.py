@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from conftest import assert_same_columns, parsed_copy
+from conftest import assert_same_columns, parsed_copy, start_printing_steps
 
 import mindwatch
 from mindwatch.store.columns import RankColumns
@@ -20,23 +18,8 @@ FLUSH_SECS = 0.5
 
 
 def test_kill_9_loses_at_most_flush_secs(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(tmp_path), str(FLUSH_SECS)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
     seen: dict[int, float] = {}
-
-    def read_steps() -> None:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if line.startswith("STEP "):
-                _, step, t = line.split()
-                seen[int(step)] = float(t)
-
-    reader = threading.Thread(target=read_steps, daemon=True)
-    reader.start()
+    proc, reader = start_printing_steps([sys.executable, str(SCRIPT), str(tmp_path), str(FLUSH_SECS)], seen)
     try:
         deadline = time.time() + 120
         while len(seen) < 60 and time.time() < deadline and proc.poll() is None:

@@ -85,16 +85,16 @@ def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_
                 page = browser.new_page(viewport={"width": 1500, "height": 1150})
                 errors: list[str] = []
                 page.on("pageerror", lambda e: errors.append(str(e)))
-                # The runs page lists the run, live.
-                page.goto(dash.url)
+                # The runs page lists the run, live; ?debug=1 makes the page count the points it merges.
+                page.goto(f"{dash.url}?debug=1")
                 page.wait_for_selector(f'tr[data-run="{run_id}"] .state-running', timeout=20_000)
 
-                page.goto(f"{dash.url}#/run/{quote(run_id, safe='')}")
+                page.goto(f"{dash.url}?debug=1#/run/{quote(run_id, safe='')}")
                 page.evaluate("() => { window.__notReloaded = true; }")
                 first = wait_for(lambda: max(page.evaluate(CHART_POINTS), 0), 30, "the first loss points")
                 wait_for(lambda: page.evaluate(CHART_POINTS) >= first + 20, 60, "pushed points on the open page")
                 assert page.evaluate("() => window.__notReloaded === true")  # the same page, no reload
-                assert page.evaluate("() => window.__mwPointsReceived") >= 20
+                assert page.evaluate("() => window.mindwatchDebug.pointsReceived") >= 20
                 assert training.poll() is None, "the training should still be running while points arrive"
                 page.screenshot(path=str(artifacts_dir / "dashboard_run_live.png"), full_page=True)
 
@@ -183,7 +183,7 @@ def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifac
     with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        page.goto(f"{dash.url}#/run/p%2Ftwo_ranks")
+        page.goto(f"{dash.url}?debug=1#/run/p%2Ftwo_ranks")  # ?debug=1: the page counts its refreshes
         wait_for(lambda: page.evaluate(HEAT_LAST_STEP) >= 19, 60, "the heat map of 4 layers")
         page.select_option("#rank", "all")
         wait_for(lambda: page.evaluate(BAND_LAST_STEP) >= 20, 60, "the min..max band across the 2 ranks")
@@ -191,8 +191,44 @@ def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifac
         write(21, 60)
         wait_for(lambda: page.evaluate(HEAT_LAST_STEP) >= 58, 20, "the heat map re-binned with the pushed steps")
         wait_for(lambda: page.evaluate(BAND_LAST_STEP) >= 60, 20, "the band extended to the pushed steps")
-        assert page.evaluate("() => window.__notReloaded === true") and page.evaluate("() => window.__mwDerivedRefreshes") >= 1
+        assert (
+            page.evaluate("() => window.__notReloaded === true")
+            and page.evaluate("() => window.mindwatchDebug.derivedRefreshes") >= 1
+        )
         page.screenshot(path=str(artifacts_dir / "dashboard_heatmap_band_live.png"), full_page=True)
         browser.close()
     for w in writers:
         w.close("finished")
+
+
+RESTART_LINES = """() => {
+  const c = echarts.getInstanceByDom(document.querySelector('#chart-loss'));
+  if (!c) return [];
+  return c.getOption().series.flatMap((s) => ((s.markLine && s.markLine.data) || []))
+    .filter((d) => String(d.name).startsWith('restart')).map((d) => [d.xAxis, d.name]);
+}"""
+
+
+def test_each_restart_is_marked_on_the_charts(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from mindwatch.store.layout import write_json_atomic
+    from mindwatch.store.writer import RunWriter
+
+    run_dir = tmp_path / "logs" / "p" / "restarted"
+    writer = RunWriter(run_dir, 0)
+    writer.write([{"step": s, "t": 1e9 + s, "loss": 2.0 - s / 100} for s in range(1, 61)])
+    writer.close("finished")
+    attempts = [
+        {"attempt": 1, "started_at": 1e9, "first_step": 1, "end": "killed"},
+        {"attempt": 2, "started_at": 1e9 + 25, "first_step": 21, "end": "failed"},
+        {"attempt": 3, "started_at": 1e9 + 50, "first_step": 41, "end": "finished"},
+    ]
+    write_json_atomic(run_dir / "meta.json", {"run_id": "restarted", "project": "p", "attempts": attempts})
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 800})
+        page.goto(f"{dash.url}#/run/p%2Frestarted")
+        wait_for(lambda: page.evaluate(CHART_POINTS) > 0, 60, "the loss chart")
+        assert page.evaluate(RESTART_LINES) == [[21, "restart: attempt 2"], [41, "restart: attempt 3"]]
+        browser.close()

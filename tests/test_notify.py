@@ -15,16 +15,12 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import mindspore as ms
 import pytest
-from mindspore import dataset as ds
-from mindspore import nn
-from mindspore.train import Model
+from conftest import dense_training
 
 import mindwatch
 from mindwatch.alerts.alert import make_alert
 from mindwatch.config import load_config
-from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback
 from mindwatch.sinks.notify import DingTalk, NotifySink, Slack, Webhook, WeCom, build_channels, dingtalk_sign
 
@@ -175,8 +171,8 @@ def test_dingtalk_sign_matches_the_documented_example() -> None:
 
 def test_min_severity_and_retry_after_a_server_error(hook: Hook) -> None:
     hook.answers = [(503, b"busy")]  # the first request fails, the retry gets through
-    errors_only = Webhook(f"{hook.url}/errors", min_severity="error", retries=2)
-    everything = Webhook(f"{hook.url}/all", retries=2)
+    errors_only = Webhook(f"{hook.url}/errors", min_severity="error", retries=2, events=["alerts"])
+    everything = Webhook(f"{hook.url}/all", retries=2, events=["alerts"])
     sink = NotifySink([errors_only, everything], context=CONTEXT)
     sink.alert(spike_alert())  # a warning: only /all
     reqs = hook.wait(2)
@@ -187,7 +183,7 @@ def test_min_severity_and_retry_after_a_server_error(hook: Hook) -> None:
 
 def test_a_service_that_refuses_is_not_retried_and_the_warning_leaks_no_token(hook: Hook, caplog) -> None:
     hook.default = (200, b'{"errcode": 310000, "errmsg": "sign not match"}')
-    ch = DingTalk(f"{hook.url}/robot/send?access_token=very-secret-token", secret="SECsecret", retries=3)
+    ch = DingTalk(f"{hook.url}/robot/send?access_token=very-secret-token", secret="SECsecret", retries=3, events=["alerts"])
     sink = NotifySink([ch], context=CONTEXT)
     with caplog.at_level(logging.WARNING, "mindwatch"):
         sink.alert(spike_alert())
@@ -195,19 +191,6 @@ def test_a_service_that_refuses_is_not_retried_and_the_warning_leaks_no_token(ho
     assert len(hook.requests) == 1
     assert "errcode 310000: sign not match" in caplog.text and "dingtalk (127.0.0.1)" in caplog.text
     assert "very-secret-token" not in caplog.text and "SECsecret" not in caplog.text
-
-
-def tiny_training(steps: int = 200):
-    set_mode("graph")
-    ms.set_seed(0)
-    net = nn.Dense(4, 1)
-    model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
-
-    def batches():
-        for i in range(steps):
-            yield (ms.numpy.ones((8, 4), ms.float32) * (i % 7)).asnumpy(), (ms.numpy.ones((8, 1), ms.float32)).asnumpy()
-
-    return model, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False)
 
 
 def test_a_training_notifies_and_keeps_secrets_out_of_logs_and_files(
@@ -224,7 +207,7 @@ def test_a_training_notifies_and_keeps_secrets_out_of_logs_and_files(
         ],
     }
     hook.by_path["/services/inline-slack-token"] = (500, b"down")  # this one fails: a warning is logged
-    model, data = tiny_training(50)
+    model, data = dense_training(50)
     mon = MonitorCallback(cfg)
     with caplog.at_level(logging.INFO, "mindwatch"):
         model.train(1, data, callbacks=[mon], dataset_sink_mode=False)
@@ -257,7 +240,7 @@ def test_a_black_hole_endpoint_neither_blocks_nor_breaks_training(black_hole: st
         "alerts": {"cooldown_secs": 0},  # an alert on every step: the sender falls far behind
         "notify": [{"type": "webhook", "url": black_hole, "timeout": 0.3, "retries": 1}],
     }
-    model, data = tiny_training(300)
+    model, data = dense_training(300)
     mon = MonitorCallback(cfg)
     start = time.perf_counter()
     with caplog.at_level(logging.WARNING, "mindwatch"):

@@ -65,8 +65,18 @@ def open_page(browser, html_path: Path):
 
     page.route("**/*", route)
     page.goto(html_path.resolve().as_uri())
-    page.wait_for_function("window.mindwatchReport && window.mindwatchReport.ready", timeout=30_000)
+    page.wait_for_function("document.readyState === 'complete'", timeout=30_000)  # the inline module has run
     return page, problems, requests
+
+
+# What the page shows: the charts ECharts drew, and the boxes that say a chart failed.
+CHARTS_SHOWN = """() => {
+  const boxes = Array.from(document.querySelectorAll('.chart'));
+  return {
+    charts: boxes.filter((el) => echarts.getInstanceByDom(el)).length,
+    errors: boxes.filter((el) => el.textContent.startsWith('chart failed')).map((el) => el.textContent),
+  };
+}"""
 
 
 def canvas_ink(page) -> list[int]:
@@ -91,7 +101,7 @@ def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, a
     assert "<script src" not in html and "<link" not in html  # self-contained
 
     page, problems, requests = open_page(browser, out)
-    state = page.evaluate("window.mindwatchReport")
+    state = page.evaluate(CHARTS_SHOWN)
     assert state["errors"] == [] and problems == [] and requests == []
     data = report_data(html)
     names = [m["name"] for m in data["metrics"]]
@@ -108,7 +118,8 @@ def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, a
     status = json.loads((run_dir / "status.rank0.json").read_text())
     losses = [r["loss"] for r in recs]
     finite = [v for v in losses if math.isfinite(v)]
-    assert summary_cell(page, "steps") == str(recs[-1]["step"])
+    last, planned = recs[-1]["step"], {"finished": 16, "failed": 40, "killed": 5000}[kind]  # tests/scripts/report_training.py
+    assert summary_cell(page, "steps") == f"{last:,}/{planned:,} ({100 * last // planned} %)"
     assert summary_cell(page, "records") == str(len(recs))
     assert float(summary_cell(page, "final loss")) == pytest.approx(losses[-1], rel=1e-5, nan_ok=True)
     best = summary_cell(page, "best loss")
@@ -217,7 +228,7 @@ def test_report_of_a_run_with_no_records_yet(browser, tmp_path: Path) -> None:
     out = tmp_path / "empty.html"
     assert main(["report", str(run_dir), "-o", str(out)]) == 0
     page, problems, _ = open_page(browser, out)
-    assert problems == [] and page.evaluate("window.mindwatchReport.errors") == []
+    assert problems == [] and page.evaluate(CHARTS_SHOWN)["errors"] == []
     assert "no metrics recorded yet" in page.inner_text("main")
     assert summary_cell(page, "state") == "running" and summary_cell(page, "steps") == "-"
     assert "still running" in page.inner_text(".banner.running")
@@ -274,3 +285,25 @@ def test_names_and_messages_cannot_inject_html(browser, tmp_path: Path) -> None:
     assert problems == [] and requests == []  # no <img src=x> was ever requested
     assert evil in page.inner_text("#alerts") and evil in page.inner_text("pre.config")
     page.close()
+
+
+def test_report_and_dashboard_show_the_same_heat_map(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mindwatch.report.html import MAX_HEATMAP_STEPS
+    from mindwatch.serve.app import create_app
+
+    run_dir = tmp_path / "logs" / "proj" / "entropy"
+    w = RunWriter(run_dir)
+    steps = range(5, 5001, 5)  # recorded every 5 steps: more samples than the report has buckets
+    w.write([{"step": s, "t": time.time(), **{f"attention_entropy/{k}": k + s / 1000 for k in (0, 2, 10)}} for s in steps])
+    w.close("finished")
+    out = tmp_path / "entropy.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    report = report_data(out.read_text())["heatmap"]
+    with TestClient(create_app(tmp_path / "logs")) as c:
+        params = {"run": "proj/entropy", "buckets": MAX_HEATMAP_STEPS}
+        dashboard = c.get("/api/heatmap", params=params).json()
+    assert report["layers"] == ["0", "2", "10"] and dashboard["layers"] == ["attention_entropy/" + k for k in report["layers"]]
+    assert report["steps"] == dashboard["steps"] and report["values"] == dashboard["values"]
+    assert len(report["steps"]) == MAX_HEATMAP_STEPS and "mean of each of 300 step buckets" in report["note"]

@@ -96,7 +96,7 @@ def test_full_disk_degrades_to_a_warning(tmp_path: Path, caplog: pytest.LogCaptu
         pytest.skip("/dev/full is needed to simulate a full disk")
     os.symlink("/dev/full", tmp_path / "metrics.rank0.jsonl")  # every write fails with ENOSPC
     w = RunWriter(tmp_path, rank=0)
-    mon = Monitor([w], flush_secs=0.05, poll_secs=0.01).start()
+    mon = Monitor([w], flush_secs=0.05, batch_secs=0.01).start()
     with caplog.at_level(logging.WARNING, logger="mindwatch"):
         for i in range(50):
             mon.record({"step": i, "t": time.time(), "loss": 1.0})
@@ -119,7 +119,7 @@ def test_a_broken_sink_does_not_stop_the_others(tmp_path: Path, caplog: pytest.L
             raise RuntimeError("boom")
 
     w = RunWriter(tmp_path, rank=0)
-    mon = Monitor([Broken(), w], poll_secs=0.01).start()
+    mon = Monitor([Broken(), w], batch_secs=0.01).start()
     with caplog.at_level(logging.WARNING, logger="mindwatch"):
         for i in range(10):
             mon.record({"step": i, "t": 0.0, "loss": float(i)})

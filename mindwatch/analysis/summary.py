@@ -8,7 +8,7 @@ Example::
     s = summarize_run(mindwatch.open_run("monitor_output/gpt/run_20261129_074500"))
     s.final_loss, s.best_loss, s.max_grad_norm, s.samples_per_second_p50, s.data_wait_share
 
-Definitions (the README's report section repeats them):
+Definitions (docs/reports.md repeats them):
 
 - ``final_loss``/``best_loss``: last value and smallest finite value of ``loss`` on the lowest rank;
 - ``max_grad_norm``: largest ``grad_norm`` over every rank (``inf``/NaN count as larger than any number);
@@ -27,11 +27,13 @@ from typing import Any
 import numpy as np
 
 from mindwatch.alerts.alert import SEVERITIES
+from mindwatch.analysis.progress import total_steps_of
 from mindwatch.config import BUILTIN_METRICS
+from mindwatch.store.attempts import time_lost
 from mindwatch.store.reader import Run
 from mindwatch.store.states import lost_message
 
-#: How reports and the terminal view order metrics: the built-in ones as the README lists them, then the rest.
+#: How reports and the terminal view order metrics: the built-in ones as docs/run-directory.md lists them, then the rest.
 METRIC_ORDER = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
 
 
@@ -54,9 +56,14 @@ class RunSummary:
     metrics: list[str] = field(default_factory=list)
     records: int = 0
     last_step: int | None = None
+    #: The step the training was planned to end at (meta.json ``total_steps``); None when unknown.
+    total_steps: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
     duration: float | None = None
+    #: Trainings into this run (a resumed run has more than one) and the seconds between them.
+    attempts: int = 1
+    time_lost: float | None = None
     final_loss: float | None = None
     best_loss: float | None = None
     best_loss_step: int | None = None
@@ -126,11 +133,14 @@ def summarize_run(run: Run) -> RunSummary:
         metrics=run.metrics,
         records=sum(_record_count(run, r) for r in run.ranks),
         last_step=run.last_step,
+        total_steps=total_steps_of(run.meta),
         started_at=started,
         ended_at=ended,
         duration=max(0.0, ended - started) if started is not None and ended is not None else None,
         alerts=alert_counts(run.alerts),
         tags=run.meta.get("tags", []),
+        attempts=max(1, len(run.attempts)),
+        time_lost=time_lost(run.attempts) if len(run.attempts) > 1 else None,
     )
     loss_rank = lowest_rank_with(run, "loss")
     if loss_rank is not None:

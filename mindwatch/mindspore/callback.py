@@ -35,7 +35,7 @@ from mindwatch.mindspore.probes import (
     device_memory_sampler,
 )
 from mindwatch.mindspore.ranks import discover
-from mindwatch.session import RunSession
+from mindwatch.session import RunSession, SaveDirUnavailable
 from mindwatch.system import host_memory_sampler
 
 if TYPE_CHECKING:
@@ -95,6 +95,8 @@ class MonitorCallback(Callback):
         #: The first step is always recorded (in GRAPH mode its time includes compilation).
         self._first_pending = True
         self._closed = False
+        #: The cur_step_num this Model.train call ends at (see planned_steps); None: unknown.
+        self._planned: int | None = None
 
     # -- public ------------------------------------------------------------
     @property
@@ -122,16 +124,16 @@ class MonitorCallback(Callback):
             dev = device_memory_sampler()
             if dev is not None:
                 samplers.append(dev)
-        self.session = RunSession.start(
-            self.config,
-            rank=rank,
-            world_size=world,
-            samplers=samplers,
-            versions={"mindspore": ms.__version__},
-            nonfinite_checked=Interventions.nonfinite_checked(self.config),
-            launch_key=who.launch_key,
-            launch_meta=who.as_meta(),
-        )
+        try:
+            self.session = self._start_session(rank, world, who, samplers)
+        except SaveDirUnavailable as e:
+            if self.config.strict:
+                raise
+            log.warning("%s; this training goes on without mindwatch", e)
+            self.enabled = False
+            return
+        self._planned = planned_steps(cb)
+        self.session.plan(self._planned)
         train_network = getattr(cb, "train_network", None)
         optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
         self._declared_outputs = getattr(train_network, "mindwatch_outputs", None)
@@ -164,6 +166,7 @@ class MonitorCallback(Callback):
         self._data_wait = 0.0
         self._first_pending = True
         self._closed = False
+        self._offset = 0  # global step - cur_step_num, known at the first step (see step_offset)
 
     def on_train_step_begin(self, run_context: Any) -> None:
         if not self.enabled:
@@ -189,15 +192,19 @@ class MonitorCallback(Callback):
             if self._control.pending:
                 self._actions.carry_out(run_context)
             return
-        self._first_pending = False
+        if self._first_pending:
+            self._first_pending = False
+            self._offset = step_offset(cb)
+            if self._offset and self._planned is not None:
+                self.session.plan(self._planned + self._offset)  # type: ignore[union-attr]  # the plan in global steps
         elapsed = now - self._last_recorded_time
-        rec: dict[str, Any] = {"step": step, "epoch": arg(cb, "cur_epoch_num"), "t": _wall(), "rank": self._rank}
+        rec: dict[str, Any] = {"step": step + self._offset, "epoch": arg(cb, "cur_epoch_num"), "t": _wall(), "rank": self._rank}
         outputs = arg(cb, "net_outputs")
         if self._output_layout is None:
             self._output_layout = output_layout(outputs, self._declared_outputs)
         decode_outputs(outputs, self._output_layout, rec)
         if self._lr_probe is not None and "lr" not in rec:
-            lr = self._lr_probe(step)
+            lr = self._lr_probe(step + self._offset)
             if lr is not None:
                 rec["lr"] = lr
         if n > 0 and elapsed > 0:
@@ -244,6 +251,18 @@ class MonitorCallback(Callback):
             self._entropy = None
         self.session.close(state, error=error, reason=reason)
 
+    def _start_session(self, rank: int, world: int, who: Any, samplers: list[Any]) -> RunSession:
+        return RunSession.start(
+            self.config,
+            rank=rank,
+            world_size=world,
+            samplers=samplers,
+            versions={"mindspore": ms.__version__},
+            nonfinite_checked=Interventions.nonfinite_checked(self.config),
+            launch_key=who.launch_key,
+            launch_meta=who.as_meta(),
+        )
+
     def _read_batch_shape(self, cb: Any) -> None:
         self._batch_shape_read = True
         element = getattr(cb, "train_dataset_element", None)
@@ -268,6 +287,56 @@ class MonitorCallback(Callback):
             log.warning("mindwatch: attention_entropy found no attention softmax cells; set attention_entropy.cells")
             return
         self._entropy = AttentionEntropy(cells)
+
+
+def planned_steps(cb: Any) -> int | None:
+    """The ``cur_step_num`` this ``Model.train`` call ends at; None when unknown (an endless dataset).
+
+    ``epoch_num`` is the epochs of this call (``epoch - initial_epoch``) and ``cur_step_num`` starts at
+    its ``initial_step``. An epoch is ``batch_num`` steps in sink mode (``sink_size``, or the dataset's
+    size), else the dataset's size: where sink mode falls back (on CPU), ``batch_num`` still holds the
+    sink size but every epoch runs the whole dataset.
+    """
+    dataset = getattr(cb, "train_dataset", None)
+    try:
+        if dataset is not None and dataset.get_repeat_count() == -1:
+            return None  # repeat() without a count: the epoch never ends
+        sink = bool(getattr(cb, "dataset_sink_mode", False))
+        per_epoch = getattr(cb, "batch_num", None) if sink or dataset is None else dataset.get_dataset_size()
+        epochs = getattr(cb, "epoch_num", None)
+        start = int(getattr(cb, "cur_step_num", 0) or 0)
+    except Exception:  # a dataset that cannot say its size: no total rather than no training
+        return None
+    if not isinstance(per_epoch, int) or not isinstance(epochs, int) or per_epoch <= 0 or epochs <= 0:
+        return None
+    return start + epochs * per_epoch
+
+
+def step_offset(cb: Any) -> int:
+    """What to add to ``cur_step_num`` (it counts the steps of this ``Model.train`` call) for the global step.
+
+    MindFormers' ``initial_step`` (a resume from a checkpoint) when set; else the epochs before
+    ``initial_epoch``: ``(cur_epoch_num - 1) x steps per epoch``, less the epochs of this call so far.
+    Steps per epoch: ``batch_num`` in sink mode (the sink size), else the dataset size (on CPU a
+    sink request trains without sinking, and ``batch_num`` is still the sink size).
+    """
+    get = cb.get if isinstance(cb, dict) else lambda k, d=None: getattr(cb, k, d)
+    initial = get("initial_step")
+    if isinstance(initial, int) and not isinstance(initial, bool):
+        return initial
+    epoch, step = int(get("cur_epoch_num") or 1), int(get("cur_step_num") or 1)
+    if epoch <= 1:
+        return 0
+    per_epoch = int(get("batch_num") or 0)
+    dataset = get("train_dataset")
+    if not get("dataset_sink_mode") and dataset is not None:
+        try:
+            per_epoch = int(dataset.get_dataset_size()) or per_epoch
+        except Exception:  # a dataset that cannot tell its size: batch_num
+            log.debug("mindwatch: train_dataset.get_dataset_size() failed; using batch_num", exc_info=True)
+    if per_epoch <= 0:
+        return 0
+    return max(0, (epoch - 1 - (step - 1) // per_epoch) * per_epoch)
 
 
 def _is_integer(tensor: Any) -> bool:

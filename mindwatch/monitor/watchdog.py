@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import logging
+import math
 import os
 import sys
 import threading
@@ -40,6 +41,9 @@ from typing import IO, Any
 from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 
 log = logging.getLogger("mindwatch")
+
+#: The longest the watchdog thread sleeps: how late it may notice a first-step limit set, or a timeout shrunk, meanwhile.
+MAX_WAIT = 1.0
 
 
 def dump_stacks(directory: Path, name: str) -> Path:
@@ -150,14 +154,38 @@ class Watchdog:
         self._disarm_gil_guard()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_secs):
+        wait = self.poll_secs
+        while not self._stop.wait(wait):
+            now = time.perf_counter()
             try:
-                self.check(time.perf_counter())
+                self.check(now)
+                wait = self.next_look(now)
             except Exception as e:  # the watchdog must never take the training down
                 log.warning("mindwatch: stall watchdog check failed: %r", e)
+                wait = self.poll_secs
+
+    def next_look(self, now: float) -> float:
+        """Seconds until the thread looks again: when the stall limit would pass if no beat came (at most ``MAX_WAIT``).
+
+        Beats are attribute stores that wake nobody, so a look at the deadline finds a newer beat and sleeps on;
+        while stalled it looks every ``poll_secs`` to notice the steps coming back.
+        """
+        if self.stalled:
+            return self.poll_secs
+        beat = self.last_beat
+        if beat is not None:
+            deadline = beat + self.timeout
+        elif self.started is not None and self.first_step_timeout is not None:
+            deadline = self.started + self.first_step_timeout
+        else:
+            deadline = math.inf
+        wait = deadline - now
+        if self._gil_file is not None:
+            wait = min(wait, self._gil_armed_at + self._gil_rearm_secs - time.monotonic())
+        return min(max(wait, self.poll_secs), MAX_WAIT)
 
     def check(self, now: float) -> None:
-        """One look at the clock (the thread calls it every ``poll_secs``)."""
+        """One look at the clock (the thread calls it when :meth:`next_look` says)."""
         beat = self.last_beat
         if beat is None:  # no step ended yet: only the first-step limit applies
             if self.started is None or self.first_step_timeout is None:
@@ -207,17 +235,22 @@ class Watchdog:
         )
 
     # -- GIL starvation guard -----------------------------------------------
+    @property
+    def _gil_rearm_secs(self) -> float:
+        return max(1.0, self.timeout / 10)
+
     def _arm_gil_guard(self) -> None:
         now = time.monotonic()
-        if not self._gil_guard or now - self._gil_armed_at < 1.0:
+        rearm = self._gil_rearm_secs
+        if not self._gil_guard or now - self._gil_armed_at < rearm:
             return
         self._gil_armed_at = now
         try:
             if self._gil_file is None:
                 self.stacks_dir.mkdir(parents=True, exist_ok=True)
                 self._gil_file = open(self.stacks_dir / f"gil_hang_rank{self.rank}.txt", "w", encoding="utf-8")  # noqa: SIM115
-            # re-armed every second: it fires only when this thread got no GIL for a whole timeout
-            faulthandler.dump_traceback_later(self.timeout + 1.0 + self.poll_secs, repeat=False, file=self._gil_file)
+            # re-armed every `rearm` s (each arming starts a C thread): it fires only when this thread got no GIL for a timeout
+            faulthandler.dump_traceback_later(self.timeout + rearm + self.poll_secs, repeat=False, file=self._gil_file)
         except (OSError, ValueError, RuntimeError) as e:
             self._gil_guard = False
             log.warning("mindwatch: the GIL hang guard is off (%s)", e)

@@ -28,12 +28,17 @@ log = logging.getLogger("mindwatch")
 
 Record = dict[str, Any]
 
+#: Seconds without a record after which the worker sleeps until the next one (compiling, evaluating, stalled).
+PAUSE_SECS = 1.0
+#: The longest an idle worker sleeps when it has tickers (they poll files of the other ranks).
+TICK_SECS = 0.1
+
 
 class Sink(Protocol):
     """Something that consumes records on the worker thread."""
 
     def write(self, records: list[Record]) -> None:
-        """New records, in step order; called every poll that has any."""
+        """New records, in step order; called once per batch (at most every ``batch_secs``)."""
 
     def flush(self) -> None:
         """Every ``flush_secs``: make what was written durable, beat the heartbeat."""
@@ -61,24 +66,28 @@ class Monitor:
         flush_secs: float = 2.0,
         samplers: Sequence[Sampler] = (),
         sample_secs: float = 1.0,
-        poll_secs: float = 0.05,
+        batch_secs: float = 0.05,
     ) -> None:
+        """``batch_secs``: while records come, the worker writes them this often (the first after a pause at once)."""
         self.sinks = list(sinks)
         self.samplers = list(samplers)
         self.flush_secs = flush_secs
         self.sample_secs = sample_secs
-        self.poll_secs = poll_secs
+        self.batch_secs = batch_secs
         self.dropped = 0
         self.state = "running"
         self._queue: deque[Record] = deque()
         self._alerts: deque[Record] = deque()
         self._capacity = queue_size
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        #: True while the worker sleeps until the next heartbeat; the first record then wakes it.
+        self._idle = False
         self._thread: threading.Thread | None = None
-        self._last_flush = 0.0
         self._last_sample = 0.0
         self._sink_errors: dict[int, float] = {}
-        #: Sinks called every loop (``tick()``), such as a multi-rank run's action coordinator.
+        #: Sinks called every loop (``tick()``), at least every ``TICK_SECS`` while idle: a multi-rank run's
+        #: action coordinator and rank 0's liveness check. Empty in a single-process run.
         self.tickers: list[Any] = []
 
     # -- training thread ------------------------------------------------
@@ -88,10 +97,14 @@ class Monitor:
             self.dropped += 1
             return
         self._queue.append(rec)
+        if self._idle:  # one Event.set per pause, not per record
+            self._idle = False
+            self._wake.set()
 
     def alert(self, alert: Record) -> None:
         """Hand an alert to every sink that has ``alert()``; from any thread, delivered on the worker thread."""
         self._alerts.append(alert)
+        self._wake.set()
 
     # -- lifecycle ------------------------------------------------------
     def start(self) -> Monitor:
@@ -106,6 +119,7 @@ class Monitor:
             return
         self.state = state
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
         self._drain()
@@ -123,16 +137,33 @@ class Monitor:
 
     # -- worker thread --------------------------------------------------
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_secs):
-            self._drain()
-            self._deliver_alerts()
-            for ticker in self.tickers:
-                self._call(ticker, "tick")
+        """Write records every ``batch_secs`` while they come; after a pause of ``PAUSE_SECS``, sleep until one comes.
+
+        While training, the worker is not woken per record: a wake-up from inside the callback makes the
+        worker ask for the GIL while the training thread still needs it.
+        """
+        next_flush = time.monotonic() + self.flush_secs  # the sinks wrote their first heartbeat when built
+        busy_until = -1.0
+        while not self._stop.is_set():
             now = time.monotonic()
-            if now - self._last_flush >= self.flush_secs:
-                self._last_flush = now
+            if now >= next_flush:
+                next_flush = now + self.flush_secs
                 for sink in self.sinks:
                     self._call(sink, "flush")
+            if now < busy_until:
+                self._stop.wait(max(0.0, min(self.batch_secs, next_flush - now)))
+            else:
+                self._idle = True  # set before looking at the queue: a record appended after the look sees it
+                if not self._queue and not self._alerts:
+                    self._wake.wait(min(next_flush - now, TICK_SECS) if self.tickers else next_flush - now)
+                self._idle = False
+                self._wake.clear()
+            self._deliver_alerts()
+            if self._queue:
+                self._drain()
+                busy_until = time.monotonic() + PAUSE_SECS
+            for ticker in self.tickers:
+                self._call(ticker, "tick")
 
     def _drain(self) -> None:
         batch: list[Record] = []
@@ -155,7 +186,7 @@ class Monitor:
             if hasattr(sink, "dropped"):
                 sink.dropped = self.dropped
             self._call(sink, "write", batch)
-        self._deliver_alerts()  # what the rules raised on this batch, without waiting for the next poll
+        self._deliver_alerts()  # what the rules raised on this batch, without waiting for the next one
 
     def _deliver_alerts(self) -> None:
         while self._alerts:

@@ -45,14 +45,16 @@ def table_with_masks(run_dir: str | os.PathLike[str]) -> tuple[dict[str, np.ndar
     values: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # name -> (first row, lines, values) per rank
     n = 0
     for rank, cols in sorted(run.columns.items()):
+        columns = {name: cols.column(name) for name in cols.keys}
         lines = np.arange(cols.lines)
-        steps.append(cols.steps)
-        ranks.append(np.full(cols.lines, rank, np.int64))
+        if cols.rewound:  # a resumed attempt wrote some steps again: only lines holding a newest value are rows
+            lines = np.unique(np.concatenate([line for line, _ in columns.values()] or [np.empty(0, np.int64)]))
+        steps.append(cols.steps[lines])
+        ranks.append(np.full(len(lines), rank, np.int64))
         times.append(cols.time_of_lines(lines))
-        for name in cols.keys:
-            line, value = cols.column(name)
-            values.setdefault(name, []).append((n, line, value))
-        n += cols.lines
+        for name, (line, value) in columns.items():
+            values.setdefault(name, []).append((n, np.searchsorted(lines, line), value))
+        n += len(lines)
     step = np.concatenate(steps) if steps else np.empty(0, np.int64)
     rank_col = np.concatenate(ranks) if ranks else np.empty(0, np.int64)
     order = np.lexsort((rank_col, step))

@@ -6,9 +6,11 @@ Example::
     write_report(["monitor_output/gpt/run_20261129_074500"], "report.html")
     write_report([run_a, run_b], "compare.html")        # the first run, compared with the others
 
-The page holds its data as JSON and ECharts inline (from npm, :func:`mindwatch.assets.echarts_js`),
-so it opens offline and can be mailed or attached to a model as a delivery artefact. Long runs
-are thinned per series to :data:`MAX_POINTS` keeping each bucket's min and max, so spikes stay.
+The page holds its data as JSON, ECharts (from npm, :func:`mindwatch.assets.echarts_js`) and the
+dashboard's chart module (``mindwatch/assets/charts.js``) inline, so it opens offline and can be
+mailed or attached to a model as a delivery artefact. Long runs are thinned per series to
+:data:`MAX_POINTS` keeping each bucket's min and max, so spikes stay; the heat map is binned
+like the dashboard's (:func:`mindwatch.analysis.heatmap.bin_layers`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import html
 import json
 import math
 import os
+import re
 import string
 from pathlib import Path
 from typing import Any
@@ -27,19 +30,22 @@ import numpy as np
 from mindwatch import __version__
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.analysis.heatmap import bin_layers, layer_order
+from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
 from mindwatch.analysis.units import format_duration
-from mindwatch.assets import echarts_js
+from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.reader import Run, open_run
 
 #: Points per series in a chart; min/max pairs per bucket, so spikes survive.
 MAX_POINTS = 2000
-#: Step columns in the attention-entropy heat map.
+#: Step buckets in the attention-entropy heat map (each one the mean of its steps).
 MAX_HEATMAP_STEPS = 300
 #: Alerts listed in the table (all of them are counted and drawn).
 MAX_ALERT_ROWS = 500
 _ENTROPY = "attention_entropy/"
 _HERE = Path(__file__).resolve().parent
+_DECLARATION = re.compile(r"(async )?(function|const|let|class)\b")
 
 
 def write_report(runs: list[str | os.PathLike[str] | Run], out: str | os.PathLike[str], *, pdf: bool = False) -> list[Path]:
@@ -98,7 +104,7 @@ def render_report(runs: list[Run]) -> str:
         body=body,
         data=_script_json(data),
         echarts=_script_text(echarts_js().read_text(encoding="utf-8")),
-        script=_script_text((_HERE / "report.js").read_text(encoding="utf-8")),
+        script=_script_text(_inline_modules(asset_text("charts.js"), (_HERE / "report.js").read_text(encoding="utf-8"))),
     )
 
 
@@ -198,35 +204,20 @@ def _histogram(runs: list[Run], labels: list[str], bins: int = 30) -> dict[str, 
 
 
 def _heatmap(run: Run) -> dict[str, Any] | None:
-    layers = sorted(m for m in run.metrics if m.startswith(_ENTROPY))
+    """The attention-entropy heat map of the first rank that has one, binned like the dashboard's."""
+    layers = sorted((m for m in run.metrics if m.startswith(_ENTROPY)), key=layer_order)
     rank = next((r for r in run.ranks if any(len(run.series(m, rank=r)) for m in layers)), None)
     if not layers or rank is None:
         return None
-    series = {m: run.series(m, rank=rank) for m in layers}
-    steps = np.unique(np.concatenate([s.step for s in series.values()]))
-    note = f"rank {rank}, {len(steps)} samples"
-    if len(steps) > MAX_HEATMAP_STEPS:
-        steps = steps[np.linspace(0, len(steps) - 1, MAX_HEATMAP_STEPS).round().astype(int)]
-        note += f", {MAX_HEATMAP_STEPS} shown"
-    col = {int(s): i for i, s in enumerate(steps.tolist())}
-    data, values = [], []
-    for y, m in enumerate(layers):
-        s = series[m]
-        for step, v in zip(s.step.tolist(), s.value.tolist(), strict=True):
-            x = col.get(int(step))
-            if x is not None and math.isfinite(v):
-                data.append([x, y, v])
-                values.append(v)
-    if not data:
+    columns = [(s.step, s.value) for s in (run.series(m, rank=rank) for m in layers)]
+    grid = bin_layers(columns, MAX_HEATMAP_STEPS)
+    if not grid.values:
         return None
-    return {
-        "steps": [str(s) for s in steps.tolist()],
-        "layers": [m[len(_ENTROPY) :] for m in layers],
-        "data": data,
-        "min": min(values),
-        "max": max(values),
-        "note": note,
-    }
+    samples = len(np.unique(np.concatenate([steps for steps, _ in columns])))
+    note = f"rank {rank}, {samples} samples"
+    if len(grid.steps) < samples:
+        note += f", mean of each of {len(grid.steps)} step buckets"
+    return {"steps": grid.steps, "layers": [m[len(_ENTROPY) :] for m in layers], "values": grid.values, "note": note}
 
 
 def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:
@@ -271,14 +262,22 @@ def _banner(s: RunSummary, label: str) -> str:
     return f'<div class="banner {_e(s.state)}">{_e(text)}</div>'
 
 
+def _steps(s: RunSummary) -> str:
+    """Steps done out of planned: ``12/20 (60 %)``; the last step alone for a run with no plan recorded."""
+    if s.last_step is None:
+        return "-"
+    return Progress(s.last_step, s.total_steps).steps_text() if s.total_steps is not None else _num(s.last_step)
+
+
 def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
     rows: list[tuple[str, list[str]]] = [
         ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
-        ("steps", [_e(_num(s.last_step)) for s in summaries]),
+        ("steps", [_e(_steps(s)) for s in summaries]),
         ("records", [_e(str(s.records)) for s in summaries]),
         ("ranks", [_e(", ".join(map(str, s.ranks)) or "-") for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
+        ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),
         ("final loss", [_e(_num(s.final_loss)) for s in summaries]),
         (
             "best loss",
@@ -399,6 +398,12 @@ def _percent(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f} %"
 
 
+def _attempts(attempts: int, lost: float | None) -> str:
+    if attempts <= 1:
+        return str(attempts or 1)
+    return f"{attempts} ({format_duration(lost)} lost between them)"
+
+
 def _now() -> float:
     return _dt.datetime.now().timestamp()
 
@@ -412,6 +417,27 @@ def _time(t: Any) -> str:
 def _script_json(data: dict[str, Any]) -> str:
     # inside <script>: '<' escaped so no '</script>' or '<!--' in the data can end the element
     return json.dumps(data, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _inline_modules(*modules: str) -> str:
+    """ES modules as one inline module: their ``import`` lines dropped, each ``export`` keyword removed.
+
+    An inline module cannot import another file, and the report must stay one file that works
+    offline; so the modules are concatenated in order (each one's imports come before it).
+    """
+    out = []
+    for text in modules:
+        for line in text.splitlines():
+            if line.startswith("import "):
+                if not line.rstrip().endswith(";"):
+                    raise ValueError(f"write each import on one line, ending in ';', to inline it: {line[:80]!r}")
+                continue
+            if line.startswith("export "):
+                line = line[len("export ") :]
+                if not _DECLARATION.match(line):
+                    raise ValueError(f"only 'export function/const/let/class' can be inlined, got {line[:80]!r}")
+            out.append(line)
+    return "\n".join(out)
 
 
 def _script_text(js: str) -> str:

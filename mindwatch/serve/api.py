@@ -26,6 +26,8 @@ from starlette.responses import JSONResponse
 
 from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_rows
 from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.analysis.heatmap import bin_layers, layer_order
+from mindwatch.analysis.progress import run_progress
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
 from mindwatch.store.bandfiles import band_path, read_band_file
@@ -116,6 +118,10 @@ def run_info(view: RunView) -> dict[str, Any]:
     view.refresh()
     with view.lock:
         meta = view.meta
+        status = view.status_summary()
+        progress = run_progress(view).as_dict()
+        if status.get("state") != "running":
+            progress["eta_secs"] = None  # an ended (or stalled, or killed) run has no time left to estimate
         return {
             "id": view.id,
             "project": meta.get("project"),
@@ -124,8 +130,10 @@ def run_info(view: RunView) -> dict[str, Any]:
             "meta": {k: v for k, v in meta.items() if k not in ("config", "tags")},
             "metrics": view.metrics,
             "ranks": view.ranks,
-            "status": view.status_summary(),
+            "status": status,
+            "progress": progress,
             "alert_count": len(view.alerts),
+            "attempts": view.attempts,
             "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
             "cursor": cursor_of(view),
         }
@@ -215,39 +223,21 @@ def band_from_file(view: RunView, metric: str) -> Band | None:
 
 
 def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[str, Any]:
-    """Mean of each ``<prefix><layer>`` metric per step bucket: a layers x buckets matrix."""
+    """Mean of each ``<prefix><layer>`` metric per step bucket (:func:`mindwatch.analysis.heatmap.bin_layers`)."""
     view.refresh()
     with view.lock:
         if rank is None:
             rank = min(view.columns) if view.columns else 0
         cols = view.columns.get(rank)
-        names = sorted((m for m in view.metrics if m.startswith(prefix)), key=_natural)
+        names = sorted((m for m in view.metrics if m.startswith(prefix)), key=layer_order)
         if cols is None or not names:
             return {"run": view.id, "prefix": prefix, "layers": [], "steps": [], "values": []}
         data = []
         for name in names:
             line, value = cols.column(name)
             data.append((cols.steps[line], value))
-        all_steps = np.concatenate([s for s, _ in data]) if data else np.empty(0)
-        if len(all_steps) == 0:
-            return {"run": view.id, "prefix": prefix, "layers": names, "steps": [], "values": []}
-        first, last = int(all_steps.min()), int(all_steps.max())
-        n = max(1, min(buckets, last - first + 1))
-        edges = np.linspace(first, last + 1, n + 1)
-        values = []
-        for layer, (s, v) in enumerate(data):
-            ok = np.isfinite(v)
-            b = np.clip(np.searchsorted(edges, s[ok], side="right") - 1, 0, n - 1)
-            sums = np.bincount(b, weights=v[ok], minlength=n)
-            counts = np.bincount(b, minlength=n)
-            for j in np.flatnonzero(counts):
-                values.append([int(j), layer, round(float(sums[j] / counts[j]), 6)])
-        centers = ((edges[:-1] + edges[1:]) / 2).round().astype(int).tolist()
-        return {"run": view.id, "prefix": prefix, "layers": names, "steps": centers, "values": values}
-
-
-def _natural(name: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+        grid = bin_layers(data, buckets)
+        return {"run": view.id, "prefix": prefix, "layers": names, "steps": grid.steps, "values": grid.values}
 
 
 # -- endpoints -----------------------------------------------------------------------------

@@ -8,6 +8,10 @@ Example::
 
 The app only reads run directories under LOGDIR; it never imports MindSpore, so it runs on a
 laptop next to a copy (or a network mount) of the run directories.
+
+The page is plain ES modules (static/app.js imports the rest, no build step). Debug flag: open
+``/?debug=1#/run/<id>`` and the page counts, in ``window.mindwatchDebug``, the live points it merged
+and the heat-map/band refreshes it drew (static/debug.js); without it nothing is added to ``window``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mindwatch.assets import echarts_js
+from mindwatch.assets import SHARED_FILES, asset_path, echarts_js
 from mindwatch.serve.api import Api
 from mindwatch.serve.auth import TokenGate, is_loopback
 from mindwatch.serve.live import LiveHub
@@ -34,10 +38,18 @@ from mindwatch.store.cache import ColumnCache
 
 log = logging.getLogger("mindwatch.serve")
 
-#: The only files the app serves besides the API (never a path taken from the request).
+#: The only files the app serves from serve/static besides the API (never a path taken from the request).
 STATIC_FILES = {
     "app.js": "text/javascript",
-    "charts.js": "text/javascript",
+    "api.js": "text/javascript",
+    "dom.js": "text/javascript",
+    "debug.js": "text/javascript",
+    "merge.js": "text/javascript",
+    "runs_page.js": "text/javascript",
+    "run_charts.js": "text/javascript",
+    "run_page.js": "text/javascript",
+    "run_panels.js": "text/javascript",
+    "compare_page.js": "text/javascript",
     "style.css": "text/css",
     "index.html": "text/html",
 }
@@ -53,6 +65,15 @@ def _static_dir() -> Path:
     return Path(str(resources.files("mindwatch.serve") / "static"))
 
 
+def _served_files(echarts: Path) -> dict[str, tuple[Path, str, str]]:
+    """Every file under /static/: name -> (path, media type, Cache-Control); the same whitelist for all of them."""
+    static = _static_dir()
+    files = {name: (static / name, media, "no-cache") for name, media in STATIC_FILES.items()}
+    files.update({name: (asset_path(name), "text/javascript", "no-cache") for name in SHARED_FILES})
+    files["echarts.min.js"] = (echarts, "text/javascript", "max-age=86400")
+    return files
+
+
 def create_app(
     logdir: str | os.PathLike[str], token: str | None = None, poll_secs: float = 0.1, cache: ColumnCache | None = None
 ) -> ASGIApp:
@@ -63,19 +84,17 @@ def create_app(
     catalog = Catalog(Path(logdir), cache=cache)
     api = Api(catalog)
     hub = LiveHub(catalog, poll_secs=poll_secs)
-    static = _static_dir()
-    echarts = echarts_js()  # fail at start, with the fix in the message, not on the first page view
+    files = _served_files(echarts_js())  # echarts_js fails at start, with the fix in the message, not on a page view
 
     def page(req: Request) -> Response:
-        return FileResponse(static / "index.html", media_type="text/html", headers={"Cache-Control": "no-cache"})
+        return FileResponse(files["index.html"][0], media_type="text/html", headers={"Cache-Control": "no-cache"})
 
     def static_file(req: Request) -> Response:
         name = req.path_params["name"]
-        if name == "echarts.min.js":
-            return FileResponse(echarts, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
-        if name not in STATIC_FILES:
+        if name not in files:
             return JSONResponse({"error": f"no static file {name[:60]!r}"}, status_code=404)
-        return FileResponse(static / name, media_type=STATIC_FILES[name], headers={"Cache-Control": "no-cache"})
+        path, media, cache_control = files[name]
+        return FileResponse(path, media_type=media, headers={"Cache-Control": cache_control})
 
     def live(req: Request) -> Response:
         return hub.runs_stream(req) if req.query_params.get("runs") else hub.run_stream(req)

@@ -231,16 +231,21 @@ class LiveHub:
                         _event("reload", {"rank": rank, "reason": "too many new points"}, format_cursor(ranks, alerts_seen))
                     )
                     continue
+                if cols.rewritten_since(seen):  # a resumed attempt writes steps the charts show: they redraw
+                    rewound = {"rank": rank, "reason": "a new attempt rewrote steps"}
+                    events.append(_event("reload", rewound, format_cursor(ranks, alerts_seen)))
+                    continue
                 payload: dict[str, list[list[Any]]] = {}
                 for name in names:
                     line, value = cols.column(name)
-                    i = int(np.searchsorted(line, seen))
-                    if i == len(line):
+                    # each step once, in step order: after a rewind the line numbers are no longer sorted
+                    new = np.flatnonzero(line >= seen) if cols.rewound else np.arange(int(np.searchsorted(line, seen)), len(line))
+                    if not len(new):
                         continue
-                    new_lines = line[i:]
+                    new_lines = line[new]
                     steps = cols.steps[new_lines].tolist()
                     times = cols.time_of_lines(new_lines).tolist()
-                    values = value[i:].tolist()
+                    values = value[new].tolist()
                     payload[name] = [[s, (t if t == t else None), _num(v)] for s, t, v in zip(steps, times, values, strict=True)]
                 events.append(_event("points", {"rank": rank, "metrics": payload}, format_cursor(ranks, alerts_seen)))
             if alerts_seen < len(view.alerts):

@@ -2,7 +2,11 @@
 
 Example output::
 
-    mindwatch step 120 | loss 2.3100 | lr 1.00e-04 | grad_norm 0.93 | 1,234 tok/s | 12.3 ms/step (data 3%)
+    mindwatch step 120/1,500 (8 %) | ETA 2m 51s | loss 2.3100 | lr 1.00e-04 | grad_norm 0.93 | 12.3 ms/step (data 3%)
+    mindwatch step 120 (total unknown) | loss 2.3100 | ...      # an endless dataset: no guess
+
+The total comes from ``Model.train`` (:attr:`ConsoleSummary.total_steps`, set at train begin);
+the ETA from the step rate of the last minute (:mod:`mindwatch.analysis.progress`).
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import logging
 import time
 from typing import Any
 
+from mindwatch.analysis.progress import Progress, StepRate
+
 log = logging.getLogger("mindwatch")
 
 
-def format_summary(rec: dict[str, Any]) -> str:
-    """The one-line summary of a record."""
-    parts = [f"step {rec.get('step')}"]
+def format_summary(rec: dict[str, Any], progress: Progress | None = None, running: bool = True) -> str:
+    """The one-line summary of a record; with ``progress``, the step out of planned and the ETA lead."""
+    parts = [progress.text(running)] if progress is not None else [f"step {rec.get('step')}"]
 
     def num(key: str, fmt: str, label: str | None = None, scale: float = 1.0, suffix: str = "") -> None:
         v = rec.get(key)
@@ -41,24 +47,37 @@ def format_summary(rec: dict[str, Any]) -> str:
 class ConsoleSummary:
     """Logs :func:`format_summary` of the newest record at most every ``interval`` seconds."""
 
-    def __init__(self, interval: float = 30.0, logger: logging.Logger = log) -> None:
+    def __init__(self, interval: float = 30.0, logger: logging.Logger = log, total_steps: int | None = None) -> None:
         self.interval = interval
         self.logger = logger
+        #: The step the training ends at; None: unknown (the line says so). Set once at train begin.
+        self.total_steps = total_steps
+        self._rate = StepRate()
         self._last = -1e18
         self._newest: dict[str, Any] | None = None
 
     def write(self, records: list[dict[str, Any]]) -> None:
+        rate = self._rate
+        for rec in records:
+            step, t = rec.get("step"), rec.get("t")
+            if isinstance(step, int) and isinstance(t, (int, float)):
+                rate.add(step, t)
         self._newest = records[-1]
         now = time.monotonic()
         if now - self._last >= self.interval:
             self._last = now
-            self.logger.info(format_summary(self._newest))
+            self.logger.info(format_summary(self._newest, self.progress()))
+
+    def progress(self) -> Progress:
+        """Where the newest record is out of :attr:`total_steps`, and the current rate."""
+        step = self._newest.get("step") if self._newest else None
+        return Progress(step if isinstance(step, int) else None, self.total_steps, self._rate.value)
 
     def flush(self) -> None:
         pass
 
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         if self._newest is not None:
-            self.logger.info(format_summary(self._newest))
+            self.logger.info(format_summary(self._newest, self.progress(), running=False))
         why = f": {error or reason}" if (error or reason) else ""
         self.logger.info("mindwatch: run %s%s", state, why)

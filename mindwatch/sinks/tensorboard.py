@@ -28,10 +28,13 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import metric_values
 from mindwatch.store.layout import RunLayout
 from mindwatch.store.reader import JsonlTail
@@ -286,7 +289,7 @@ def export_tensorboard(
     for rank, target in targets.items():
         f = EventFile(target)
         try:
-            for rec in JsonlTail(layout.metrics(rank)).read_new():
+            for rec in _records(layout.metrics(rank)):
                 f.append(scalars_event(rec))
             for a in alerts:
                 if a.get("rank", 0) == rank:
@@ -294,3 +297,21 @@ def export_tensorboard(
         finally:
             f.close()
     return out
+
+
+def _records(metrics: Path) -> Iterator[dict[str, Any]]:
+    """The rank's records as written; after a rewind (a resumed attempt wrote steps again), each step once, newest values."""
+    cols = RankColumns(metrics)
+    cols.refresh()
+    if not cols.rewound:
+        yield from JsonlTail(metrics).read_new()
+        return
+    columns = {name: cols.column(name) for name in sorted(cols.keys)}
+    rows: dict[int, dict[str, Any]] = {}
+    for name, (line, value) in columns.items():
+        for ln, v in zip(line.tolist(), value.tolist(), strict=True):
+            rows.setdefault(ln, {})[name] = v
+    lines = np.array(sorted(rows, key=lambda ln: (int(cols.steps[ln]), ln)), dtype=np.int64)
+    times = cols.time_of_lines(lines)
+    for ln, t in zip(lines.tolist(), times.tolist(), strict=True):
+        yield {"step": int(cols.steps[ln]), **({"t": t} if t == t else {}), **rows[ln]}

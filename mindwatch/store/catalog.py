@@ -67,6 +67,8 @@ class RunListing:
     ended_at: float | None = None
     alert_count: int = 0
     error: str | None = None
+    #: The step the training ends at (meta.json ``total_steps``); None when unknown.
+    total_steps: int | None = None
 
     @property
     def duration(self) -> float | None:
@@ -107,6 +109,7 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
         ended_at=meta.get("ended_at"),
         alert_count=_count_lines(layout.alerts),
         error=lost_message(statuses) or (errors[0] if errors else None),
+        total_steps=total if isinstance(total := meta.get("total_steps"), int) and not isinstance(total, bool) else None,
     )
 
 

@@ -10,7 +10,7 @@ Example::
         line, value = files.column("loss")   # line numbers and float64 values, read on demand
 
 The JSONL stays the source of truth; the column files are an index of it, written by the
-worker thread at every heartbeat (``flush_secs``). ``columns.rank<R>/`` holds:
+worker thread at a heartbeat (``flush_secs``), at most every ``every_secs``. ``columns.rank<R>/`` holds:
 
 - ``index.json``: what the files cover (JSONL bytes and lines, a hash of the JSONL's head)
   and, per column, its file number and how many values and line ranges are valid;
@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -90,11 +92,17 @@ class ColumnFilesWriter:
     index, which still describes a valid prefix; the JSONL is unaffected.
     """
 
-    def __init__(self, metrics: Path, *, enabled: bool = True) -> None:
-        """``enabled=False``: write none (readers parse the JSONL); files of an earlier writer stay as they are."""
+    def __init__(self, metrics: Path, *, enabled: bool = True, every_secs: float = 0.0) -> None:
+        """``enabled=False``: write none (readers parse the JSONL); files of an earlier writer stay as they are.
+
+        ``every_secs``: append to the files at most this often (each append fsyncs every changed file);
+        readers parse the JSONL past what the files cover, so a longer interval costs them a longer tail.
+        """
         self.metrics = Path(metrics)
         self.dir = columns_dir(self.metrics)
         self.enabled = enabled
+        self.every_secs = every_secs
+        self._flushed_at = -math.inf
         self.offset = 0  # JSONL bytes described so far (flushed or pending)
         self.lines = 0
         self._steps_flushed = 0
@@ -159,10 +167,14 @@ class ColumnFilesWriter:
         self.offset += nbytes
         self._dirty = True
 
-    def flush(self) -> None:
-        """Append the pending values, fsync them, then replace the index that names them."""
+    def flush(self, *, force: bool = False) -> None:
+        """Append the pending values, fsync them, then replace the index that names them (``every_secs`` apart, or ``force``)."""
         if not self.enabled or not self._dirty:
             return
+        now = time.monotonic()
+        if not force and now - self._flushed_at < self.every_secs:
+            return
+        self._flushed_at = now
         try:
             self.dir.mkdir(exist_ok=True)
             self._append("steps.i64", np.asarray(self._steps, dtype="<i8").tobytes())

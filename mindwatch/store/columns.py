@@ -94,6 +94,9 @@ class RankColumns:
         self._tail = JsonlTail(self.path)
         self._segments: list[_Segment] = []
         self._steps = _Growable(np.int64)
+        self._high = np.iinfo(np.int64).min  # the highest step read so far
+        self._rewritten = _Growable(np.int64)  # lines whose step is below an earlier line's: a later attempt's rewind
+        self._latest: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}  # column() answers, by raw length
         self._columns: dict[str, _Column] = {}
         self._keys: set[str] = set()
         self._segments_scanned = 0  # segments whose keys are in _keys
@@ -111,7 +114,7 @@ class RankColumns:
         self._files = files
         self._tail.offset = files.offset
         self._segments.append(_Segment(0, files.offset, 0, files.lines))
-        self._steps.extend(files.steps)
+        self._add_steps(files.steps)
         self._keys = {name for name in files.names if name not in COORDINATES}
         self._segments_scanned = 1
         self._free_work = files.lines
@@ -164,7 +167,7 @@ class RankColumns:
             steps = _STEP.findall(data)
             n_lines = len(steps)
         seg = _Segment(start, start + raw_len, self.lines, n_lines, clean)
-        self._steps.extend(np.array(steps, dtype=np.int64))
+        self._add_steps(np.array(steps, dtype=np.int64))
         self._segments.append(seg)
 
     def _reencode(self, data: bytes) -> bytes:
@@ -179,6 +182,26 @@ class RankColumns:
             elif isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool):
                 out.append(encode_line({k: v for k, v in rec.items() if not isinstance(v, (dict, list))}))
         return b"".join(out)
+
+    def _add_steps(self, steps: np.ndarray) -> None:
+        first = self._steps.size
+        self._steps.extend(steps)
+        if not len(steps):
+            return
+        high = np.maximum.accumulate(np.concatenate(([self._high], steps)))
+        below = np.flatnonzero(steps < high[:-1])
+        if len(below):
+            self._rewritten.extend(first + below)
+        self._high = int(high[-1])
+
+    @property
+    def rewound(self) -> bool:
+        """Some step was written again after later steps (a resumed attempt started before the last one stopped)."""
+        return self._rewritten.size > 0
+
+    def rewritten_since(self, line: int) -> bool:
+        """Whether a line from ``line`` on went back below the highest step before it."""
+        return self._rewritten.size > 0 and int(self._rewritten.view[-1]) >= line
 
     @property
     def keys(self) -> set[str]:
@@ -224,7 +247,27 @@ class RankColumns:
 
     # -- columns ----------------------------------------------------------
     def column(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """(line numbers, values) of ``metric``, both numpy arrays in file order. Empty when absent."""
+        """(line numbers, values) of ``metric``, each step once, ordered by step. Empty when absent.
+
+        A step written more than once (a resumed attempt that rewound) has its last-written value;
+        the older ones stay in the file and in :meth:`raw_column`. Without rewinds this is the file order.
+        """
+        line, value = self.raw_column(metric)
+        written = len(line)
+        cached = self._latest.get(metric)
+        if cached is not None and cached[0] == written:
+            return cached[1], cached[2]
+        if self.rewound:
+            steps = self._steps.view[line]
+            if len(steps) > 1 and not (steps[1:] > steps[:-1]).all():
+                _, last_in_reverse = np.unique(steps[::-1], return_index=True)
+                keep = len(steps) - 1 - last_in_reverse  # the last line of each step, in step order
+                line, value = line[keep], value[keep]
+        self._latest[metric] = (written, line, value)
+        return line, value
+
+    def raw_column(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(line numbers, values) of ``metric`` in file order, every value written. Empty when absent."""
         col = self._columns.get(metric)
         if col is None:
             col = self._columns[metric] = _Column()
@@ -279,7 +322,7 @@ class RankColumns:
         self._tail.offset = int(state["offset"])
         for i, (start, end, first, lines, dirty) in enumerate(state["segments"]):
             self._segments.append(_Segment(start, end, first, lines, arrays[f"clean{i}"].tobytes() if dirty else None))
-        self._steps.extend(arrays["steps"])
+        self._add_steps(arrays["steps"])
         for name, (i, done, dense) in state["columns"].items():
             col = self._columns[name] = _Column(segments_done=done)
             value = arrays[f"value{i}"]
@@ -326,7 +369,7 @@ class RankColumns:
 
     def time_of_lines(self, line: np.ndarray) -> np.ndarray:
         """Wall-clock time ``t`` of the given lines (nan where a line has none)."""
-        t_line, t_value = self.column("t")
+        t_line, t_value = self.raw_column("t")
         if len(t_line) == self.lines:
             return t_value[line]
         out = np.full(len(line), np.nan)

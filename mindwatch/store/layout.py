@@ -88,13 +88,18 @@ def new_run_id(parent: Path, run_name: str | None = None) -> str:
     return candidate
 
 
-def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temp file and rename, so a reader never sees half of it."""
+def write_json_atomic(path: Path, obj: dict[str, Any], *, durable: bool = True) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temp file and rename, so a reader never sees half of it.
+
+    ``durable=False`` skips the fsync: for a file rewritten every few seconds (the heartbeat), whose
+    next version makes up for one lost to a machine crash.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

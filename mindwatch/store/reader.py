@@ -14,6 +14,7 @@ Readers tolerate a torn last line (it is read again once complete) and unknown k
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ __all__ = ["COORDINATES", "JsonlTail", "Run", "Series", "open_run", "rank_state"
 
 @dataclass
 class Series:
-    """One metric of one rank: parallel numpy arrays ordered as written."""
+    """One metric of one rank: parallel numpy arrays, one entry per step in step order (a rewritten step: its newest value)."""
 
     step: np.ndarray
     value: np.ndarray
@@ -61,6 +62,7 @@ class Run:
         self.last_record: dict[int, dict[str, Any]] = {}  # each rank's last record with a step
         self._alert_tail = JsonlTail(self.layout.alerts)
         self._series: dict[tuple[int, str], tuple[int, int, Series]] = {}
+        self._alerts_marked_for = 0  # attempts the alerts' marks were computed for
         if read:
             self.refresh()
 
@@ -105,8 +107,31 @@ class Run:
                 new[rank] = added
                 self.last_record[rank] = cols.last_record() or self.last_record.get(rank, {})
         if self.readable(self.layout.alerts):
-            self.alerts.extend(self._alert_tail.read_new())
+            fresh = self._alert_tail.read_new()
+            self.alerts.extend(fresh)
+            if fresh or len(self.attempts) != self._alerts_marked_for:
+                self._mark_alerts()
         return new
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        """The trainings into this run, oldest first (``meta.json``'s ``attempts``; see :mod:`mindwatch.store.attempts`)."""
+        return [a for a in self.meta.get("attempts") or [] if isinstance(a, dict)]
+
+    def _mark_alerts(self) -> None:
+        """Give each alert its ``attempt`` (by time) and ``rewound: true`` when a later attempt wrote its step again."""
+        attempts = self.attempts
+        self._alerts_marked_for = len(attempts)
+        if len(attempts) < 2:
+            return
+        starts = [float(a.get("started_at") or 0.0) for a in attempts]
+        firsts = [a.get("first_step") for a in attempts]
+        for alert in self.alerts:
+            t, step = alert.get("t"), alert.get("step")
+            k = max(1, bisect.bisect_right(starts, t)) if isinstance(t, (int, float)) else len(attempts)
+            alert["attempt"] = k
+            later = [f for f in firsts[k:] if isinstance(f, int)]
+            alert["rewound"] = isinstance(step, int) and any(f <= step for f in later)
 
     def series(self, metric: str, rank: int | None = None) -> Series:
         """Columnar series of ``metric`` for ``rank`` (default: the lowest rank). Empty when absent."""

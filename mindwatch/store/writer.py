@@ -24,6 +24,7 @@ from typing import Any
 from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
 from mindwatch.store.layout import RunLayout, write_json_atomic
+from mindwatch.store.states import FINAL_STATES
 
 log = logging.getLogger("mindwatch")
 
@@ -31,7 +32,10 @@ log = logging.getLogger("mindwatch")
 class RunWriter:
     """Writes ``metrics.rank<R>.jsonl`` (and its column files), ``status.rank<R>.json``, appends to ``alerts.jsonl``."""
 
-    def __init__(self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0, column_files: bool = True) -> None:
+    def __init__(
+        self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0, column_files: bool = True, columns_every_secs: float = 0.0
+    ) -> None:
+        """``columns_every_secs``: how often heartbeats also append to the column files (0: at every one)."""
         self.layout = RunLayout(Path(run_dir))
         self.rank = rank
         self.flush_secs = flush_secs
@@ -44,13 +48,15 @@ class RunWriter:
         self.records_lost = 0
         self.dropped = 0  # set by the Monitor: records the full queue turned away
         self._fh: Any = None
+        self._unsynced = False  # records written to the OS since the last fsync
         self._last_warning = 0.0
         self.started_at = time.time()
         self.host = socket.gethostname()
         #: Rank 0 of a multi-rank run: ranks it saw die, ``{"1": {"pid", "host", "last_step", "how", "t"}}``.
         self.lost_ranks: dict[str, dict[str, Any]] = {}
         self.layout.root.mkdir(parents=True, exist_ok=True)
-        self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files)
+        self._end_torn_line()
+        self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files, every_secs=columns_every_secs)
         self.flush()
 
     # -- sink interface -------------------------------------------------
@@ -64,6 +70,7 @@ class RunWriter:
                 self._fh = open(self.layout.metrics(self.rank), "ab")  # noqa: SIM115 (kept open across writes)
             self._fh.write(data)
             self._fh.flush()
+            self._unsynced = True
             self.records_written += len(records)
             self.columns.add(records, len(data))
         except OSError as e:
@@ -79,12 +86,15 @@ class RunWriter:
         self.last_step_time = last.get("t", self.last_step_time)
 
     def flush(self) -> None:
-        """fsync the metrics file and rewrite the heartbeat."""
+        """fsync what was written since the last flush, and rewrite the heartbeat (fsynced once the state is final)."""
+        final = self.state in FINAL_STATES
         try:
-            if self._fh is not None:
+            if self._fh is not None and self._unsynced:
                 os.fsync(self._fh.fileno())
-                self.columns.flush()
-            write_json_atomic(self.layout.status(self.rank), self.status())
+                self._unsynced = False
+            if self._fh is not None:
+                self.columns.flush(force=final)
+            write_json_atomic(self.layout.status(self.rank), self.status(), durable=final)
         except OSError as e:
             self._close_file()
             self._warn(f"mindwatch: cannot write run files in {self.layout.root} ({e}); training continues")
@@ -123,6 +133,19 @@ class RunWriter:
         }
 
     # -- internals ------------------------------------------------------
+    def _end_torn_line(self) -> None:
+        """A resumed run whose last writer was killed mid-line: end that line, so it does not swallow our first one."""
+        path = self.layout.metrics(self.rank)
+        try:
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+            if torn:
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+        except OSError:  # no file yet (or empty): nothing to end
+            pass
+
     def _close_file(self) -> None:
         if self._fh is not None:
             with contextlib.suppress(OSError):

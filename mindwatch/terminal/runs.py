@@ -5,7 +5,8 @@ Example::
     mindwatch runs monitor_output
     mindwatch runs monitor_output --json     # for scripts
 
-Reads only ``meta.json``, the status files and the alert count of each run
+The steps column reads ``185/1,500 (12 %)`` when the run recorded its plan, and a running run
+shows an ETA at its mean rate since it started. Reads only ``meta.json``, the status files and the alert count of each run
 (:func:`mindwatch.store.catalog.listing`), so it is fast on many long runs.
 """
 
@@ -16,6 +17,7 @@ import json
 import os
 from typing import Any
 
+from mindwatch.analysis.progress import Progress, steps_per_second
 from mindwatch.analysis.units import format_duration
 from mindwatch.store.catalog import RunListing, find_runs, listing
 
@@ -27,6 +29,14 @@ def list_runs(logdir: str | os.PathLike[str]) -> list[RunListing]:
     """Summaries of every run under ``logdir``, oldest first."""
     summaries = [listing(p) for p in find_runs(logdir)]
     return sorted(summaries, key=lambda s: (s.started_at or 0.0, s.path))
+
+
+def listed_progress(s: RunListing) -> Progress:
+    """A listed run's progress; the rate is the mean since it started (the listing reads no metrics)."""
+    rate = None
+    if s.last_step is not None and s.started_at is not None and s.last_time is not None:
+        rate = steps_per_second([0, s.last_step], [s.started_at, s.last_time])
+    return Progress(s.last_step, s.total_steps, rate)
 
 
 def format_tags(tags: Any) -> str:
@@ -55,15 +65,18 @@ def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: A
         console.print(f"no runs under {logdir}")
         return 0
     table = Table(title=f"runs under {logdir}", title_justify="left")
-    for col in ("project", "run", "state", "steps", "duration", "started", "alerts", "tags"):
-        table.add_column(col, justify="right" if col in ("steps", "alerts", "duration") else "left", overflow="fold")
+    for col in ("project", "run", "state", "steps", "ETA", "duration", "started", "alerts", "tags"):
+        table.add_column(col, justify="right" if col in ("steps", "ETA", "alerts", "duration") else "left", overflow="fold")
     for s in summaries:
+        progress = listed_progress(s)
+        eta = progress.eta_secs if s.state == "running" else None
         started = _dt.datetime.fromtimestamp(s.started_at).strftime("%Y-%m-%d %H:%M") if s.started_at else "-"
         table.add_row(
             s.project,
             s.run_id,
             f"[{STATE_STYLE.get(s.state, 'cyan')}]{s.state}[/]",
-            "-" if s.last_step is None else str(s.last_step),
+            "-" if s.last_step is None else progress.steps_text() if s.total_steps is not None else str(s.last_step),
+            "-" if eta is None else format_duration(eta),
             format_duration(s.duration),
             started,
             str(s.alert_count),

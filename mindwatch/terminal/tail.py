@@ -5,10 +5,10 @@ Example::
     mindwatch tail monitor_output/gpt/run_20261129_074500
     mindwatch tail monitor_output            # the most recently started run under a log directory
 
-Shows the run's state, the latest value, min, max and a sparkline of every metric, and the
-alerts as they arrive. Reads the run directory incrementally (:meth:`mindwatch.store.reader.Run.refresh`)
-and exits when every rank reached a final state, when the heartbeat stopped without one
-(``stale``: the process was killed or lost), or on Ctrl-C.
+Shows the run's state, its progress (steps out of planned, ETA), the latest value, min, max and a
+sparkline of every metric, and the alerts as they arrive. Reads the run directory incrementally
+(:meth:`mindwatch.store.reader.Run.refresh`) and exits when every rank reached a final state, when
+the heartbeat stopped without one (``stale``: the process was killed or lost), or on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from mindwatch.analysis.progress import run_progress
 from mindwatch.analysis.summary import ordered_metrics
 from mindwatch.store.catalog import find_runs, listing
 from mindwatch.store.layout import is_run_dir
@@ -84,7 +85,7 @@ def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int =
     head = Text()
     head.append(f"{run.meta.get('project', run.path.parent.name)}/{run.id}  ", style="bold")
     head.append(state, style=STATE_STYLE.get(state, "bold cyan"))
-    head.append(f"  step {run.last_step if run.last_step is not None else '-'}")
+    head.append("  " + run_progress(run).text(running=not run.ended and state != "stale"))
     if len(ranks) > 1:
         head.append(f"  ranks {', '.join(map(str, ranks))} (showing {r})")
     if isinstance(last.get("t"), (int, float)):

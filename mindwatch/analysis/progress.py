@@ -1,0 +1,134 @@
+"""How far a run is and when it ends: steps done out of planned, steps per second, time left.
+
+Example::
+
+    rate = StepRate()
+    rate.add(185, time.time())                  # per record (the console sink, on the worker thread)
+    Progress(185, 1500, rate.value).text()      # "step 185/1,500 (12 %) | ETA 1m 45s"
+    Progress(185, None).text()                  # "step 185 (total unknown)"
+
+The total is the step the training ends at (``meta.json`` ``total_steps``, from ``Model.train``);
+``None`` when it is unknown (an endless dataset), and then nothing is guessed. The rate is
+measured between recorded step ends over the last ``window_secs``: the first step's compilation
+ends before its step end, so it never slows the estimate.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mindwatch.analysis.units import format_duration
+from mindwatch.store.reader import Run
+
+#: Seconds of recent steps the rate is measured over.
+RATE_WINDOW_SECS = 60.0
+#: The most recent points kept for it (at 1,000 steps/s the window shrinks to 4 s).
+_RECENT = 4096
+
+
+def steps_per_second(steps: Sequence[float], times: Sequence[float], window_secs: float = RATE_WINDOW_SECS) -> float | None:
+    """Steps per second between the newest point and the oldest within ``window_secs`` of it (at least two points)."""
+    pts = [(s, t) for s, t in zip(steps, times, strict=True) if t == t]  # t is nan where a line has none
+    if len(pts) < 2:
+        return None
+    last_step, last_t = pts[-1]
+    i = len(pts) - 2
+    while i > 0 and last_t - pts[i - 1][1] <= window_secs:
+        i -= 1
+    first_step, first_t = pts[i]
+    if last_t <= first_t or last_step <= first_step:
+        return None
+    return (last_step - first_step) / (last_t - first_t)
+
+
+class StepRate:
+    """The recent step rate of a stream of records (see :func:`steps_per_second`)."""
+
+    def __init__(self, window_secs: float = RATE_WINDOW_SECS) -> None:
+        self.window_secs = window_secs
+        self._points: deque[tuple[int, float]] = deque(maxlen=_RECENT)
+
+    def add(self, step: int, t: float) -> None:
+        pts = self._points
+        if pts and step <= pts[-1][0]:
+            return  # a record of the same step (a user metric) or a rewind says nothing about speed
+        pts.append((step, t))
+        while len(pts) > 2 and t - pts[1][1] > self.window_secs:
+            pts.popleft()
+
+    @property
+    def value(self) -> float | None:
+        return steps_per_second([p[0] for p in self._points], [p[1] for p in self._points], self.window_secs)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Steps done out of planned and, while running, the time left at the current rate."""
+
+    step: int | None
+    total: int | None
+    steps_per_second: float | None = None
+
+    @property
+    def known_total(self) -> int | None:
+        """The total, unless it is missing or already passed (then it was wrong)."""
+        if self.total is None or self.total <= 0 or (self.step is not None and self.step > self.total):
+            return None
+        return self.total
+
+    @property
+    def fraction(self) -> float | None:
+        total = self.known_total
+        return None if total is None or self.step is None else self.step / total
+
+    @property
+    def eta_secs(self) -> float | None:
+        """Seconds to the last step at the current rate; None without a total or a rate."""
+        total, rate = self.known_total, self.steps_per_second
+        if total is None or self.step is None or not rate or rate <= 0:
+            return None
+        return (total - self.step) / rate
+
+    def steps_text(self) -> str:
+        """``185/1,500 (12 %)``, or ``185 (total unknown)``; the percentage rounds down (100 % only at the end)."""
+        step = "-" if self.step is None else f"{self.step:,}"
+        total, fraction = self.known_total, self.fraction
+        if total is None:
+            return f"{step} (total unknown)"
+        pct = "" if fraction is None else f" ({int(fraction * 100)} %)"
+        return f"{step}/{total:,}{pct}"
+
+    def text(self, running: bool = True) -> str:
+        """``step 185/1,500 (12 %) | ETA 1m 45s``; the ETA only while running and once a rate is known."""
+        out = f"step {self.steps_text()}"
+        eta = self.eta_secs
+        if running and eta is not None and eta > 0:
+            out += f" | ETA {format_duration(eta)}"
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the dashboard API: ``total_steps`` (null when unknown), ``fraction``, ``steps_per_second``, ``eta_secs``."""
+        return {
+            "step": self.step,
+            "total_steps": self.known_total,
+            "fraction": self.fraction,
+            "steps_per_second": self.steps_per_second,
+            "eta_secs": self.eta_secs,
+        }
+
+
+def total_steps_of(meta: dict[str, Any]) -> int | None:
+    """The planned last step a run's ``meta.json`` holds (``total_steps``), or None."""
+    total = meta.get("total_steps")
+    return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
+
+
+def run_progress(run: Run) -> Progress:
+    """An opened run's progress: its last step, ``total_steps`` from meta.json, its lowest rank's recent rate."""
+    rank = run.ranks[0] if run.ranks else None
+    t = run.series("t", rank=rank)
+    steps, times = t.step[-_RECENT:].tolist(), t.value[-_RECENT:].tolist()  # the window is the last minute: the tail will do
+    return Progress(run.last_step, total_steps_of(run.meta), steps_per_second(steps, times))

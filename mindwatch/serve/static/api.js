@@ -1,0 +1,35 @@
+// The dashboard's only way to the server: JSON from /api/* and the live stream (server-sent events).
+
+/** The JSON body of ``url``; a 401 sends the browser to the sign-in page, any other error throws its message. */
+export async function getJSON(url) {
+  const r = await fetch(url, { credentials: "same-origin" });
+  if (r.status === 401) { location.href = "/login"; throw new Error("sign in"); }
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+const query = (params) => new URLSearchParams(params).toString();
+
+export const api = {
+  run: (run) => getJSON(`/api/run?${query({ run })}`),
+  alerts: (run) => getJSON(`/api/alerts?${query({ run })}`),
+  /** params: {run, metric, rank, x, points, lo?, hi?} */
+  series: (params) => getJSON(`/api/series?${query(params)}`),
+  band: (run, metric, points) => getJSON(`/api/band?${query({ run, metric, points })}`),
+  heatmap: (run, rank, buckets) => getJSON(`/api/heatmap?${query({ run, prefix: "attention_entropy/", buckets, rank })}`),
+  compare: (runs, metric, x) => getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x })}`),
+};
+
+/**
+ * The live stream /api/live?<params>: each named event's JSON goes to handlers[name];
+ * handlers.open and handlers.error (no data) follow the connection. Returns the EventSource (close() it).
+ */
+export function openLive(params, handlers) {
+  const es = new EventSource(`/api/live?${query(params)}`);
+  for (const [name, fn] of Object.entries(handlers)) {
+    if (name === "open" || name === "error") es.addEventListener(name, () => fn());
+    else es.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+  }
+  return es;
+}

@@ -1,0 +1,96 @@
+// The run page's chart cards: which metrics share a chart, one series per metric and rank, and how a card
+// loads its points (the overview, or the detail of a zoomed window) and its min..max band across ranks.
+
+import { api } from "./api.js";
+import { PALETTE, line } from "./charts.js";
+
+/** Points per series the server sends: the overview, and the detail of a zoomed window. */
+export const POINTS = 2000;
+
+const GROUPS = [
+  { id: "loss", title: "loss", metrics: ["loss"] },
+  { id: "lr", title: "learning rate", metrics: ["lr"] },
+  { id: "grad_norm", title: "gradient norm", metrics: ["grad_norm"] },
+  { id: "throughput", title: "throughput (1/s)", metrics: ["samples_per_second", "tokens_per_second"], axes: [{ name: "samples/s" }, { name: "tokens/s" }] },
+  { id: "time", title: "step time vs data wait (s)", metrics: ["step_time", "data_time"] },
+  { id: "memory", title: "memory (GB)", metrics: ["host_rss_gb", "device_mem_gb", "device_mem_peak_gb"] },
+  { id: "loss_scale", title: "loss scale / overflow", metrics: ["loss_scale", "overflow"], axes: [{ name: "scale" }, { name: "overflow" }] },
+];
+const HIDDEN = new Set(["epoch"]);
+export const ENTROPY = "attention_entropy/";
+
+/** The charts of a run with these metrics: the known groups that have data, then one chart per other metric. */
+export function chartGroups(metrics) {
+  const groups = GROUPS.map((g) => {
+    const present = g.metrics.filter((m) => metrics.includes(m));
+    const axes = g.axes && present.length > 1 ? g.metrics.map((m, i) => g.axes[Math.min(i, g.axes.length - 1)]).filter((a, i) => present.includes(g.metrics[i])) : undefined;
+    return Object.assign({}, g, { metrics: present, axes });
+  }).filter((g) => g.metrics.length);
+  const used = new Set(GROUPS.flatMap((g) => g.metrics));
+  for (const m of metrics) {
+    if (!used.has(m) && !HIDDEN.has(m) && !m.startsWith(ENTROPY)) groups.push({ id: m, title: m, metrics: [m] });
+  }
+  return groups;
+}
+
+function seriesDefs(group, ranks) {
+  const defs = [];
+  group.metrics.forEach((m, mi) => ranks.forEach((r, ri) => defs.push({
+    key: `${m}@${r}`, metric: m, rank: r, name: ranks.length > 1 ? `${m} r${r}` : m,
+    yAxisIndex: group.axes ? Math.min(mi, group.axes.length - 1) : 0,
+    color: ranks.length > 1 ? PALETTE[(ri + mi * 3) % PALETTE.length] : undefined,
+    points: [], nonfinite: [],
+  })));
+  return defs;
+}
+
+/** One chart of the run page: its group, its series (one per metric and rank) and the ECharts line chart. */
+export class ChartCard {
+  constructor(el, runId, group, ranks, x) {
+    this.el = el;
+    this.runId = runId;
+    this.group = group;
+    this.x = x;
+    this.defs = seriesDefs(group, ranks);
+    this.chart = line(el, { title: group.title, series: this.defs, axes: group.axes, x });
+  }
+
+  /** Whether the overview has arrived (a zoom before that takes its window from another card). */
+  get loaded() { return this.defs.some((d) => d.overview && d.overview.length); }
+
+  /** Fetch the overview, or with win = [lo, hi] the detail of that window (the overview outside it). */
+  async load(win) {
+    await Promise.all(this.defs.map(async (d) => {
+      const q = { run: this.runId, metric: d.metric, rank: d.rank, x: this.x, points: POINTS };
+      if (win) Object.assign(q, { lo: win[0], hi: win[1] });
+      const s = await api.series(q);
+      if (win) {
+        d.points = d.overview.filter((p) => p[0] < win[0]).concat(s.points, d.overview.filter((p) => p[0] > win[1]));
+      } else {
+        d.overview = s.points;
+        d.points = s.points.slice();
+        d.nonfinite = s.nonfinite;
+      }
+    }));
+  }
+
+  /** Back to the overview after a zoom out. */
+  showOverview() { this.defs.forEach((d) => { d.points = d.overview.slice(); }); }
+
+  /** Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.analysis.bands). */
+  async loadBands(bandMetrics) {
+    await Promise.all(this.group.metrics.filter((m) => bandMetrics.includes(m)).map(async (m) => {
+      const b = await api.band(this.runId, m, POINTS);
+      const first = this.defs.find((d) => d.metric === m);
+      first.band = { lower: b.points.map((p) => [p[0], p[1] ?? "-"]),
+        upper: b.points.map((p) => [p[0], p[3] === null || p[1] === null ? "-" : p[3] - p[1]]) };
+    }));
+  }
+
+  draw(view, alerts, restarts) {
+    this.chart.update({ series: this.defs, alerts, restarts, x: view.x, smoothing: view.smoothing, log: view.log });
+  }
+
+  resize() { this.chart.resize(); }
+  dispose() { this.chart.dispose(); }
+}

@@ -1,0 +1,200 @@
+// The run page: the charts of one run, kept live by the stream; zoom fetches the window's detail.
+// State: what the user chose (view), what the server said (info, alerts), what is drawn (cards, heat),
+// and the live stream with the timers that batch its redraws.
+
+import { api, openLive } from "./api.js";
+import { heatmap } from "./charts.js";
+import { count } from "./debug.js";
+import { $, h } from "./dom.js";
+import { mergePoints } from "./merge.js";
+import { ChartCard, ENTROPY, chartGroups } from "./run_charts.js";
+import { bannerText, runControls, sidePanel, stateBadge } from "./run_panels.js";
+
+const HEAT_BUCKETS = 80;
+const DRAW_MS = 100;  // live points are drawn at most this often
+const DERIVED_MS = 1000;  // the heat map and the bands are binned on the server: fetched again at most this often
+const ZOOM_MS = 250;
+const RESCAN_MS = 10000;
+
+export class RunPage {
+  constructor(main, runId) {
+    this.runId = runId;
+    this.view = { x: "step", smoothing: 0, log: false, rank: "0" };
+    this.info = null;
+    this.alerts = [];
+    this.cards = [];
+    this.heat = null;
+    this.live = null;
+    this.serverOffset = 0;  // our clock minus the server's
+    this.disposed = false;
+    this.timers = { draw: null, derived: null, zoom: null };
+    this.zoomOrigin = null;
+    this.banner = h("div", { class: "banner", id: "banner", hidden: true });
+    this.controls = h("section", { class: "toolbar" });
+    this.grid = h("section", { class: "charts", id: "charts" });
+    this.side = h("aside", { class: "side" });
+    document.title = `mindwatch: ${runId}`;
+    main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" })),
+      this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
+    this.onResize = () => { this.cards.forEach((c) => c.resize()); if (this.heat) this.heat.resize(); };
+    window.addEventListener("resize", this.onResize);
+    this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
+    this.build().catch((e) => this.showError(e.message));
+  }
+
+  ranksShown() {
+    if (this.view.rank === "all") return this.info.ranks.length ? this.info.ranks : [0];
+    return [Number(this.view.rank)];
+  }
+
+  bandsShown() { return this.view.x === "step" && this.ranksShown().length > 1; }
+
+  async build() {
+    this.info = await api.run(this.runId);
+    this.serverOffset = Date.now() / 1000 - this.info.status.now;
+    this.alerts = (await api.alerts(this.runId)).alerts;
+    this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
+      smoothing: (v) => { this.view.smoothing = v; this.drawAll(); },
+      log: (on) => { this.view.log = on; this.drawAll(); },
+      x: async (kind) => { this.view.x = kind; await this.buildCharts(); },
+      rank: async (rank) => { this.view.rank = rank; await this.buildCharts(); this.connect(); },
+    }));
+    this.renderSide();
+    this.showStatus(this.info.status);
+    await this.buildCharts();
+    this.connect();
+  }
+
+  async buildCharts() {
+    this.cards.forEach((c) => c.dispose());
+    if (this.heat) this.heat.dispose();
+    this.heat = null;
+    this.grid.replaceChildren();
+    this.cards = chartGroups(this.info.metrics).map((g) => {
+      const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": g.metrics.join(",") });
+      this.grid.append(el);
+      const card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
+      card.chart.chart.on("datazoom", () => this.zoomed(card));
+      return card;
+    });
+    echarts.connect(this.cards.map((c) => c.chart.chart));
+    // The first chart (loss) first: on a cold server each metric is read from the file in turn.
+    if (this.cards.length) await this.loadCard(this.cards[0]);
+    await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
+    if (this.info.metrics.some((m) => m.startsWith(ENTROPY))) {
+      const el = h("div", { class: "chart heat", id: "chart-attention-entropy" });
+      this.grid.append(el);
+      this.heat = heatmap(el, await this.fetchHeat(), { title: "attention entropy per layer (nats)" });
+    }
+  }
+
+  async loadCard(card, win) {
+    await card.load(win);
+    if (!win && this.bandsShown()) await card.loadBands(this.info.band_metrics || []);
+    this.draw(card);
+  }
+
+  fetchHeat() { return api.heatmap(this.runId, this.ranksShown()[0], HEAT_BUCKETS); }
+
+  draw(card) { card.draw(this.view, this.alerts, this.restarts()); }
+
+  /** Where each attempt after the first began (meta.json's attempts), for the charts' restart lines. */
+  restarts() {
+    return ((this.info && this.info.attempts) || []).slice(1).map((a, i) => ({ step: a.first_step, t: a.started_at, attempt: a.attempt || i + 2 }));
+  }
+  drawAll() { this.cards.forEach((c) => this.draw(c)); }
+
+  zoomed(card) {
+    // Connected charts all fire "datazoom": the window comes from the one the user zoomed (the first),
+    // or from the loss chart when that one has no data yet.
+    if (!this.timers.zoom) this.zoomOrigin = card.loaded ? card : this.cards[0];
+    clearTimeout(this.timers.zoom);
+    this.timers.zoom = setTimeout(() => {
+      this.timers.zoom = null;
+      const win = this.zoomOrigin.chart.window();
+      for (const other of this.cards) {
+        if (win) this.loadCard(other, win);
+        else { other.showOverview(); this.draw(other); }
+      }
+    }, ZOOM_MS);
+  }
+
+  renderSide() { this.side.replaceChildren(...sidePanel(this.info, this.alerts)); }
+
+  showStatus(st) {
+    $("#run-state").replaceChildren(...stateBadge(st));
+    const text = bannerText(st, Date.now() / 1000 - this.serverOffset);
+    this.banner.hidden = !text;
+    this.banner.className = `banner banner-${st.state}`;
+    this.banner.textContent = text;
+  }
+
+  showError(message) {
+    this.banner.hidden = false;
+    this.banner.className = "banner banner-failed";
+    this.banner.textContent = message;
+  }
+
+  // live push -------------------------------------------------------
+  connect() {
+    if (this.live) this.live.close();
+    if (this.disposed) return;
+    const metrics = this.cards.flatMap((c) => c.group.metrics);
+    const liveDot = (on) => $("#run-live") && $("#run-live").classList.toggle("on", on);
+    this.live = openLive({ run: this.runId, metrics: metrics.join(","), cursor: this.info.cursor }, {
+      open: () => liveDot(true),
+      error: () => liveDot(false),
+      points: (d) => {
+        const added = mergePoints(this.cards.flatMap((c) => c.defs), d, this.view.x);
+        count("pointsReceived", added);
+        if (added) { this.scheduleDraw(); this.refreshDerived(); }
+      },
+      alert: (d) => {
+        this.alerts = this.alerts.concat(d.alerts);
+        this.info.alert_count = this.alerts.length;
+        this.renderSide();
+        this.scheduleDraw();
+      },
+      state: (st) => this.showStatus(st),
+      reload: async () => { this.live.close(); await this.build(); },
+    });
+  }
+
+  scheduleDraw() {
+    if (this.timers.draw) return;
+    this.timers.draw = setTimeout(() => { this.timers.draw = null; this.drawAll(); }, DRAW_MS);
+  }
+
+  refreshDerived() {
+    if (this.timers.derived || !(this.heat || this.bandsShown())) return;
+    this.timers.derived = setTimeout(async () => {
+      try {
+        if (this.heat) this.heat.update(await this.fetchHeat());
+        if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
+        this.drawAll();
+        count("derivedRefreshes");
+      } catch (e) { /* the next points try again */ }
+      this.timers.derived = null;
+    }, DERIVED_MS);
+  }
+
+  async rebuildIfGrown() {
+    // metrics that appear later (a new rank, a user metric): rebuild once the run lists more
+    if (!this.info || document.hidden) return;
+    const fresh = await api.run(this.runId).catch(() => null);
+    if (fresh && (fresh.metrics.length !== this.info.metrics.length || fresh.ranks.length !== this.info.ranks.length)) {
+      if (this.live) this.live.close();
+      await this.build();
+    }
+  }
+
+  dispose() {
+    this.disposed = true;
+    if (this.live) this.live.close();
+    Object.values(this.timers).forEach(clearTimeout);
+    clearInterval(this.rescan);
+    window.removeEventListener("resize", this.onResize);
+    this.cards.forEach((c) => c.dispose());
+    if (this.heat) this.heat.dispose();
+  }
+}

@@ -1,0 +1,53 @@
+// The run page's panels that only show data: the toolbar, the state banner, the side bar (alerts, tags, config).
+
+import { $, ago, badge, h, tagList } from "./dom.js";
+
+/** The toolbar; on: {smoothing(v), log(on), x(kind), rank(value)} called when the user changes one. */
+export function runControls(runId, ranks, view, on) {
+  const rankSel = h("select", { id: "rank", onchange: (e) => on.rank(e.target.value) },
+    ...ranks.map((r) => h("option", { value: String(r) }, `rank ${r}`)),
+    ranks.length > 1 ? h("option", { value: "all" }, "all ranks") : null);
+  rankSel.value = view.rank;
+  return [
+    h("a", { href: "#/" }, "← runs"),
+    h("label", {}, "smoothing ", h("input", { id: "smoothing", type: "range", min: 0, max: 0.99, step: 0.01, value: view.smoothing,
+      oninput: (e) => { const v = Number(e.target.value); $("#smoothing-v").textContent = v.toFixed(2); on.smoothing(v); } }),
+      h("span", { id: "smoothing-v" }, view.smoothing.toFixed(2))),
+    h("label", {}, h("input", { id: "logscale", type: "checkbox", onchange: (e) => on.log(e.target.checked) }), " log scale"),
+    h("label", {}, "x ", h("select", { id: "xaxis", onchange: (e) => on.x(e.target.value) },
+      h("option", { value: "step" }, "step"), h("option", { value: "time" }, "time"))),
+    h("label", {}, rankSel),
+    h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}&metric=loss` }, "compare…"),
+    h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
+  ];
+}
+
+/** The side bar: the last 200 alerts (newest first), tags, the run's meta and config. */
+export function sidePanel(info, alerts) {
+  return [
+    h("h3", {}, `Alerts (${alerts.length})`),
+    h("ul", { class: "alert-list", id: "alert-list" }, ...alerts.slice(-200).reverse().map((a) =>
+      h("li", { class: `sev-${a.severity || "warning"}` }, h("b", {}, `step ${a.step ?? "?"}`), ` r${a.rank ?? 0} `,
+        h("span", { class: "rule" }, a.rule || ""), " ", a.message || `${a.metric} = ${a.value}`))),
+    h("h3", {}, "Tags"), h("div", {}, ...tagList(info.tags).map((t) => h("span", { class: "tag" }, t))),
+    h("h3", {}, "Run"), h("pre", { class: "config" }, JSON.stringify(info.meta, null, 1)),
+    h("h3", {}, "Config"), h("pre", { class: "config", id: "config" }, JSON.stringify(info.config, null, 1)),
+  ];
+}
+
+/** The state badge next to the title. */
+export function stateBadge(st) {
+  return [badge(st.state), st.last_step !== null ? h("span", { class: "muted" }, ` step ${st.last_step}`) : ""];
+}
+
+/** What the banner says about a run in this state ("" while it runs); now is the server's clock. */
+export function bannerText(st, now) {
+  const last = st.last_time ? `${ago(now - st.last_time)} ago` : "never";
+  return {
+    finished: `Finished: the run ended normally at step ${st.last_step}. No more data will arrive.`,
+    failed: `Failed at step ${st.last_step}: ${st.error || "see the training log"}. Data stopped ${last}.`,
+    stopped: `Stopped at step ${st.last_step}${st.reason ? ": " + st.reason : ""}.`,
+    stalled: `Stalled: the process is alive but no step finished for a while (last point ${last})${st.reason ? ": " + st.reason : ""}.`,
+    stale: `Stale: no heartbeat for ${st.heartbeat_at ? ago(now - st.heartbeat_at) : "a long time"} and no final state: the process probably died (kill -9, out of memory, lost node). Last point ${last}.`,
+  }[st.state] || "";
+}
