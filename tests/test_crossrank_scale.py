@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS
 
 from mindwatch.alerts.crossrank import CrossRankWatch, StragglerRule, medians_of_the_others
 from mindwatch.config import load_config
@@ -71,3 +73,68 @@ def test_rank_0_writes_the_band_and_the_dashboard_answers_from_it_alone(tmp_path
     assert body["ranks"] == [0, 1, 2]
     assert {p[0]: tuple(p[1:]) for p in body["points"]} == {s: pytest.approx(w[:3]) for s, w in expected.items()}
     assert json.loads((run_dir / "status.rank0.json").read_text())["host"]
+
+
+def many_ranks_run(logdir: Path, ranks: int = 40, slow: tuple[int, ...] = (23, 31)) -> Path:
+    """A finished run of ``ranks`` ranks (band files written by rank 0's watch) where ``slow`` ranks take longer."""
+    run_dir = logdir / "p" / "many"
+    cfg = load_config({"distributed": {"poll_secs": 1e-9}})
+    writers = [RunWriter(run_dir, r, flush_secs=1e9) for r in range(ranks)]
+    write_json_atomic(RunLayout(run_dir).meta, {"run_id": "many", "project": "p", "world_size": ranks})
+    watch = CrossRankWatch(run_dir, ranks, lambda alert: None, cfg.distributed, cooldown_secs=0)
+    for step in range(1, 31):
+        for r, w in enumerate(writers):
+            extra = 0.05 * (slow.index(r) + 1) if r in slow and step % 3 else 0.0
+            w.write([{"step": step, "t": time.time(), "rank": r, "loss": 2.0 - step / 100, "step_time": 0.1 + r * 1e-4 + extra}])
+    watch.poll()
+    for w in writers:
+        w.close("finished")
+    return run_dir
+
+
+def test_the_outliers_are_the_ranks_most_often_at_the_edge_of_the_band(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mindwatch.serve.app import create_app
+
+    many_ranks_run(tmp_path)
+    with TestClient(create_app(tmp_path)) as c:
+        body = c.get("/api/outliers", params={"run": "p/many", "metric": "step_time", "k": 3}).json()
+    # rank 31 is the slowest on 20 steps, rank 39 (0.1039 s) on the other 10 and rank 0 always the fastest: 30 times
+    assert body["ranks"] == [0, 31, 39] and body["times"] == [30, 20, 10]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)")
+def test_with_many_ranks_the_run_page_draws_the_top_outliers_and_any_rank_by_number(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from mindwatch.serve.process import DashboardProcess
+
+    many_ranks_run(tmp_path / "logs")
+    names = """() => {
+      const c = echarts.getInstanceByDom(document.querySelector('#chart-time'));
+      return c ? c.getOption().series.map((s) => s.name).filter((n) => n.startsWith('step_time r')) : [];  // lines and band
+    }"""
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Fmany")
+        page.wait_for_function("() => document.querySelector('#chart-time') !== null", timeout=60_000)
+        page.wait_for_function(f"() => ({names})().length > 0", timeout=60_000)
+        assert page.input_value("#rank") == "top"
+        shown = page.evaluate(names)
+        assert "step_time r0 range" in shown, "the band across all 40 ranks is drawn behind the lines"
+        lines = [n for n in shown if not n.endswith((" min", " range"))]
+        assert sorted(lines) == ["step_time r0", "step_time r31", "step_time r39"], "the ranks /api/outliers names"
+        page.fill("#rank-pick", "7")
+        page.dispatch_event("#rank-pick", "change")
+        page.wait_for_function("() => document.querySelector('#rank').value === '7'", timeout=60_000)
+        one_line = """() => {
+          const c = echarts.getInstanceByDom(document.querySelector('#chart-time'));
+          const s = c && c.getOption().series.filter((x) => x.name === 'step_time');
+          return s && s.length === 1 && s[0].data.length ? s[0].data[0][1] : null;
+        }"""
+        page.wait_for_function(f"() => ({one_line})() !== null", timeout=60_000)
+        assert page.evaluate(one_line) == pytest.approx(0.1 + 7e-4), "rank 7's own step_time, alone"
+        browser.close()

@@ -186,17 +186,7 @@ def series(
 
 def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
     """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.analysis.bands`), thinned keeping extremes."""
-    b = band_from_file(view, metric)
-    if b is None:
-        if refresh:
-            view.refresh()
-        with view.lock:
-            per_rank = {}
-            for rank, cols in view.columns.items():
-                line, value = cols.column(metric)
-                if len(line):
-                    per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
-            b = band_of(metric, per_rank)
+    b = band_across_ranks(view, metric, refresh)
     half = max(points // 2, 10)
     idx = np.union1d(keep_extremes(b.step, b.max, half), keep_extremes(b.step, -b.min, half))
     rows = np.stack([b.min[idx], b.mean[idx], b.max[idx]], axis=1)
@@ -207,6 +197,33 @@ def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -
         "ranks": b.ranks,
         "points": [[s, *(None if v != v else v for v in r)] for s, r in zip(b.step[idx].tolist(), clean, strict=True)],
     }
+
+
+def band_across_ranks(view: RunView, metric: str, refresh: bool = True) -> Band:
+    """The band from rank 0's band file when the run has one, else from every rank's columns."""
+    b = band_from_file(view, metric)
+    if b is not None:
+        return b
+    if refresh:
+        view.refresh()
+    with view.lock:
+        per_rank = {}
+        for rank, cols in view.columns.items():
+            line, value = cols.column(metric)
+            if len(line):
+                per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
+        return band_of(metric, per_rank)
+
+
+def outliers(view: RunView, metric: str, k: int = 5) -> dict[str, Any]:
+    """The ``k`` ranks most often at the edge of the band (the max or the min of ``metric`` across ranks), most first:
+    the ranks the per-rank overlay draws by default when a run has too many to draw them all."""
+    b = band_across_ranks(view, metric)
+    edges = np.concatenate([b.argmax[b.count > 2], b.argmin[b.count > 2]])  # with 2 ranks every rank is an edge
+    edges = edges[edges >= 0]
+    ranks, times = np.unique(edges, return_counts=True)
+    order = np.lexsort((ranks, -times))[:k]
+    return {"run": view.id, "metric": metric, "ranks": ranks[order].tolist(), "times": times[order].tolist(), "steps": len(b)}
 
 
 def band_from_file(view: RunView, metric: str) -> Band | None:
@@ -270,6 +287,10 @@ class Api:
     def band(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
         return JSONResponse(band(view, metric_param(req), points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000))
+
+    def outliers(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        return JSONResponse(outliers(view, metric_param(req), k=int_param(req, "k", 5, 1, 100) or 5))
 
     def heatmap(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
