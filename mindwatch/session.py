@@ -222,12 +222,13 @@ class RunSession:
         self.control.schedule("stop", alert)
         reason = f"stopped by mindwatch: {alert.get('message')}"
         grace = self.config.distributed.stop_grace
-        threading.Thread(target=self._end_unless_stopped, args=(reason, grace), name="mindwatch-stop", daemon=True).start()
+        args = (alert, reason, grace)
+        threading.Thread(target=self._end_unless_stopped, args=args, name="mindwatch-stop", daemon=True).start()
 
-    def _end_unless_stopped(self, reason: str, grace: float) -> None:
+    def _end_unless_stopped(self, alert: Alert, reason: str, grace: float) -> None:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            if self.monitor.state != "running":  # the training thread ended the run
+            if not self.control.waiting(alert) or self.monitor.state != "running":  # the training thread took it
                 return
             time.sleep(0.05)
         log.error(

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from mindwatch.alerts.liveness import RankLiveness, pid_running
 from mindwatch.config import load_config
 from mindwatch.monitor.control import Control
@@ -149,3 +151,30 @@ def test_the_run_names_the_rank_that_died_and_when_the_others_ended() -> None:
     assert lost_message(statuses) == "rank 1 died at step 812 (pid 4242 on host a exited); the others ended 1.5 s later"
     statuses[1] = {"state": "finished"}  # it wrote its end after all: not lost
     assert lost_message(statuses) is None and rank_states(statuses)[1] == "finished"
+
+
+def test_a_stop_for_a_lost_rank_ends_the_process_only_when_no_step_boundary_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mindwatch.session
+
+    exits: list[int] = []
+    monkeypatch.setattr(mindwatch.session.os, "_exit", exits.append)
+    config = load_config({"save_dir": str(tmp_path), "project": "p", "distributed": {"stop_grace": 0.3}})
+    alert = {"rule": "rank_lost", "message": "rank 1 is gone (pid 7 on host a exited; last step 3)", "step": 3}
+    # a step boundary comes: the training thread takes the stop, the process lives on
+    session = RunSession.start(config, rank=0, world_size=1)
+    session.stop_now(alert)
+    assert session.control.waiting(alert) and [a for a, _ in session.control.take(4)] == ["stop"]
+    time.sleep(0.6)
+    assert exits == [] and session.monitor.state == "running"
+    session.close("stopped")
+    # none comes (the training thread waits in a collective): final status first, then the process ends
+    session = RunSession.start(config, rank=0, world_size=1)
+    session.stop_now(alert)
+    deadline = time.monotonic() + 10
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exits == [1]
+    status = json.loads((session.run_dir / "status.rank0.json").read_text())
+    assert status["state"] == "stopped" and status["reason"] == f"stopped by mindwatch: {alert['message']}"

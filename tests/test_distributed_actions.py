@@ -23,6 +23,7 @@ from test_distributed import SCRIPT, Launch, base_env, free_port, msrun, only_ru
 
 import mindwatch
 from mindwatch.analysis.summary import summarize_run
+from mindwatch.report.html import render_report
 
 pytestmark = pytest.mark.slow
 
@@ -149,8 +150,17 @@ def test_a_killed_rank_is_named_and_with_on_rank_lost_stop_the_survivor_ends_sto
     assert final0["updated_at"] - killed < 15.0 and survivor_ended - killed < 30.0
     run = mindwatch.open_run(run_dir)
     assert run.states() == {0: "stopped", 1: "lost"} and run.state == "lost"
-    summary = summarize_run(run)
-    assert summary.error.startswith(f"rank 1 died at step {last_step} (pid {pid} on host {host} exited); the others ended")
+    died = f"rank 1 died at step {last_step} (pid {pid} on host {host} exited); the others ended"
+    assert summarize_run(run).error.startswith(died)
+    assert f"lost a rank: {died}" in render_report([run])  # the report's banner
+    from starlette.testclient import TestClient
+
+    from mindwatch.serve.app import create_app
+
+    with TestClient(create_app(out)) as c:  # the dashboard's banner
+        status = c.get("/api/run", params={"run": f"dist/{run_dir.name}"}).json()["status"]
+    assert status["state"] == "lost" and status["error"].startswith(died)
+    assert status["ranks"]["1"]["state"] == "lost"
 
 
 def wait_for(probe, timeout: float):

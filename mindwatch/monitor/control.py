@@ -75,6 +75,11 @@ class Control:
             self._due.append((at_step, action, alert))
             self.pending = True
 
+    def waiting(self, alert: Alert) -> bool:
+        """Whether an action filed with this very ``alert`` (by :meth:`schedule`) is still to be taken."""
+        with self._lock:
+            return any(al is alert for _, _, al in self._due)
+
     def take(self, step: int | None = None) -> list[tuple[str, Alert]]:
         """The actions due at ``step`` (all when None), oldest first, as ``(action, alert)``; later ones keep waiting.
 
