@@ -94,10 +94,10 @@ class StragglerRule:
             if len(values) < 2:
                 continue
             who = np.fromiter(values, np.int64, len(values))
-            v = np.fromiter(values.values(), np.float64, len(values))
-            median = medians_of_the_others(v)
-            slow = (v > self.factor * median) & (v - median > self.min_excess)
-            for rank, is_slow, value, med in zip(who.tolist(), slow.tolist(), v.tolist(), median.tolist(), strict=True):
+            column = np.fromiter(values.values(), np.float64, len(values))
+            median = medians_of_the_others(column)
+            slow = (column > self.factor * median) & (column - median > self.min_excess)
+            for rank, is_slow, value, med in zip(who.tolist(), slow.tolist(), column.tolist(), median.tolist(), strict=True):
                 key = (rank, metric)
                 if is_slow:
                     self.streak[key] = self.streak.get(key, 0) + 1
@@ -244,6 +244,9 @@ class CrossRankWatch:
 
     def _write_bands(self, complete: list[tuple[int, dict[int, dict[str, Any]]]]) -> None:
         """Every step all ranks recorded, summarised across ranks per metric (``bands/``: what the dashboard reads)."""
+        bands = self.bands
+        if bands is None:
+            return
         complete.sort(key=lambda item: item[0])
         steps = [step for step, _ in complete]
         ranks = np.arange(self.world_size)
@@ -257,7 +260,7 @@ class CrossRankWatch:
                         values[i, r] = v
                         seen = True
             if seen:
-                self.bands.append(metric, band_rows(steps, ranks, values))
+                bands.append(metric, band_rows(steps, ranks, values))
 
     def _check_liveness(self, *, remote: bool) -> None:
         if self.world_size < 2:
