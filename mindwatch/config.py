@@ -192,6 +192,21 @@ class HangSettings(RuleSettings):
     wait: float = Field(default=10.0, gt=0)
 
 
+class CoordinationSettings(_Section):
+    """Coordinated actions (docs/distributed.md): every rank carries out an action at the same step."""
+
+    #: Agree on a step with every rank (multi-rank runs); false: each rank acts alone on its own rules.
+    enabled: bool = True
+    #: Seconds between two looks at ``control/`` (rank 0: requests; every rank: decisions).
+    poll_secs: float = Field(default=0.1, gt=0)
+    #: How far ahead rank 0 schedules an action, in seconds of training (at least 3 x poll_secs).
+    margin_secs: float = Field(default=1.0, gt=0)
+    #: ... and in steps, at least.
+    min_margin_steps: int = Field(default=2, ge=1)
+    #: A request no decision covers after this many seconds (rank 0 gone) is carried out by its rank alone.
+    decide_timeout: float = Field(default=10.0, gt=0)
+
+
 class DistributedSection(_Section):
     """Distributed training (docs/distributed.md): run-id agreement and the cross-rank rules on rank 0."""
 
@@ -201,6 +216,13 @@ class DistributedSection(_Section):
     poll_secs: float = Field(default=1.0, gt=0)
     straggler: StragglerSettings = Field(default_factory=StragglerSettings)
     hang: HangSettings = Field(default_factory=HangSettings)
+    coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
+    #: When rank 0 sees a rank die: ``wait`` (alert only) or ``stop`` (the survivors end ``stopped``).
+    on_rank_lost: Literal["wait", "stop"] = "wait"
+    #: ``on_rank_lost: stop``: seconds a survivor waits for a step boundary before it ends its process.
+    stop_grace: float = Field(default=3.0, gt=0)
+    #: Seconds between rank 0's liveness checks of the ranks on its host (a signal 0 per pid).
+    liveness_secs: float = Field(default=0.1, gt=0)
 
 
 #: What a notify channel can be told: alerts (at or above its ``min_severity``) and the end of the run.

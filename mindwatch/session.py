@@ -21,6 +21,7 @@ import platform
 import socket
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.registry import build_rules
 from mindwatch.config import MonitorConfig
 from mindwatch.monitor.control import Control
+from mindwatch.monitor.coordination import ActionCoordinator
 from mindwatch.monitor.watchdog import Watchdog
 from mindwatch.monitor.worker import Monitor, Sampler, Sink
 from mindwatch.sinks.alertlog import AlertLog
@@ -62,6 +64,8 @@ class RunSession:
     #: Actions the alert rules request; the framework adapter carries them out at step boundaries.
     control: Control = field(default_factory=Control)
     watchdog: Watchdog | None = None
+    #: Multi-rank runs: agrees with the other ranks on the step each action is carried out at.
+    coordinator: ActionCoordinator | None = None
 
     @classmethod
     def start(
@@ -102,7 +106,8 @@ class RunSession:
         sinks.extend(bridge_sinks(config, writer.layout, run_id, rank))
         sinks.extend(extra_sinks or [])
         monitor = Monitor(sinks, queue_size=config.queue_size, flush_secs=config.flush_secs, samplers=samplers or [])
-        session = cls(config, run_dir, rank, world_size, writer, monitor)
+        coordinated = world_size > 1 and config.distributed.coordination.enabled
+        session = cls(config, run_dir, rank, world_size, writer, monitor, control=Control(coordinated=coordinated))
         session.watch(run_id, nonfinite_checked)
         if rank == 0:
             session.meta = meta
@@ -171,20 +176,69 @@ class RunSession:
             from mindwatch.alerts.crossrank import CrossRankWatch
 
             forward = notify.alert if notify is not None else None
-            sinks.append(
-                CrossRankWatch(
-                    self.run_dir,
-                    self.world_size,
-                    self.emit_alert,
-                    cfg.distributed,
-                    alerts_enabled=alerts.enabled,
-                    cooldown_secs=alerts.cooldown_secs,
-                    forward=forward,
-                )
+            watch = CrossRankWatch(
+                self.run_dir,
+                self.world_size,
+                self.emit_alert,
+                cfg.distributed,
+                alerts_enabled=alerts.enabled,
+                cooldown_secs=alerts.cooldown_secs,
+                forward=forward,
+                on_lost=self.rank_lost,
+                stale_secs=max(10.0, 5 * cfg.flush_secs),
             )
+            sinks.append(watch)
+            self.monitor.tickers.append(watch)
+        if self.control.coordinated:
+            self.coordinator = ActionCoordinator(
+                self.layout,
+                rank=self.rank,
+                world_size=self.world_size,
+                control=self.control,
+                config=cfg.distributed.coordination,
+                on_now=self.stop_now,
+            )
+            sinks.append(self.coordinator)
+            self.monitor.tickers.append(self.coordinator)
         if notify is not None:
             sinks.append(notify)  # after the cross-rank watch: its last forwards come before the notifier closes
         self.monitor.sinks.extend(sinks)
+
+    def rank_lost(self, lost: Any, alert: Alert) -> None:
+        """Rank 0's worker saw a rank die: record it in rank 0's status; with ``on_rank_lost: stop``, stop every survivor."""
+        self.writer.lost_ranks[str(lost.rank)] = lost.as_record()
+        self.writer.flush()
+        if self.config.distributed.on_rank_lost != "stop":
+            return
+        alert["on_rank_lost"] = "stop"  # not in "actions": no step ahead can be agreed with a rank gone
+        if self.coordinator is not None:
+            self.coordinator.publish_now("stop", alert)  # comes back to this rank too, through decisions.jsonl
+        else:
+            self.stop_now(alert)
+
+    def stop_now(self, alert: Alert) -> None:
+        """Stop at the next step boundary; if none comes within ``stop_grace`` s (the training thread waits in a
+        collective for a dead rank), write the final ``stopped`` status and end the process (exit status 1)."""
+        self.control.schedule("stop", alert)
+        reason = f"stopped by mindwatch: {alert.get('message')}"
+        grace = self.config.distributed.stop_grace
+        args = (alert, reason, grace)
+        threading.Thread(target=self._end_unless_stopped, args=args, name="mindwatch-stop", daemon=True).start()
+
+    def _end_unless_stopped(self, alert: Alert, reason: str, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not self.control.waiting(alert) or self.monitor.state != "running":  # the training thread took it
+                return
+            time.sleep(0.05)
+        log.error(
+            "mindwatch: no step boundary came within %.1f s (a collective waits for a lost rank): %s; ending the process",
+            grace,
+            reason,
+        )
+        self.close("stopped", reason=reason)
+        logging.shutdown()
+        os._exit(1)
 
     def emit_alert(self, alert: Alert) -> None:
         """Raise an alert from any thread: its actions go to :attr:`control`, the alert to every sink."""

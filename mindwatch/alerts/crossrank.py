@@ -17,17 +17,21 @@ the rank the others wait for (:mod:`mindwatch.alerts.hang`). Nothing here touche
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
+from mindwatch.alerts.liveness import LostRank, RankLiveness
 from mindwatch.alerts.rules import value_of
+from mindwatch.analysis.bands import CROSS_RANK_METRICS
 from mindwatch.analysis.units import format_ms
+from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
 from mindwatch.store.states import FINAL_STATES
@@ -39,7 +43,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("mindwatch")
 
 #: The rules' names in ``alerts.jsonl``.
-STRAGGLER, HANG = "straggler", "hang"
+STRAGGLER, HANG, RANK_LOST = "straggler", "hang", "rank_lost"
+
+
+def medians_of_the_others(values: np.ndarray) -> np.ndarray:
+    """For each element, the median of all the other elements (``statistics.median`` of the rest), in O(n log n)."""
+    n = len(values)
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    m = n - 1  # how many values are left without one
+    lo, hi = (m - 1) // 2, m // 2  # the middle of what is left (one index when m is odd)
+    at_lo = np.where(lo < position, s[lo], s[min(lo + 1, n - 1)])  # without element i, index k of the rest is s[k] or s[k + 1]
+    at_hi = np.where(hi < position, s[hi], s[min(hi + 1, n - 1)])
+    return (at_lo + at_hi) / 2
 
 
 class StragglerRule:
@@ -73,17 +91,19 @@ class StragglerRule:
         out = []
         for metric in self.metrics:
             values = {r: v for r, rec in ranks.items() if (v := value_of(rec, metric)) is not None and v == v}
-            for rank, v in values.items():
-                others = [x for r, x in values.items() if r != rank]
-                if not others:
-                    continue
-                median = statistics.median(others)
+            if len(values) < 2:
+                continue
+            who = np.fromiter(values, np.int64, len(values))
+            column = np.fromiter(values.values(), np.float64, len(values))
+            median = medians_of_the_others(column)
+            slow = (column > self.factor * median) & (column - median > self.min_excess)
+            for rank, is_slow, value, med in zip(who.tolist(), slow.tolist(), column.tolist(), median.tolist(), strict=True):
                 key = (rank, metric)
-                if v > self.factor * median and v - median > self.min_excess:
+                if is_slow:
                     self.streak[key] = self.streak.get(key, 0) + 1
                     if self.streak[key] == self.count:
-                        out.append(self._alert(step_record["step"], rank, metric, v, median))
-                else:
+                        out.append(self._alert(step_record["step"], rank, metric, value, med))
+                elif self.streak.get(key):
                     self.streak[key] = 0
         return out
 
@@ -123,6 +143,9 @@ class CrossRankWatch:
         alerts_enabled: bool = True,
         cooldown_secs: float = 300.0,
         forward: Callable[[Alert], None] | None = None,
+        on_lost: Callable[[LostRank, Alert], None] | None = None,
+        stale_secs: float = 10.0,
+        write_bands: bool = True,
         close_wait: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -144,6 +167,15 @@ class CrossRankWatch:
         self.hang_enabled = alerts_enabled and config.hang.enabled
         self.hang_wait = config.hang.wait
         self.hang_actions = list(config.hang.actions)
+        self.bands = BandFileWriter(self.layout) if write_bands else None
+        self.liveness = RankLiveness(self.layout, world_size, stale_secs=stale_secs)
+        #: Remote heartbeats are read (one status file a rank) this often: a quarter of the stale limit.
+        self.remote_secs = max(config.poll_secs, stale_secs / 4)
+        self._last_remote = -1e18
+        self.liveness_secs = config.liveness_secs
+        self.on_lost = on_lost
+        self.last_steps: dict[int, int] = {}
+        self._last_liveness = -1e18
         self._alerts = JsonlTail(self.layout.alerts)
         for tail in [self._alerts, *self.tails.tails.values()]:
             tail.offset = _size(tail.path)  # a resumed run's old lines are not news
@@ -161,6 +193,13 @@ class CrossRankWatch:
     def flush(self) -> None:
         self.poll()
 
+    def tick(self) -> None:
+        """Every worker loop: the liveness of the ranks on this host, every ``liveness_secs`` (a signal 0 per pid)."""
+        now = self.clock()
+        if now - self._last_liveness >= self.liveness_secs:
+            self._last_liveness = now
+            self._check_liveness(remote=False)
+
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         """A last look, after the other ranks ended too (up to ``close_wait`` s): their last alerts get forwarded."""
         deadline = self.clock() + self.close_wait
@@ -173,6 +212,8 @@ class CrossRankWatch:
     def _others_done(self) -> bool:
         # a rank writes its final status after its last alert is in alerts.jsonl
         for r in range(1, self.world_size):
+            if r in self.liveness.lost:
+                continue
             st = read_json(self.layout.status(r))
             if st is None or st.get("state") not in FINAL_STATES:
                 return False
@@ -181,11 +222,73 @@ class CrossRankWatch:
     # -- one look at the other ranks --------------------------------------------------
     def poll(self) -> None:
         self._last_poll = self.clock()
-        for rank, records in self.tails.read_new().items():
-            for step, ranks in self.aligner.add(rank, records):
-                self.engine.write([{"step": step, "ranks": ranks}])
+        self._read_steps()
+        remote = self._last_poll - self._last_remote >= self.remote_secs
+        if remote:
+            self._last_remote = self._last_poll
+        self._check_liveness(remote=remote)
         if self.hang_enabled or self.forward is not None:
             self._read_alerts()
+
+    def _read_steps(self) -> None:
+        complete = []
+        for rank, records in self.tails.read_new().items():
+            step = records[-1].get("step")
+            if isinstance(step, int):
+                self.last_steps[rank] = step
+            for step, ranks in self.aligner.add(rank, records):
+                self.engine.write([{"step": step, "ranks": ranks}])
+                complete.append((step, ranks))
+        if complete and self.bands is not None:
+            self._write_bands(complete)
+
+    def _write_bands(self, complete: list[tuple[int, dict[int, dict[str, Any]]]]) -> None:
+        """Every step all ranks recorded, summarised across ranks per metric (``bands/``: what the dashboard reads)."""
+        bands = self.bands
+        if bands is None:
+            return
+        complete.sort(key=lambda item: item[0])
+        steps = [step for step, _ in complete]
+        ranks = np.arange(self.world_size)
+        for metric in CROSS_RANK_METRICS:
+            values = np.full((len(complete), self.world_size), np.nan)
+            seen = False
+            for i, (_, by_rank) in enumerate(complete):
+                for r, rec in by_rank.items():
+                    v = rec.get(metric)
+                    if isinstance(v, (int, float)):
+                        values[i, r] = v
+                        seen = True
+            if seen:
+                bands.append(metric, band_rows(steps, ranks, values))
+
+    def _check_liveness(self, *, remote: bool) -> None:
+        if self.world_size < 2:
+            return
+        lost = self.liveness.check(self.last_steps, remote=remote)
+        if not lost:
+            return
+        self._read_steps()  # the lost rank's last records, if they arrived since the last poll
+        for gone in lost:
+            last = max(s for s in (gone.last_step, self.last_steps.get(gone.rank), -1) if isinstance(s, int))
+            gone = LostRank(gone.rank, gone.pid, gone.host, last if last >= 0 else None, gone.how, gone.t)
+            self.liveness.lost[gone.rank] = gone
+            alert = make_alert(
+                RANK_LOST,
+                step=gone.last_step,
+                rank=gone.rank,
+                message=gone.message,
+                severity="error",
+                lost_rank=gone.rank,
+                pid=gone.pid,
+                host=gone.host,
+                how=gone.how,
+                reported_by=0,
+            )
+            log.error("mindwatch: %s", gone.message)
+            if self.on_lost is not None:
+                self.on_lost(gone, alert)
+            self.emit(alert)
 
     def _read_alerts(self) -> None:
         for alert in self._alerts.read_new():

@@ -124,6 +124,15 @@ def band_of(metric: str, series: dict[int, Series]) -> Band:
     return Band(metric, ranks, steps, lo, mean, hi, argmin, argmax, count)
 
 
+def band_of_rows(metric: str, rows: np.ndarray, ranks: list[int]) -> Band:
+    """A :class:`Band` from a band file's rows (:mod:`mindwatch.store.bandfiles`, written by rank 0)."""
+    as_int = lambda name: rows[name].astype(np.int64)  # noqa: E731
+    f64 = lambda name: rows[name].astype(np.float64)  # noqa: E731
+    return Band(
+        metric, ranks, as_int("step"), f64("min"), f64("mean"), f64("max"), as_int("argmin"), as_int("argmax"), as_int("count")
+    )
+
+
 def _aligned(series: dict[int, Series], ranks: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
     """The union of the ranks' steps and each rank's values on it (NaN where a rank has no record)."""
     first = series[ranks[0]].step

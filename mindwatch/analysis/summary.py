@@ -31,6 +31,7 @@ from mindwatch.analysis.progress import total_steps_of
 from mindwatch.config import BUILTIN_METRICS
 from mindwatch.store.attempts import time_lost
 from mindwatch.store.reader import Run
+from mindwatch.store.states import lost_message
 
 #: How reports and the terminal view order metrics: the built-in ones as docs/run-directory.md lists them, then the rest.
 METRIC_ORDER = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
@@ -126,7 +127,7 @@ def summarize_run(run: Run) -> RunSummary:
         project=str(run.meta.get("project", run.path.parent.name)),
         path=str(run.path),
         state=run.state,
-        error=errors[0] if errors else None,
+        error=lost_message(run.statuses) or (errors[0] if errors else None),
         ranks=run.ranks,
         world_size=int(run.meta.get("world_size", max(len(run.ranks), 1))),
         metrics=run.metrics,

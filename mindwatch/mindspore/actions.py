@@ -132,6 +132,21 @@ def last_healthy_checkpoint(files: list[Path], *, before_step: int, steps_per_ep
     return max(healthy)[1] if healthy else None
 
 
+def coordination_fields(info: dict[str, Any] | None, step: int) -> dict[str, Any]:
+    """What the intervention alert says about the agreement (docs/distributed.md): the agreed step, lateness, or acting alone."""
+    if not info:
+        return {}
+    if info.get("alone"):
+        return {"alone": info["alone"]}
+    at = info.get("at_step")
+    out: dict[str, Any] = {"decision": info.get("seq"), "requested_by": info.get("requested_by")}
+    if isinstance(at, int):
+        out["at_step"] = at
+        if step > at:
+            out["late_steps"] = step - at
+    return out
+
+
 class Interventions:
     """The MindSpore side of :class:`~mindwatch.monitor.control.Control`. See the module docstring."""
 
@@ -175,7 +190,8 @@ class Interventions:
     def carry_out(self, run_context: Any) -> None:
         """Do every waiting request (training thread, at a step boundary). Failures are warnings."""
         cb = run_context.original_args()
-        for action, alert in self.session.control.take():
+        step = cb.cur_step_num
+        for action, alert in self.session.control.take(step):
             try:
                 done = getattr(self, f"_{action}")(alert, run_context, cb)
             except Exception as e:
@@ -184,11 +200,19 @@ class Interventions:
                 )
                 done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
             cause = f"{alert.get('rule')}" + (f" on {alert['metric']}" if alert.get("metric") else "")
-            message = f"{done.pop('message')} (requested by the {cause} alert at step {alert.get('step')})"
+            message = f"{done.pop('message')} (requested by the {cause} alert at step {alert.get('step')}"
+            message += (
+                f" on rank {alert.get('rank')})" if alert.get("rank") is not None and alert.get("rank") != self.rank else ")"
+            )
+            done.update(coordination_fields(alert.get("coordination"), step))
+            if done.get("late_steps"):
+                message += f"; {done['late_steps']} steps later than the agreed step {done['at_step']}"
+            elif done.get("alone"):
+                message += f"; this rank alone: {done['alone']}"
             self.session.monitor.alert(
                 make_alert(
                     "intervention",
-                    step=cb.cur_step_num,
+                    step=step,
                     rank=self.rank,
                     message=message,
                     severity=done.pop("severity", "info"),

@@ -5,12 +5,17 @@ Example::
     control = Control()
     control.request(alert)              # any thread: an alert whose "actions" lists e.g. ["stop"]
     if control.pending:                 # the training thread, at a step boundary: one attribute read
-        for action, alert in control.take():
+        for action, alert in control.take(step):
             ...                         # carry it out (stop, checkpoint, lr_backoff, dump_stacks)
 
 Rules never reach into the training loop (like Hugging Face's ``TrainerControl``): they put
 requests here and the framework adapter (``mindwatch.mindspore.MonitorCallback``) acts on
 them at the next step boundary.
+
+In a multi-rank run the Control is ``coordinated``: a request waits in :meth:`outgoing` until the
+worker's :class:`~mindwatch.monitor.coordination.ActionCoordinator` has agreed a step with every
+rank, then comes back through :meth:`schedule` with that step (``at_step``), so every rank acts
+at the same step boundary.
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ Alert = dict[str, Any]
 
 
 class Control:
-    """Requested actions waiting for the next step boundary. Each (action, rule, step) is taken once."""
+    """Requested actions waiting for a step boundary. Each (action, rule, step) is requested once."""
 
-    def __init__(self) -> None:
-        #: True while requests wait; the hot path reads only this.
+    def __init__(self, *, coordinated: bool = False) -> None:
+        #: True while actions wait to be taken; the hot path reads only this.
         self.pending = False
+        #: Requests go to :meth:`outgoing` (for the other ranks to agree on) instead of straight to the loop.
+        self.coordinated = coordinated
         self._lock = threading.Lock()
-        self._requests: list[tuple[str, Alert]] = []
+        self._due: list[tuple[int | None, str, Alert]] = []
+        self._outbox: list[tuple[str, Alert]] = []
         self._seen: set[tuple[str, Any, Any]] = set()
 
     def request(self, alert: Alert) -> None:
@@ -44,12 +52,41 @@ class Control:
                 if key in self._seen:
                     continue
                 self._seen.add(key)
-                self._requests.append((action, alert))
-            self.pending = bool(self._requests)
+                if self.coordinated:
+                    self._outbox.append((action, alert))
+                else:
+                    self._due.append((None, action, alert))
+            self.pending = bool(self._due)
 
-    def take(self) -> list[tuple[str, Alert]]:
-        """All waiting requests, oldest first, as ``(action, alert)``; clears ``pending``."""
+    @property
+    def outgoing_waiting(self) -> bool:
+        """Requests wait in the outbox (read without the lock: the worker looks every loop)."""
+        return bool(self._outbox)
+
+    def outgoing(self) -> list[tuple[str, Alert]]:
+        """Requests of a coordinated Control not yet sent to the other ranks (the worker thread takes them)."""
         with self._lock:
-            out, self._requests = self._requests, []
-            self.pending = False
+            out, self._outbox = self._outbox, []
         return out
+
+    def schedule(self, action: str, alert: Alert, at_step: int | None = None) -> None:
+        """File ``action`` for the step boundary after step ``at_step`` (None: the next one)."""
+        with self._lock:
+            self._due.append((at_step, action, alert))
+            self.pending = True
+
+    def waiting(self, alert: Alert) -> bool:
+        """Whether an action filed with this very ``alert`` (by :meth:`schedule`) is still to be taken."""
+        with self._lock:
+            return any(al is alert for _, _, al in self._due)
+
+    def take(self, step: int | None = None) -> list[tuple[str, Alert]]:
+        """The actions due at ``step`` (all when None), oldest first, as ``(action, alert)``; later ones keep waiting.
+
+        An action scheduled for a step already passed is due at once (its rank was late).
+        """
+        with self._lock:
+            due = [(a, al) for s, a, al in self._due if s is None or step is None or step >= s]
+            self._due = [item for item in self._due if not (item[0] is None or step is None or step >= item[0])]
+            self.pending = bool(self._due)
+        return due

@@ -30,6 +30,8 @@ Record = dict[str, Any]
 
 #: Seconds without a record after which the worker sleeps until the next one (compiling, evaluating, stalled).
 PAUSE_SECS = 1.0
+#: The longest an idle worker sleeps when it has tickers (they poll files of the other ranks).
+TICK_SECS = 0.1
 
 
 class Sink(Protocol):
@@ -84,6 +86,9 @@ class Monitor:
         self._thread: threading.Thread | None = None
         self._last_sample = 0.0
         self._sink_errors: dict[int, float] = {}
+        #: Sinks called every loop (``tick()``), at least every ``TICK_SECS`` while idle: a multi-rank run's
+        #: action coordinator and rank 0's liveness check. Empty in a single-process run.
+        self.tickers: list[Any] = []
 
     # -- training thread ------------------------------------------------
     def record(self, rec: Record) -> None:
@@ -150,13 +155,15 @@ class Monitor:
             else:
                 self._idle = True  # set before looking at the queue: a record appended after the look sees it
                 if not self._queue and not self._alerts:
-                    self._wake.wait(next_flush - now)
+                    self._wake.wait(min(next_flush - now, TICK_SECS) if self.tickers else next_flush - now)
                 self._idle = False
                 self._wake.clear()
             self._deliver_alerts()
             if self._queue:
                 self._drain()
                 busy_until = time.monotonic() + PAUSE_SECS
+            for ticker in self.tickers:
+                self._call(ticker, "tick")
 
     def _drain(self) -> None:
         batch: list[Record] = []

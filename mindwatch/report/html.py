@@ -281,6 +281,7 @@ def _banner(s: RunSummary, label: str) -> str:
         return ""
     text = {
         "failed": f"{label} failed" + (f": {s.error}" if s.error else ""),
+        "lost": f"{label} lost a rank" + (f": {s.error}" if s.error else ""),
         "running": f"{label} is still running: this report shows it as of {_time(s.ended_at)}",
         "stale": f"{label} stopped writing without a final state (killed, lost or hung) after step {s.last_step}",
         "stalled": f"{label} stalled after step {s.last_step}",

@@ -17,19 +17,22 @@ from __future__ import annotations
 import math
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from mindwatch.analysis.bands import CROSS_RANK_METRICS, band_of
+from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_rows
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import bin_layers, layer_order
 from mindwatch.analysis.progress import run_progress
 from mindwatch.checks.listing import SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
+from mindwatch.store.bandfiles import band_path, read_band_file
+from mindwatch.store.layout import read_json
 from mindwatch.store.reader import Series
 
 MAX_POINTS = 20_000
@@ -247,15 +250,7 @@ def series(
 
 def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
     """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.analysis.bands`), thinned keeping extremes."""
-    if refresh:
-        view.refresh()
-    with view.lock:
-        per_rank = {}
-        for rank, cols in view.columns.items():
-            line, value = cols.column(metric)
-            if len(line):
-                per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
-        b = band_of(metric, per_rank)
+    b = band_across_ranks(view, metric, refresh)
     half = max(points // 2, 10)
     idx = np.union1d(keep_extremes(b.step, b.max, half), keep_extremes(b.step, -b.min, half))
     rows = np.stack([b.min[idx], b.mean[idx], b.max[idx]], axis=1)
@@ -266,6 +261,46 @@ def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -
         "ranks": b.ranks,
         "points": [[s, *(None if v != v else v for v in r)] for s, r in zip(b.step[idx].tolist(), clean, strict=True)],
     }
+
+
+def band_across_ranks(view: RunView, metric: str, refresh: bool = True) -> Band:
+    """The band from rank 0's band file when the run has one, else from every rank's columns."""
+    b = band_from_file(view, metric)
+    if b is not None:
+        return b
+    if refresh:
+        view.refresh()
+    with view.lock:
+        per_rank = {}
+        for rank, cols in view.columns.items():
+            line, value = cols.column(metric)
+            if len(line):
+                per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
+        return band_of(metric, per_rank)
+
+
+def outliers(view: RunView, metric: str, k: int = 5) -> dict[str, Any]:
+    """The ``k`` ranks most often at the edge of the band (the max or the min of ``metric`` across ranks), most first:
+    the ranks the per-rank overlay draws by default when a run has too many to draw them all."""
+    b = band_across_ranks(view, metric)
+    edges = np.concatenate([b.argmax[b.count > 2], b.argmin[b.count > 2]])  # with 2 ranks every rank is an edge
+    edges = edges[edges >= 0]
+    ranks, times = np.unique(edges, return_counts=True)
+    order = np.lexsort((ranks, -times))[:k]
+    return {"run": view.id, "metric": metric, "ranks": ranks[order].tolist(), "times": times[order].tolist(), "steps": len(b)}
+
+
+def band_from_file(view: RunView, metric: str) -> Band | None:
+    """The band rank 0 wrote while the run went (``bands/``): one small file, not every rank's columns."""
+    path = Path(band_path(view.layout, metric))
+    if not view.readable(path):
+        return None
+    rows = read_band_file(view.layout, metric)
+    if rows is None or not len(rows):
+        return None
+    world = (view.meta or read_json(view.layout.meta) or {}).get("world_size")
+    ranks = list(range(int(world))) if isinstance(world, int) else list(range(int(rows["count"].max())))
+    return band_of_rows(metric, rows, ranks)
 
 
 def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[str, Any]:
@@ -318,6 +353,10 @@ class Api:
     def band(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
         return JSONResponse(band(view, metric_param(req), points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000))
+
+    def outliers(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        return JSONResponse(outliers(view, metric_param(req), k=int_param(req, "k", 5, 1, 100) or 5))
 
     def heatmap(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)

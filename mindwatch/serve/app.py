@@ -129,6 +129,7 @@ def create_app(
             Route("/api/run", api.run),
             Route("/api/series", api.series),
             Route("/api/band", api.band),
+            Route("/api/outliers", api.outliers),
             Route("/api/heatmap", api.heatmap),
             Route("/api/alerts", api.alerts),
             Route("/api/compare", api.compare),

@@ -56,7 +56,7 @@ from mindwatch.alerts.alert import Alert, severity_at_least, step_text
 from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.units import format_duration
 from mindwatch.store.layout import RunLayout, read_json
-from mindwatch.store.states import rank_state
+from mindwatch.store.states import FINAL_STATES, rank_state
 
 log = logging.getLogger("mindwatch")
 
@@ -549,8 +549,13 @@ class NotifySink:
         if self.run_dir is None or self.world_size <= 1:
             return {}
         layout, out = RunLayout(self.run_dir), {}
+        died = (read_json(layout.status(0)) or {}).get("lost_ranks") or {}  # what rank 0's liveness check saw
         for rank in range(1, self.world_size):
             st = read_json(layout.status(rank))
+            if str(rank) in died and (st or {}).get("state") not in FINAL_STATES:
+                d = died[str(rank)]
+                out[rank] = f"died at step {d.get('last_step')} (pid {d.get('pid')} on host {d.get('host')})"
+                continue
             state = rank_state(st) if st is not None else "missing"
             if state == "finished":
                 continue

@@ -20,7 +20,7 @@ from typing import Any
 
 from mindwatch.store.jsonl import decode_line
 from mindwatch.store.layout import RunLayout, is_run_dir, read_json
-from mindwatch.store.states import rank_state, run_state
+from mindwatch.store.states import lost_message, rank_states, run_state
 
 
 def find_runs(logdir: str | os.PathLike[str], max_depth: int = 3) -> list[Path]:
@@ -92,7 +92,7 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
     meta = read_json(layout.meta) or {}
     ranks = layout.ranks()
     statuses = {r: s for r in ranks if (s := read_json(layout.status(r))) is not None}
-    state = run_state(rank_state(s, now) for s in statuses.values())
+    state = run_state(rank_states(statuses, now).values())
     # the heartbeat lags the metrics by up to flush_secs (and forever after a kill -9): take the newer of the two
     last_by_rank = {r: rec for r in ranks if (rec := last_record(layout.metrics(r))) is not None}
     lasts = list(last_by_rank.values())
@@ -117,7 +117,7 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
         started_at=started or None,
         ended_at=meta.get("ended_at"),
         alert_count=_count_lines(layout.alerts),
-        error=errors[0] if errors else None,
+        error=lost_message(statuses) or (errors[0] if errors else None),
         final_loss=_number(final),
         best_loss=min(bests) if bests else None,
         config=config if isinstance(config := meta.get("config"), dict) else {},

@@ -38,6 +38,18 @@ class RunLayout:
     def stacks(self) -> Path:
         return self.root / "stacks"
 
+    @property
+    def control(self) -> Path:
+        """Coordinated actions of a multi-rank run: ``request.rank<R>.<n>.json`` files, rank 0's ``decisions.jsonl``."""
+        return self.root / "control"
+
+    @property
+    def decisions(self) -> Path:
+        return self.control / "decisions.jsonl"
+
+    def request(self, rank: int, n: int) -> Path:
+        return self.control / f"request.rank{rank}.{n}.json"
+
     def metrics(self, rank: int) -> Path:
         return self.root / f"metrics.rank{rank}.jsonl"
 

@@ -4,7 +4,7 @@ Example::
 
     import mindwatch
     run = mindwatch.open_run("monitor_output/gpt/run_20261129_074500")
-    run.state                      # 'running' | 'finished' | 'failed' | 'stopped' | 'stalled' | 'stale'
+    run.state                      # 'running' | 'finished' | 'failed' | 'stopped' | 'stalled' | 'stale' | 'lost'
     s = run.series("loss", rank=0)
     s.step, s.value                # numpy arrays
     run.refresh()                  # pick up lines written since (for live readers)
@@ -25,7 +25,7 @@ import numpy as np
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import COORDINATES, JsonlTail
 from mindwatch.store.layout import RunLayout, read_json
-from mindwatch.store.states import FINAL_STATES, rank_state, run_state
+from mindwatch.store.states import FINAL_STATES, lost_ranks, rank_state, rank_states, run_state
 
 if TYPE_CHECKING:
     from mindwatch.store.cache import ColumnCache
@@ -149,8 +149,13 @@ class Run:
         return s
 
     def states(self, now: float | None = None) -> dict[int, str]:
-        """Each rank's state (see :func:`rank_state`)."""
-        return {r: rank_state(s, now) for r, s in self.statuses.items()}
+        """Each rank's state (see :func:`rank_state`); ``lost`` for a rank rank 0 saw die."""
+        return rank_states(self.statuses, now)
+
+    @property
+    def lost(self) -> dict[int, dict[str, Any]]:
+        """Ranks that died before writing a final state: ``{1: {"pid", "host", "last_step", "how", "t"}}``."""
+        return lost_ranks(self.statuses)
 
     @property
     def state(self) -> str:

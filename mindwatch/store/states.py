@@ -6,6 +6,8 @@ Example::
 
     rank_state({"state": "running", "updated_at": t, "heartbeat_secs": 2})    # "running", or "stale" when old
     run_state(["finished", "failed"])                                         # "failed"
+    rank_states({0: status0, 1: status1})     # {0: "failed", 1: "lost"}: rank 0 saw rank 1 die
+    lost_message({0: status0, 1: status1})    # "rank 1 died at step 812 (pid 4242 on host a exited); ..."
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from typing import Any
 #: Final states a run can end in; ``running`` and ``stalled`` are live states.
 FINAL_STATES = ("finished", "failed", "stopped")
 
+#: A rank that another rank (rank 0's liveness check) saw die before it wrote a final state.
+LOST = "lost"
+
 #: Which rank's state names the run: the first of these any rank is in, else ``finished``.
-PRECEDENCE = ("failed", "stalled", "stale", "stopped", "running")
+PRECEDENCE = (LOST, "failed", "stalled", "stale", "stopped", "running")
 
 
 def rank_state(status: dict[str, Any], now: float | None = None) -> str:
@@ -39,3 +44,38 @@ def run_state(states: Iterable[str]) -> str:
     if not seen:
         return "unknown"
     return next((s for s in PRECEDENCE if s in seen), "finished")
+
+
+def lost_ranks(statuses: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Ranks that died, as rank 0 recorded them (``lost_ranks`` in its status), unless they wrote a final state."""
+    out: dict[int, dict[str, Any]] = {}
+    for st in statuses.values():
+        for key, info in (st.get("lost_ranks") or {}).items():
+            rank = int(key)
+            if statuses.get(rank, {}).get("state") not in FINAL_STATES and isinstance(info, dict):
+                out[rank] = info
+    return out
+
+
+def rank_states(statuses: dict[int, dict[str, Any]], now: float | None = None) -> dict[int, str]:
+    """Each rank's state; a rank another rank saw die is ``lost``."""
+    states = {r: rank_state(s, now) for r, s in statuses.items()}
+    for rank in lost_ranks(statuses):
+        states[rank] = LOST
+    return states
+
+
+def lost_message(statuses: dict[int, dict[str, Any]]) -> str | None:
+    """Who died first and when the others ended: ``rank 1 died at step 812 (pid 4242 on host a exited); the others
+    ended 1.2 s later``; None when no rank was lost."""
+    lost = lost_ranks(statuses)
+    if not lost:
+        return None
+    rank, info = min(lost.items(), key=lambda item: float(item[1].get("t") or 0))
+    how = "exited" if info.get("how") == "exited" else "sent no heartbeat"
+    text = f"rank {rank} died at step {info.get('last_step')} (pid {info.get('pid')} on host {info.get('host')} {how})"
+    others = [s for r, s in statuses.items() if r not in lost]
+    ends = [s["updated_at"] for s in others if s.get("state") in FINAL_STATES and isinstance(s.get("updated_at"), (int, float))]
+    if others and len(ends) == len(others) and isinstance(info.get("t"), (int, float)):
+        text += f"; the others ended {max(0.0, max(ends) - info['t']):.1f} s later"
+    return text

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import math
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,9 @@ class RunWriter:
         self._unsynced = False  # records written to the OS since the last fsync
         self._last_warning = 0.0
         self.started_at = time.time()
+        self.host = socket.gethostname()
+        #: Rank 0 of a multi-rank run: ranks it saw die, ``{"1": {"pid", "host", "last_step", "how", "t"}}``.
+        self.lost_ranks: dict[str, dict[str, Any]] = {}
         self.layout.root.mkdir(parents=True, exist_ok=True)
         self._end_torn_line()
         previous = read_json(self.layout.status(rank)) or {}  # a resumed run keeps the best loss of its earlier attempts
@@ -141,6 +145,7 @@ class RunWriter:
         return {
             "rank": self.rank,
             "pid": os.getpid(),
+            "host": self.host,
             "state": self.state,
             "last_step": self.last_step,
             "last_step_time": self.last_step_time,
@@ -153,6 +158,7 @@ class RunWriter:
             "records_lost": self.records_lost,
             "error": self.error,
             "reason": self.reason,
+            **({"lost_ranks": self.lost_ranks} if self.lost_ranks else {}),
         }
 
     # -- internals ------------------------------------------------------

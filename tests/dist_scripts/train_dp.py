@@ -8,6 +8,9 @@ Run by tests/test_distributed.py::
 ``--slow-rank R --slow-secs S``: rank R's data pipeline takes S seconds per batch (a straggler).
 ``--block-rank R --block-at N``: rank R's data pipeline blocks forever at batch N (a hang; the other
 rank then waits in the gradient AllReduce).
+``--spike-rank R --spike-at N --spike-secs S``: rank R's batch N alone takes S seconds (a data_time spike).
+``--pace-secs S``: every batch on every rank takes S seconds (a steady step time).
+``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ class Batches:
             self.never.wait()  # a data source that never answers
         if self.rank == self.args.slow_rank and i % BATCH == 0:
             time.sleep(self.args.slow_secs)
+        if i % BATCH == 0:
+            time.sleep(
+                self.args.pace_secs
+                + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0)
+            )
         x = self.rng.standard_normal(16).astype(np.float32)
         return x, np.array([x @ self.w], np.float32)
 
@@ -60,6 +68,11 @@ def main() -> None:
     p.add_argument("--slow-secs", type=float, default=0.0)
     p.add_argument("--block-rank", type=int, default=-1)
     p.add_argument("--block-at", type=int, default=10**9)
+    p.add_argument("--spike-rank", type=int, default=-1)
+    p.add_argument("--spike-at", type=int, default=-1)
+    p.add_argument("--spike-secs", type=float, default=0.0)
+    p.add_argument("--pace-secs", type=float, default=0.0)
+    p.add_argument("--save-params", default=None)
     p.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
     p.add_argument("--layer-stats", action="store_true", help="per-layer statistics in the train cell")
@@ -84,9 +97,12 @@ def main() -> None:
         "alerts": {"stall_timeout": 4.0},
         "distributed": {"poll_secs": 0.2, "straggler": {"count": 5}, "hang": {"wait": 8.0}},
     }
-    config.update(json.loads(args.config))
+    for key, value in json.loads(args.config).items():  # one level deep: {"alerts": {...}} keeps stall_timeout
+        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
     cb = MonitorCallback(config)
     model.train(1, data, callbacks=[cb], dataset_sink_mode=False)
+    if args.save_params:
+        np.savez(f"{args.save_params}.rank{rank}.npz", **{p.name: p.asnumpy() for p in net.trainable_params()})
     print(f"train_dp: rank {rank} finished, run dir {cb.run_dir}", flush=True)
 
 

@@ -17,6 +17,8 @@ export const api = {
   /** params: {run, metric, rank, x, points, lo?, hi?} */
   series: (params) => getJSON(`/api/series?${query(params)}`),
   band: (run, metric, points) => getJSON(`/api/band?${query({ run, metric, points })}`),
+  /** The k ranks most often the max or min of metric across ranks, most first. */
+  outliers: (run, metric, k) => getJSON(`/api/outliers?${query({ run, metric, k })}`),
   /** Per-layer metrics ``<prefix><layer>`` binned over steps (attention entropy, or a layer statistic such as "grad_norm/"). */
   heatmap: (run, rank, buckets, prefix = "attention_entropy/") => getJSON(`/api/heatmap?${query({ run, prefix, buckets, rank })}`),
   compare: (runs, metric, x) => getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x })}`),

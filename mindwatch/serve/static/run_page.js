@@ -9,13 +9,14 @@ import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { ChartCard, ENTROPY, chartGroups } from "./run_charts.js";
-import { bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
+import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const HEAT_BUCKETS = 80;
 const DRAW_MS = 100;  // live points are drawn at most this often
 const DERIVED_MS = 1000;  // the heat map and the bands are binned on the server: fetched again at most this often
 const ZOOM_MS = 250;
 const RESCAN_MS = 10000;
+const OUTLIER_RANKS = 5;
 
 export class RunPage {
   constructor(main, runId) {
@@ -29,6 +30,8 @@ export class RunPage {
     this.live = null;
     this.serverOffset = 0;  // our clock minus the server's
     this.disposed = false;
+    this.outliers = [];  // many ranks: the ranks the overlay draws by default
+    this.pickedRank = false;
     this.timers = { draw: null, derived: null, zoom: null };
     this.zoomOrigin = null;
     this.banner = h("div", { class: "banner", id: "banner", hidden: true });
@@ -47,27 +50,49 @@ export class RunPage {
 
   ranksShown() {
     if (this.view.rank === "all") return this.info.ranks.length ? this.info.ranks : [0];
+    if (this.view.rank === "top") return this.outliers.length ? this.outliers : [this.info.ranks[0] ?? 0];
     return [Number(this.view.rank)];
   }
 
-  bandsShown() { return this.view.x === "step" && this.ranksShown().length > 1; }
+  bandsShown() { return this.view.x === "step" && (this.ranksShown().length > 1 || this.view.rank === "top"); }
+
+  /** With many ranks: the ranks most often at the edge of the first band metric (step_time first: the stragglers). */
+  async loadOutliers() {
+    const bands = this.info.band_metrics || [];
+    const metric = ["step_time", "data_time"].find((m) => bands.includes(m)) || bands[0];
+    this.outliers = metric ? (await api.outliers(this.runId, metric, OUTLIER_RANKS)).ranks : [];
+  }
 
   async build() {
     this.info = await api.run(this.runId);
+    if (this.info.ranks.length > MANY_RANKS) {
+      if (!this.pickedRank) this.view.rank = "top";
+      await this.loadOutliers();
+    }
     this.serverOffset = Date.now() / 1000 - this.info.status.now;
     this.alerts = (await api.alerts(this.runId)).alerts;
-    this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
-      smoothing: (v) => { this.view.smoothing = v; this.drawAll(); },
-      log: (on) => { this.view.log = on; this.drawAll(); },
-      robust: (on) => { this.view.robust = on; this.drawAll(); },
-      x: async (kind) => { this.view.x = kind; await this.buildCharts(); },
-      rank: async (rank) => { this.view.rank = rank; await this.buildCharts(); this.connect(); },
-    }));
+    this.renderControls();
     this.renderSide();
     this.showStatus(this.info.status);
     this.showProgress(this.info.progress);
     await this.buildCharts();
     this.connect();
+  }
+
+  renderControls() {
+    this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
+      smoothing: (v) => { this.view.smoothing = v; this.drawAll(); },
+      log: (on) => { this.view.log = on; this.drawAll(); },
+      robust: (on) => { this.view.robust = on; this.drawAll(); },
+      x: async (kind) => { this.view.x = kind; await this.buildCharts(); },
+      rank: async (rank) => {
+        this.view.rank = rank;
+        this.pickedRank = true;
+        if (this.info.ranks.length > MANY_RANKS) this.renderControls();  // a rank picked by number joins the list
+        await this.buildCharts();
+        this.connect();
+      },
+    }));
   }
 
   async buildCharts() {

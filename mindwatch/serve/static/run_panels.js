@@ -2,12 +2,21 @@
 
 import { $, ago, badge, h, tagList } from "./dom.js";
 
+/** Above this many ranks the overlay draws the band and the top outlier ranks, not a line per rank. */
+export const MANY_RANKS = 16;
+
 /** The toolbar; on: {smoothing(v), log(on), robust(on), x(kind), rank(value)} called when the user changes one. */
 export function runControls(runId, ranks, view, on) {
+  const many = ranks.length > MANY_RANKS;
   const rankSel = h("select", { id: "rank", onchange: (e) => on.rank(e.target.value) },
-    ...ranks.map((r) => h("option", { value: String(r) }, `rank ${r}`)),
-    ranks.length > 1 ? h("option", { value: "all" }, "all ranks") : null);
+    many ? h("option", { value: "top" }, "top outlier ranks") : null,
+    ...(many ? [] : ranks).map((r) => h("option", { value: String(r) }, `rank ${r}`)),
+    ranks.length > 1 && !many ? h("option", { value: "all" }, "all ranks") : null,
+    many && !["top", "all"].includes(view.rank) ? h("option", { value: view.rank }, `rank ${view.rank}`) : null);
   rankSel.value = view.rank;
+  // with many ranks, any one by number
+  const pick = many ? h("input", { id: "rank-pick", type: "number", min: 0, max: Math.max(...ranks), placeholder: "rank #",
+    onchange: (e) => { if (ranks.includes(Number(e.target.value))) on.rank(String(Number(e.target.value))); } }) : null;
   return [
     h("a", { href: "#/" }, "← runs"),
     h("label", {}, "smoothing ", h("input", { id: "smoothing", type: "range", min: 0, max: 0.99, step: 0.01, value: view.smoothing,
@@ -18,7 +27,7 @@ export function runControls(runId, ranks, view, on) {
       h("input", { id: "y-all", type: "checkbox", checked: !view.robust, onchange: (e) => on.robust(!e.target.checked) }), " y: all points"),
     h("label", {}, "x ", h("select", { id: "xaxis", onchange: (e) => on.x(e.target.value) },
       h("option", { value: "step" }, "step"), h("option", { value: "time" }, "time"))),
-    h("label", {}, rankSel),
+    h("label", {}, rankSel, pick),
     h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}&metric=loss` }, "compare…"),
     h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
   ];
@@ -56,6 +65,7 @@ export function bannerText(st, now) {
     finished: `Finished: the run ended normally at step ${st.last_step}. No more data will arrive.`,
     failed: `Failed at step ${st.last_step}: ${st.error || "see the training log"}. Data stopped ${last}.`,
     stopped: `Stopped at step ${st.last_step}${st.reason ? ": " + st.reason : ""}.`,
+    lost: `A rank died: ${st.error || "a rank stopped without a final state"}.`,
     stalled: `Stalled: the process is alive but no step finished for a while (last point ${last})${st.reason ? ": " + st.reason : ""}.`,
     stale: `Stale: no heartbeat for ${st.heartbeat_at ? ago(now - st.heartbeat_at) : "a long time"} and no final state: the process probably died (kill -9, out of memory, lost node). Last point ${last}.`,
   }[st.state] || "";
