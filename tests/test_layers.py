@@ -58,7 +58,7 @@ def train(
     every: int = 1,
     steps: int = 6,
     loss_scale: bool = False,
-    histogram_every=None,
+    histogram_every: int | None = None,
 ):
     set_mode(mode)
     ms.set_seed(7)
@@ -70,7 +70,7 @@ def train(
     else:
         cell = TrainOneStepWithGradNorm(net, opt, layer_stats=True)
     snaps = WeightSnapshots(net)
-    layers = {"every": every, "histogram_every": None, **layers}
+    layers = {"every": every, "histogram_every": histogram_every}
     monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "layers": layers, "interval": 60})
     Model(cell).train(1, gpt_dataset(steps), callbacks=[snaps, monitor], dataset_sink_mode=False)
     return mindwatch.open_run(monitor.run_dir), snaps
