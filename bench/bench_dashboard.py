@@ -13,7 +13,11 @@
 2. Live latency: 50 SSE clients watch a run while a writer appends one record every 100 ms; latency
    is from the write to each client receiving the point. Baseline: the seed's 3 s polling, whose
    wait alone is uniform in [0, 3 s] (p95 = 2.85 s, before any request time).
-3. Many runs: 5,000 finished runs of 100 steps (meta with a config snapshot, status, metrics,
+3. Layers: a run of 1,000,000 steps whose train cell measured 100 layers x 3 statistics every 10
+   steps (300 per-layer series, 100,000 rows in ``layers.rank0/``, mindwatch.store.layerfiles). A
+   fresh server answers the first chart (loss), the layers heat map (100 rows) and one layer's curve,
+   cold. Target: the first chart within 1 s.
+4. Many runs: 5,000 finished runs of 100 steps (meta with a config snapshot, status, metrics,
    alerts) under one LOGDIR. A fresh ``mindwatch serve`` answers ``/api/runs`` with two config
    columns, a filter (``lr > 1e-3 and final(loss) < 2``) and a sort: first request (cold: it has
    never listed them) and again (warm, the listing is re-read from the files each time).
@@ -73,6 +77,64 @@ def write_long_run(root: Path) -> Path:
         writer.flush()
     writer.close("finished")
     return writer.layout.metrics(0)
+
+
+LAYERS, LAYER_EVERY, LAYER_SPIKE = 100, 10, 712_340
+
+
+def write_layer_run(root: Path) -> None:
+    """``STEPS`` records of loss and step_time, with per-layer statistics of ``LAYERS`` layers every ``LAYER_EVERY`` steps."""
+    from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "meta.json").write_text(json.dumps({"run_id": root.name, "project": "bench", "started_at": 1.7e9}))
+    rng = np.random.default_rng(1)
+    layers = tuple(f"blocks.{i // 4}.{('attn.qkv', 'attn.proj', 'mlp.0', 'mlp.2')[i % 4]}" for i in range(LAYERS))
+    writer = RunWriter(root, rank=0)
+    writer.set_layers(list(layers))
+    for chunk in range(0, STEPS, FLUSH_EVERY):
+        records = []
+        for i in range(chunk, min(chunk + FLUSH_EVERY, STEPS)):
+            step = i + 1
+            rec = {"step": step, "t": round(1.7e9 + i * 0.1, 3), "loss": 2.0, "step_time": 0.1}
+            if step % LAYER_EVERY == 0:
+                stats = rng.random((3, LAYERS), dtype=np.float32) + 0.5
+                if step == LAYER_SPIKE:
+                    stats[0, 7] = 500.0  # one layer's gradient spikes once: the curve must keep it
+                rec[LAYER_KEY] = LayerRow(layers, stats)
+            records.append(rec)
+        writer.write(records)
+        writer.flush()
+    writer.close("finished")
+
+
+def layer_queries(logdir: Path) -> None:
+    root = logdir / "bench" / "layers"
+    if not (root / "layers.rank0" / "values.f32").exists():
+        t = time.perf_counter()
+        write_layer_run(root)
+        print(f"(wrote the layer run in {time.perf_counter() - t:.0f} s)")
+    size = sum(p.stat().st_size for p in (root / "layers.rank0").iterdir())
+    print(
+        f"layers: {STEPS:,} steps, {LAYERS} layers x 3 statistics every {LAYER_EVERY} steps ({size / 1e6:.0f} MB of layer rows):"
+    )
+    shutil.rmtree(os.environ["MINDWATCH_CACHE_DIR"], ignore_errors=True)
+    with DashboardProcess(logdir, port=0) as dash, httpx.Client(base_url=dash.url, timeout=600) as c:
+        run = "bench/layers"
+        t = time.perf_counter()
+        c.get("/api/series", params={"run": run, "metric": "loss", "points": 2000}).raise_for_status()
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        heat = c.get("/api/heatmap", params={"run": run, "prefix": "grad_norm/", "buckets": 120}).json()
+        heat_s = time.perf_counter() - t
+        assert len(heat["layers"]) == LAYERS, len(heat["layers"])
+        t = time.perf_counter()
+        layer = c.get("/api/series", params={"run": run, "metric": "grad_norm/blocks.1.mlp.2", "points": 2000}).json()
+        curve_s = time.perf_counter() - t
+        assert layer["total"] == STEPS // LAYER_EVERY and [LAYER_SPIKE, 500.0] in layer["points"], "the layer spike must survive"
+    print(f"  first chart (loss), cold server          {first:8.3f} s   (target <= 1 s)")
+    print(f"  layers heat map (100 rows x 120 buckets)  {heat_s:8.3f} s")
+    print(f"  one layer's curve (100,000 rows)          {curve_s:8.3f} s")
 
 
 def naive_query(path: Path, metric: str) -> int:
@@ -278,7 +340,7 @@ def many_runs(logdir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``--only chart,live,runs``: the parts to run (all by default)."""
+    """``--only chart,live,layers,runs``: the parts to run (all by default)."""
     base = Path(os.environ.get("MINDWATCH_BENCH_DIR") or tempfile.gettempdir()) / "mindwatch-bench-dashboard"
     logdir = base / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
@@ -286,11 +348,13 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {os.cpu_count()} CPUs, load average {load:.1f} at start; python {sys.version.split()[0]}")
     argv = list(argv or [])
-    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else ["chart", "live", "runs"]
+    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else ["chart", "live", "layers", "runs"]
     if "chart" in only:
         chart_query(logdir)
     if "live" in only:
         live_latency(logdir)
+    if "layers" in only:
+        layer_queries(logdir)
     if "runs" in only:
         many_runs(logdir)
 

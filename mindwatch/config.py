@@ -116,6 +116,8 @@ class LayersSection(_Section):
     #: Merge layers: a name depth (``2``: ``blocks.0``) or fnmatch patterns (a layer matching one is named
     #: by the pattern); null: every cell that owns parameters is a layer.
     group: Union[int, list[str], None] = None
+    #: Histograms of each layer's weights and gradients every N steps (32 bins); null: none.
+    histogram_every: int | None = Field(default=100, ge=1)
 
     @field_validator("group")
     @classmethod

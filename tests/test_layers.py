@@ -51,7 +51,15 @@ def by_layer(values: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
-def train(tmp_path: Path, mode: str, optimizer: str = "sgd", every: int = 1, steps: int = 6, loss_scale: bool = False):
+def train(
+    tmp_path: Path,
+    mode: str,
+    optimizer: str = "sgd",
+    every: int = 1,
+    steps: int = 6,
+    loss_scale: bool = False,
+    histogram_every: int | None = None,
+):
     set_mode(mode)
     ms.set_seed(7)
     net = LanguageModelLoss(TinyGPT(GPT))
@@ -62,7 +70,8 @@ def train(tmp_path: Path, mode: str, optimizer: str = "sgd", every: int = 1, ste
     else:
         cell = TrainOneStepWithGradNorm(net, opt, layer_stats=True)
     snaps = WeightSnapshots(net)
-    monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "layers": {"every": every}, "interval": 60})
+    layers = {"every": every, "histogram_every": histogram_every}
+    monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "layers": layers, "interval": 60})
     Model(cell).train(1, gpt_dataset(steps), callbacks=[snaps, monitor], dataset_sink_mode=False)
     return mindwatch.open_run(monitor.run_dir), snaps
 
@@ -207,7 +216,7 @@ def test_the_report_compares_the_layers_and_maps_them(tmp_path: Path) -> None:
 
     from mindwatch.cli import main
 
-    run, _ = train(tmp_path, "graph", every=2)
+    run, _ = train(tmp_path, "graph", every=2, histogram_every=3)
     out = tmp_path / "report.html"
     assert main(["report", str(run.path), "-o", str(out)]) == 0
     html = out.read_text()
@@ -219,13 +228,14 @@ def test_the_report_compares_the_layers_and_maps_them(tmp_path: Path) -> None:
     assert data["layers"]["layers"] == head["layers"]
     assert data["layers"]["last"]["grad_norm"] == pytest.approx(rows[-1, :n].tolist(), rel=1e-6)
     assert data["layers"]["last"]["weight_norm"] == pytest.approx(rows[-1, n : 2 * n].tolist(), rel=1e-6)
+    assert data["layers"]["histogram_weights"]["step"] == 6 and data["layers"]["histogram_grads"]["layers"] == head["layers"]
     assert not any(m["name"].startswith("grad_norm/") for m in data["metrics"])  # no chart per layer metric
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page, problems, requests = open_page(browser, out)
         state = page.evaluate(CHARTS_SHOWN)
         assert state["errors"] == [] and problems == [] and requests == []
-        for chart in ("chart-layer-norms", "chart-layers-grad_norm", "chart-layers-update_ratio"):
+        for chart in ("chart-layer-norms", "chart-layers-grad_norm", "chart-layers-update_ratio", "chart-histogram-weights"):
             assert page.evaluate(f"() => !!echarts.getInstanceByDom(document.getElementById('{chart}'))"), chart
         browser.close()
 
@@ -252,3 +262,41 @@ def test_both_ranks_of_a_data_parallel_job_record_the_same_reduced_layer_norms(t
         assert r0.value == pytest.approx(r1.value, rel=1e-5)  # after the AllReduce: the same on every rank
     # each rank's own loss differs (different data), so equal norms are not a copy of one rank's numbers
     assert run.series("loss", rank=0).value.tolist() != run.series("loss", rank=1).value.tolist()
+
+
+def test_layer_histograms_count_the_weights_and_gradients_and_tensorboard_reads_them(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mindwatch.sinks.tensorboard import export_tensorboard
+    from mindwatch.store.layerfiles import LayerHistograms
+
+    set_mode("graph")
+    ms.set_seed(7)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    cell = TrainOneStepWithGradNorm(net, nn.SGD(net.trainable_params(), learning_rate=LR), layer_stats=True)
+    snaps = WeightSnapshots(net)
+    config = {"save_dir": str(tmp_path), "project": "p", "layers": {"every": 1, "histogram_every": 3}, "interval": 60}
+    monitor = MonitorCallback(config)
+    Model(cell).train(1, gpt_dataset(6), callbacks=[snaps, monitor], dataset_sink_mode=False)
+    run = mindwatch.open_run(monitor.run_dir)
+    steps, hist = run.layer_histograms()
+    assert steps.tolist() == [3, 6] and hist is not None and hist.bins == 32
+    j = hist.layers.index("blocks.0.mlp.0")
+    for row, step in enumerate(steps.tolist()):
+        one = LayerHistograms(hist.layers, hist.data[row])
+        before = {n: v for n, v in snaps.before[step].items() if layer_of(n) == "blocks.0.mlp.0"}
+        grads = {n: (v - snaps.after[step][n]) / LR for n, v in before.items()}  # plain SGD
+        for kind, values in ((0, before), (1, grads)):
+            x = np.concatenate([v.ravel() for v in values.values()])
+            edges, counts = one.histogram(kind, j)
+            assert edges[-1] == pytest.approx(np.abs(x).max(), rel=1e-3)
+            reference, _ = np.histogram(x / np.abs(x).max(), bins=32, range=(-1, 1))
+            assert np.abs(counts - reference).sum() <= 2 and counts.sum() == x.size  # a value on a bin edge may round over
+    logdir = export_tensorboard(run.path)
+    events = EventAccumulator(str(logdir / "rank0"), size_guidance={"histograms": 0})
+    events.Reload()
+    assert "weights/blocks.0.mlp.0" in events.Tags()["histograms"]
+    read = events.Histograms("weights/blocks.0.mlp.0")
+    assert [e.step for e in read] == [3, 6]
+    assert read[-1].histogram_value.num == pytest.approx(float(hist.data[-1, 0, j, :-1].sum()))
+    assert list(read[-1].histogram_value.bucket) == pytest.approx(hist.data[-1, 0, j, :-1].tolist())

@@ -37,7 +37,7 @@ from mindwatch.mindspore.probes import (
 )
 from mindwatch.mindspore.ranks import discover
 from mindwatch.session import RunSession, SaveDirUnavailable
-from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
+from mindwatch.store.layerfiles import HISTOGRAM_BINS, HISTOGRAM_KEY, LAYER_KEY, LayerHistograms, LayerRow
 from mindwatch.system import device_util_sampler, host_memory_sampler
 
 if TYPE_CHECKING:
@@ -87,6 +87,10 @@ class MonitorCallback(Callback):
         self._layer_flag: Any = None
         self._layer_output = -1
         self._layers_on = False
+        #: Histograms of each layer (``layers.histogram_every``): the graph's flag, the output, whether this step takes them.
+        self._hist_flag: Any = None
+        self._hist_output = -1
+        self._hist_on = False
         self._guard_nonfinite = False
         #: Reads one of MindSpore's callback params: ``dict.__getitem__`` when they are a dict (see on_train_begin).
         self._read_arg: Callable[[Any, str], Any] = getattr
@@ -196,6 +200,11 @@ class MonitorCallback(Callback):
             if on != self._layers_on:  # two small writes every `every` steps, none in between
                 self._layer_flag.set_data(ms.Tensor(int(on), ms.int32))
                 self._layers_on = on
+            if self._hist_flag is not None:
+                on = step % (self.config.layers.histogram_every or 1) == 0
+                if on != self._hist_on:
+                    self._hist_flag.set_data(ms.Tensor(int(on), ms.int32))
+                    self._hist_on = on
 
     def on_train_step_end(self, run_context: Any) -> None:
         if not self.enabled:
@@ -209,7 +218,7 @@ class MonitorCallback(Callback):
         self._data_wait += self._step_begin - self._prev_step_end
         self._prev_step_end = now
         n = step - self._last_recorded_step
-        if n < self._step_interval and not self._first_pending and not self._layers_on:
+        if n < self._step_interval and not self._first_pending and not self._layers_on and not self._hist_on:
             if self._control.pending:
                 self._actions.carry_out(run_context)
             return
@@ -269,9 +278,10 @@ class MonitorCallback(Callback):
         if self._closed or self.session is None:
             return
         self._closed = True
-        if self._layer_flag is not None and self._layers_on:  # the cell may train again without us
-            self._layer_flag.set_data(ms.Tensor(0, ms.int32))
-            self._layers_on = False
+        for flag in (self._layer_flag, self._hist_flag):  # the cell may train again without us
+            if flag is not None:
+                flag.set_data(ms.Tensor(0, ms.int32))
+        self._layers_on = self._hist_on = False
         if self._entropy is not None:
             self._entropy.remove()
             self._entropy = None
@@ -299,17 +309,33 @@ class MonitorCallback(Callback):
         self._layer_output = declared.index("layer_stats")
         self._layers_on = False
         self._layer_flag.set_data(ms.Tensor(0, ms.int32))
-        self.session.writer.set_layers(list(self._layers.layers))
+        bins = 0
+        if self.config.layers.histogram_every and hasattr(train_network, "enable_layer_histograms"):
+            bins = HISTOGRAM_BINS
+            train_network.enable_layer_histograms(self._layers.groups, bins)  # before the graph is compiled
+            self._declared_outputs = train_network.mindwatch_outputs
+            self._hist_output = self._declared_outputs.index("layer_histograms")
+            self._hist_flag = train_network.layer_stats.hist_flag
+            self._hist_on = False
+            self._hist_flag.set_data(ms.Tensor(0, ms.int32))
+        self.session.writer.set_layers(list(self._layers.layers), bins)
 
     def _add_layer_stats(self, outputs: Any, rec: dict[str, Any]) -> None:
         """The step's per-layer statistics (one device read), and on a NaN/Inf gradient the first layer that had it."""
         assert self._layers is not None
         grad_norm = rec.get("grad_norm", 0.0)
-        if not self._layers_on and math.isfinite(grad_norm):
+        if not self._layers_on and not self._hist_on and math.isfinite(grad_norm):
             return
         squares = outputs[self._layer_output].asnumpy()
         if self._layers_on:
             rec[LAYER_KEY] = LayerRow(self._layers.layers, self._layers.stats(squares))
+        if self._hist_on:
+            if len(outputs) > self._hist_output:
+                rec[HISTOGRAM_KEY] = LayerHistograms(self._layers.layers, outputs[self._hist_output].asnumpy())
+            else:  # the graph was compiled before histograms were switched on (an earlier Model.train of this cell)
+                log.warning("mindwatch: layer histograms are off: the train cell was compiled without them (train it anew)")
+                self._hist_flag.set_data(ms.Tensor(0, ms.int32))
+                self._hist_flag, self._hist_on = None, False
         if not math.isfinite(grad_norm) and (layer := self._layers.first_nonfinite(squares[0])) is not None:
             rec["nonfinite_layer"] = layer
 

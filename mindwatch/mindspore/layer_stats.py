@@ -76,6 +76,31 @@ class LayerStats(nn.Cell):
         self.zeros = ms.Tensor(np.zeros(len(self.names), np.float32))
         #: 1 on the steps whose weights and updates are measured; set between steps by the callback.
         self.flag = ms.Parameter(ms.Tensor(0, ms.int32), name="mindwatch_layer_stats_on", requires_grad=False)
+        #: 1 on the steps whose histograms are taken (:meth:`enable_histograms`).
+        self.hist_flag = ms.Parameter(ms.Tensor(0, ms.int32), name="mindwatch_layer_histograms_on", requires_grad=False)
+        self.hist_groups: tuple[tuple[int, ...], ...] | None = None
+        self.bins = 0
+
+    def enable_histograms(self, groups: Sequence[Sequence[int]], bins: int) -> None:
+        """Also histogram each layer's weights and gradients (``groups``: the parameter indices of each layer) on the
+        steps whose ``hist_flag`` is set. Call before the graph is compiled (the callback does, at train begin)."""
+        self.hist_groups = tuple(tuple(g) for g in groups)
+        self.bins = bins
+        self.no_histograms = ms.Tensor(np.zeros((2, len(self.hist_groups), bins + 1), np.float32))
+
+    def histograms(self, weights: tuple, grads: tuple) -> ms.Tensor:
+        """``(2, layers, bins + 1)``: per layer, counts of ``x / max|x|`` in ``bins`` bins over [-1, 1], then ``max|x|``;
+        row 0 the weights, row 1 the gradients."""
+        out = []
+        for tensors in (weights, grads):
+            rows = []
+            for group in self.hist_groups:
+                flat = ops.concat([ops.reshape(ops.cast(tensors[i], ms.float32), (-1,)) for i in group])
+                top = ops.reduce_max(ops.abs(flat))
+                counts = ops.histc(flat / ops.maximum(top, ops.full_like(top, 1e-30)), self.bins, -1.0, 1.0)
+                rows.append(ops.concat([counts, ops.reshape(top, (1,))]))
+            out.append(ops.stack(rows))
+        return ops.stack(out)
 
     def result(self, grad_sq: ms.Tensor, weight_sq: ms.Tensor, delta_sq: ms.Tensor) -> ms.Tensor:
         """``(3, parameters)`` squared sums: gradients, weights before the step, updates (0 where not measured)."""
@@ -99,6 +124,8 @@ class LayerGrouping:
         self.layers = tuple(names)
         self.params = tuple(param_names)
         self.index = np.asarray(index, np.int64)  # the layer of each parameter
+        #: The parameter indices of each layer.
+        self.groups = [np.flatnonzero(self.index == j).tolist() for j in range(len(names))]
 
     def stats(self, squares: np.ndarray) -> np.ndarray:
         """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums."""

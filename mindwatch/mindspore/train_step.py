@@ -38,6 +38,18 @@ class _LayerStatsStep:
             self.mindwatch_outputs = (*type(self).mindwatch_outputs, "layer_stats")
             self.mindwatch_layer_params = self.layer_stats.names
 
+    def enable_layer_histograms(self, groups, bins: int) -> None:
+        """Histograms of each layer's weights and gradients as a last output (before compilation; see LayerStats)."""
+        self.layer_stats.enable_histograms(groups, bins)
+        self.mindwatch_outputs = (*type(self).mindwatch_outputs, "layer_stats", "layer_histograms")
+
+    def _histograms(self, grads):
+        """The layers' histograms of this step's weights (before the update) and gradients, or zeros on other steps."""
+        stats = self.layer_stats
+        if stats.hist_flag > 0:
+            return stats.histograms(tuple(w * 1 for w in self.weights), grads)
+        return stats.no_histograms
+
     def _measured_update(self, loss, grads, grad_sq, skip_update):
         """Apply the optimizer (unless ``skip_update``) and return ``(loss, per-layer statistics)``."""
         stats = self.layer_stats
@@ -104,8 +116,12 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         if self.layer_stats is None:
             loss = ops.depend(loss, self.optimizer(grads))
             return loss, norm, lr
-        loss, stats = self._measured_update(loss, grads, grad_sq, False)
-        return loss, norm, lr, stats
+        if self.layer_stats.hist_groups is None:
+            loss, stats = self._measured_update(loss, grads, grad_sq, False)
+            return loss, norm, lr, stats
+        hist = self._histograms(grads)
+        loss, stats = self._measured_update(ops.depend(loss, hist), grads, grad_sq, False)
+        return loss, norm, lr, stats, hist
 
 
 class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithLossScaleCell):
@@ -159,8 +175,12 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
             if not overflow:
                 loss = ops.depend(loss, self.optimizer(grads))
             return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm
-        loss, stats = self._measured_update(loss, grads, grad_sq, overflow)
-        return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm, stats
+        if self.layer_stats.hist_groups is None:
+            loss, stats = self._measured_update(loss, grads, grad_sq, overflow)
+            return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm, stats
+        hist = self._histograms(grads)
+        loss, stats = self._measured_update(ops.depend(loss, hist), grads, grad_sq, overflow)
+        return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm, stats, hist
 
 
 _grad_scale = ops.MultitypeFuncGraph("mindwatch_grad_scale")

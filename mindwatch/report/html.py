@@ -245,7 +245,18 @@ def _layers(run: Run) -> dict[str, Any] | None:
         maps[stat] = {"steps": grid.steps, "layers": layers, "values": grid.values}
     if not last:
         return None
-    return {"layers": layers, "last": last, "step": step, "heatmaps": maps, "note": f"rank {rank}, last measured at step {step}"}
+    out = {"layers": layers, "last": last, "step": step, "heatmaps": maps, "note": f"rank {rank}, last measured at step {step}"}
+    steps, hist = run.layer_histograms(rank)
+    if hist is not None:  # the last histograms: a row per layer, bins as fractions of the layer's max |x|
+        centers = np.linspace(-1, 1, hist.bins + 1)
+        labels = [f"{c:+.2f}" for c in (centers[:-1] + centers[1:]) / 2]
+        for kind, name in ((0, "weights"), (1, "grads")):
+            counts = hist.data[-1, kind, :, :-1]
+            values = [
+                [b, j, float(counts[j, b])] for j in range(counts.shape[0]) for b in range(counts.shape[1]) if counts[j, b] > 0
+            ]
+            out[f"histogram_{name}"] = {"steps": labels, "layers": list(hist.layers), "values": values, "step": int(steps[-1])}
+    return out
 
 
 def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:

@@ -84,6 +84,11 @@ if (DATA.layers) {
   for (const [stat, title] of [["grad_norm", "gradient norm per layer (log colour)"], ["update_ratio", "update ratio per layer (log colour)"]]) {
     if (ly.heatmaps[stat]) make(chartDiv(box, `chart-layers-${stat}`, false), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
   }
+  for (const [kind, what] of [["weights", "weights"], ["grads", "gradients"]]) {
+    const hm = ly[`histogram_${kind}`];
+    if (hm) make(chartDiv(box, `chart-histogram-${kind}`, false), (el) => heatmap(el, hm, {
+      title: `${what} per layer at step ${hm.step} (log colour: count; x: value / max |value|)`, log: true }));
+  }
 }
 
 // -- alerts timeline -------------------------------------------------------------------------

@@ -12,7 +12,8 @@ Example::
 Every metric keeps its run-directory name as the TensorBoard tag (``loss``, ``lr``,
 ``grad_norm``, ``attention_entropy/<layer>``...), at the record's step and wall time.
 TensorBoard stores scalars as float32, so a value reads back as ``numpy.float32(value)``.
-Alerts become text entries under the tag ``alerts``.
+Alerts become text entries under the tag ``alerts``. Per-layer statistics (docs/layers.md) are scalars
+``grad_norm/<layer>``, ...; the layers' histograms are histogram events ``weights/<layer>`` and ``grads/<layer>``.
 
 The writer is our own: one event per record holding all its scalars, the protobuf encoded by
 hand (a few fields) and framed as a TFRecord with masked CRC-32C. It needs no package and costs
@@ -36,6 +37,7 @@ import numpy as np
 
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import metric_values
+from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LAYER_STATS, LayerHistograms, LayerRow, is_layer_metric
 from mindwatch.store.layout import RunLayout
 from mindwatch.store.reader import JsonlTail
 
@@ -141,12 +143,54 @@ def _text_value(tag: str, text: str) -> bytes:
     return _field(1, _field(1, tag.encode("utf-8")) + _TEXT_METADATA + _field(8, tensor))
 
 
+def _double(number: int, value: float) -> bytes:
+    return _varint(number << 3 | 1) + struct.pack("<d", value)
+
+
+def _histogram_value(tag: str, edges: np.ndarray, counts: np.ndarray) -> bytes:
+    # Summary.Value: tag (1), histo (5) = HistogramProto{min 1, max 2, num 3, sum 4, sum_squares 5,
+    # bucket_limit 6 (packed doubles: each bucket's right edge), bucket 7 (packed doubles: its count)}
+    centers = (edges[:-1] + edges[1:]) / 2  # the sums are of the bucket centres: the values themselves are gone
+    filled = np.flatnonzero(counts)
+    lo, hi = (float(edges[filled[0]]), float(edges[filled[-1] + 1])) if len(filled) else (0.0, 0.0)
+    histo = (
+        _double(1, lo)
+        + _double(2, hi)
+        + _double(3, float(counts.sum()))
+        + _double(4, float((centers * counts).sum()))
+        + _double(5, float((centers**2 * counts).sum()))
+        + _field(6, np.asarray(edges[1:], "<f8").tobytes())
+        + _field(7, np.asarray(counts, "<f8").tobytes())
+    )
+    return _field(1, _field(1, tag.encode("utf-8")) + _field(5, histo))
+
+
+def _layer_values(record: dict[str, Any]) -> list[bytes]:
+    """Scalars of the per-layer statistics and histograms of the layers' weights and gradients, when the record has them."""
+    out = []
+    row = record.get(LAYER_KEY)
+    if isinstance(row, LayerRow):
+        for stat in LAYER_STATS:
+            out += [_scalar_value(f"{stat}/{layer}", float(v)) for layer, v in zip(row.layers, row.values(stat), strict=True)]
+    hist = record.get(HISTOGRAM_KEY)
+    if isinstance(hist, LayerHistograms):
+        for kind, name in ((0, "weights"), (1, "grads")):
+            for j, layer in enumerate(hist.layers):
+                edges, counts = hist.histogram(kind, j)
+                if np.isfinite(edges[-1]) and edges[-1] > 0:
+                    out.append(_histogram_value(f"{name}/{layer}", edges, counts))
+    return out
+
+
 def scalars_event(record: dict[str, Any]) -> bytes | None:
-    """One framed event holding every numeric metric of ``record``; None when it has none (or no step)."""
+    """One framed event holding every numeric metric of ``record`` (and its per-layer statistics and histograms);
+    None when it has none (or no step)."""
     step = record.get("step")
     if not isinstance(step, int):
         return None
     values = [_scalar_value(key, v) for key, v in metric_values(record)]
+    if LAYER_KEY in record or HISTOGRAM_KEY in record:
+        values += _layer_values(record)
     if not values:
         return None
     t = record.get("t")
@@ -291,12 +335,36 @@ def export_tensorboard(
         try:
             for rec in _records(layout.metrics(rank)):
                 f.append(scalars_event(rec))
+            for rec in _layer_records(layout.metrics(rank)):
+                f.append(scalars_event(rec))
             for a in alerts:
                 if a.get("rank", 0) == rank:
                     f.append(alert_event(a))
         finally:
             f.close()
     return out
+
+
+def _layer_records(metrics: Path) -> Iterator[dict[str, Any]]:
+    """The rank's per-layer statistics and histograms (``layers.rank<R>/``) as records of their steps."""
+    cols = RankColumns(metrics)
+    cols.refresh()
+    by_step: dict[int, dict[str, Any]] = {}
+    names = cols.layer_metrics
+    if names:
+        layers = tuple(m.partition("/")[2] for m in names if m.startswith(f"{LAYER_STATS[0]}/"))
+        columns = [cols.column(m) for m in names]
+        lines = columns[0][0]
+        stats = np.stack([v for _, v in columns]).reshape(len(LAYER_STATS), len(layers), -1)
+        for k, ln in enumerate(lines.tolist()):
+            rec = by_step.setdefault(int(cols.steps[ln]), {"t": float(cols.time_of_lines(lines[k : k + 1])[0])})
+            rec[LAYER_KEY] = LayerRow(layers, stats[:, :, k])
+    steps, hist = cols.layer_histograms()
+    if hist is not None:
+        for k, step in enumerate(steps.tolist()):
+            by_step.setdefault(int(step), {})[HISTOGRAM_KEY] = LayerHistograms(hist.layers, hist.data[k])
+    for step in sorted(by_step):
+        yield {"step": step, **by_step[step]}
 
 
 def _records(metrics: Path) -> Iterator[dict[str, Any]]:
@@ -306,7 +374,7 @@ def _records(metrics: Path) -> Iterator[dict[str, Any]]:
     if not cols.rewound:
         yield from JsonlTail(metrics).read_new()
         return
-    columns = {name: cols.column(name) for name in sorted(cols.keys)}
+    columns = {name: cols.column(name) for name in sorted(cols.keys) if not is_layer_metric(name)}  # layers: below
     rows: dict[int, dict[str, Any]] = {}
     for name, (line, value) in columns.items():
         for ln, v in zip(line.tolist(), value.tolist(), strict=True):

@@ -31,7 +31,7 @@ import numpy as np
 
 from mindwatch.store.columnfiles import NOT_STORED, ColumnFiles, read_column_files
 from mindwatch.store.jsonl import COORDINATES, JsonlTail, decode_line, decode_value, encode_line, last_record
-from mindwatch.store.layerfiles import LayerFiles, layers_dir
+from mindwatch.store.layerfiles import LayerFiles, LayerHistograms, layers_dir
 
 if TYPE_CHECKING:
     from mindwatch.store.cache import ColumnCache
@@ -205,6 +205,15 @@ class RankColumns:
     def rewritten_since(self, line: int) -> bool:
         """Whether a line from ``line`` on went back below the highest step before it."""
         return self._rewritten.size > 0 and int(self._rewritten.view[-1]) >= line
+
+    def layer_histograms(self) -> tuple[np.ndarray, LayerHistograms | None]:
+        """``(steps, histograms)`` of the layer files: one step per row, ``histograms.data`` of shape
+        ``(rows, 2, layers, bins + 1)`` (see :class:`~mindwatch.store.layerfiles.LayerHistograms`); None when absent."""
+        files = self._layers
+        keep = files.hist_lines < self.lines
+        if not files.bins or not keep.any():
+            return np.empty(0, np.int64), None
+        return self.steps[files.hist_lines[keep]], LayerHistograms(tuple(files.layers), files.hist[keep])
 
     @property
     def layer_metrics(self) -> list[str]:

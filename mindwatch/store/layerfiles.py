@@ -15,7 +15,10 @@ Example::
 - ``lines.i64``: for each row, the JSONL line (counting lines with an integer step, as every reader
   does) of the record of the same step, so a row has that record's step and time;
 - ``values.f32``: the rows, float32 little-endian, row-major ``(rows, stats x layers)``: for each
-  statistic in ``stats`` order, one value per layer in ``layers`` order (NaN and Inf as they are).
+  statistic in ``stats`` order, one value per layer in ``layers`` order (NaN and Inf as they are);
+- ``histograms.f32`` and ``histogram_lines.i64`` (when ``layers.histogram_every`` is on): rows of
+  ``(2, layers, bins + 1)`` float32, weights then gradients, per layer the counts of ``bins`` equal bins
+  over ``[-top, top]`` and last ``top = max|x|``, and the JSONL line of each row.
 
 Any tool reads them with ``numpy.fromfile(dir / "values.f32", "<f4").reshape(-1, len(stats) * len(layers))``.
 Files only grow; a row torn by a crash (a short last row) is ignored, and so is a row whose line is not
@@ -41,6 +44,10 @@ FORMAT = "mindwatch.layers"
 LAYER_STATS = ("grad_norm", "weight_norm", "update_ratio")
 #: The record key that carries a step's :class:`LayerRow` to the writer and the rules.
 LAYER_KEY = "layer_stats"
+#: The record key that carries a step's :class:`LayerHistograms` to the writer and the TensorBoard sink.
+HISTOGRAM_KEY = "layer_histograms"
+#: Bins of the per-layer histograms (over ``[-max|x|, max|x|]`` of each layer).
+HISTOGRAM_BINS = 32
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,24 @@ class LayerRow:
     def values(self, stat: str) -> np.ndarray:
         """One statistic of every layer, in ``layers`` order."""
         return self.stats[LAYER_STATS.index(stat)]
+
+
+@dataclass(frozen=True)
+class LayerHistograms:
+    """One step's histograms: ``data[k, j]`` is, for ``k`` 0 (weights) or 1 (gradients) and layer ``j``, the counts of
+    ``bins`` equal bins over ``[-top, top]`` followed by ``top = max|x|`` (so ``bins + 1`` values)."""
+
+    layers: tuple[str, ...]
+    data: np.ndarray
+
+    @property
+    def bins(self) -> int:
+        return int(self.data.shape[-1]) - 1
+
+    def histogram(self, kind: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(edges, counts)`` of ``kind`` (0 weights, 1 gradients) of layer ``j``, numpy.histogram's shape."""
+        top = float(self.data[kind, j, -1])
+        return np.linspace(-top, top, self.bins + 1), self.data[kind, j, :-1]
 
 
 def is_layer_metric(name: str) -> bool:
@@ -75,19 +100,23 @@ def layer_metrics(layers: list[str], stats: tuple[str, ...] | list[str] = LAYER_
 class LayerFilesWriter:
     """Appends layer rows for one rank (the worker thread). A failure is a warning, then no more rows."""
 
-    def __init__(self, directory: Path, layers: list[str]) -> None:
+    def __init__(self, directory: Path, layers: list[str], bins: int = 0) -> None:
         self.dir = Path(directory)
         self.layers = list(layers)
+        self.bins = bins
         self.width = len(LAYER_STATS) * len(self.layers)
+        self.hist_width = 2 * len(self.layers) * (bins + 1)
         self.enabled = bool(self.layers)
         self._values: Any = None
         self._lines: Any = None
+        self._hist: Any = None
+        self._hist_lines: Any = None
         if not self.enabled:
             return
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             head = read_json(self.dir / "layers.json")
-            wanted = {"format": FORMAT, "stats": list(LAYER_STATS), "layers": self.layers}
+            wanted = {"format": FORMAT, "stats": list(LAYER_STATS), "layers": self.layers, "bins": self.bins}
             if head is None:
                 write_json_atomic(self.dir / "layers.json", wanted)
             elif head != wanted:  # a resumed run whose model changed: these files describe the old layers
@@ -96,15 +125,22 @@ class LayerFilesWriter:
             self._trim()
             self._values = open(self.dir / "values.f32", "ab")  # noqa: SIM115 (kept open across writes)
             self._lines = open(self.dir / "lines.i64", "ab")  # noqa: SIM115
+            if self.bins:
+                self._hist = open(self.dir / "histograms.f32", "ab")  # noqa: SIM115
+                self._hist_lines = open(self.dir / "histogram_lines.i64", "ab")  # noqa: SIM115
         except OSError as e:
             self.stop(f"cannot write {self.dir} ({e})")
 
     def _trim(self) -> None:
         """Drop what a crash left past the last whole row, so rows and lines stay in step."""
-        rows = min(_size(self.dir / "values.f32") // (4 * self.width), _size(self.dir / "lines.i64") // 8)
-        for name, nbytes in (("values.f32", 4 * self.width * rows), ("lines.i64", 8 * rows)):
-            if (self.dir / name).exists():
-                os.truncate(self.dir / name, nbytes)
+        for values, lines, width in (
+            ("values.f32", "lines.i64", self.width),
+            ("histograms.f32", "histogram_lines.i64", self.hist_width),
+        ):
+            rows = min(_size(self.dir / values) // (4 * width), _size(self.dir / lines) // 8) if width else 0
+            for name, nbytes in ((values, 4 * width * rows), (lines, 8 * rows)):
+                if (self.dir / name).exists():
+                    os.truncate(self.dir / name, nbytes)
 
     def add(self, line: int, row: LayerRow) -> None:
         """One row: the statistics of the step recorded on JSONL line ``line``."""
@@ -120,13 +156,30 @@ class LayerFilesWriter:
         except OSError as e:
             self.stop(f"cannot write {self.dir} ({e})")
 
+    def add_histograms(self, line: int, hist: LayerHistograms) -> None:
+        """One step's histograms, of the step recorded on JSONL line ``line``."""
+        if not self.enabled or self._hist is None:
+            return
+        values = np.asarray(hist.data, dtype="<f4").reshape(-1)
+        if values.size != self.hist_width:
+            self.stop(f"a histogram row has {values.size} values, not {self.hist_width}")
+            return
+        try:
+            self._hist.write(values.tobytes())
+            self._hist_lines.write(np.asarray([line], "<i8").tobytes())
+        except OSError as e:
+            self.stop(f"cannot write {self.dir} ({e})")
+
+    def _files(self) -> list[Any]:
+        return [f for f in (self._values, self._lines, self._hist, self._hist_lines) if f is not None]
+
     def hand_over(self) -> None:
         """Hand the rows written so far to the OS (readers see them; no fsync)."""
         if not self.enabled:
             return
         try:
-            self._values.flush()
-            self._lines.flush()
+            for f in self._files():
+                f.flush()
         except OSError as e:
             self.stop(f"cannot write {self.dir} ({e})")
 
@@ -135,7 +188,7 @@ class LayerFilesWriter:
         if not self.enabled:
             return
         try:
-            for f in (self._values, self._lines):
+            for f in self._files():
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
@@ -143,10 +196,9 @@ class LayerFilesWriter:
 
     def close(self) -> None:
         self.flush()
-        for f in (self._values, self._lines):
-            if f is not None:
-                f.close()
-        self._values = self._lines = None
+        for f in self._files():
+            f.close()
+        self._values = self._lines = self._hist = self._hist_lines = None
         self.enabled = False
 
     def stop(self, why: str) -> None:
@@ -164,8 +216,11 @@ class LayerFiles:
         self.stats: list[str] = []
         self.metrics: list[str] = []
         self._index: dict[str, int] = {}
+        self.bins = 0
         self.lines = np.empty(0, np.int64)
         self.values = np.empty((0, 0), np.float32)
+        self.hist_lines = np.empty(0, np.int64)
+        self.hist = np.empty((0, 2, 0, 1), np.float32)
         self.refresh()
 
     def refresh(self) -> int:
@@ -175,9 +230,13 @@ class LayerFiles:
             if not head or head.get("format") != FORMAT:
                 return 0
             self.layers, self.stats = [str(x) for x in head["layers"]], [str(x) for x in head["stats"]]
+            self.bins = int(head.get("bins") or 0)
             self.metrics = layer_metrics(self.layers, self.stats)
             self._index = {m: i for i, m in enumerate(self.metrics)}
             self.values = np.empty((0, len(self.metrics)), np.float32)
+            self.hist = np.empty((0, 2, len(self.layers), self.bins + 1), np.float32)
+        if self.bins:
+            self._refresh_histograms()
         width = len(self.metrics)
         rows = min(_size(self.dir / "values.f32") // (4 * width), _size(self.dir / "lines.i64") // 8) if width else 0
         have = len(self.lines)
@@ -191,6 +250,20 @@ class LayerFiles:
         self.lines = np.concatenate([self.lines, lines])
         self.values = np.concatenate([self.values, values.reshape(-1, width)])
         return rows - have
+
+    def _refresh_histograms(self) -> None:
+        width = 2 * len(self.layers) * (self.bins + 1)
+        rows = min(_size(self.dir / "histograms.f32") // (4 * width), _size(self.dir / "histogram_lines.i64") // 8)
+        have = len(self.hist_lines)
+        if rows <= have:
+            return
+        try:
+            lines = np.fromfile(self.dir / "histogram_lines.i64", "<i8", count=rows - have, offset=8 * have)
+            data = np.fromfile(self.dir / "histograms.f32", "<f4", count=(rows - have) * width, offset=4 * width * have)
+        except OSError:
+            return
+        self.hist_lines = np.concatenate([self.hist_lines, lines])
+        self.hist = np.concatenate([self.hist, data.reshape(-1, 2, len(self.layers), self.bins + 1)])
 
     def column(self, metric: str, lines_known: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """(JSONL line numbers, float64 values) of one layer metric, rows in file order; None when not a layer metric.

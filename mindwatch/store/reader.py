@@ -24,6 +24,7 @@ import numpy as np
 
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import COORDINATES, JsonlTail
+from mindwatch.store.layerfiles import LayerHistograms
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.states import FINAL_STATES, lost_ranks, rank_state, rank_states, run_state
 
@@ -147,6 +148,20 @@ class Run:
         s = Series(cols.steps[line], value, cols.time_of_lines(line))
         self._series[(rank, metric)] = (cols.generation, cols.lines, s)
         return s
+
+    def layer_histograms(self, rank: int | None = None) -> tuple[np.ndarray, LayerHistograms | None]:
+        """Histograms of each layer's weights and gradients (``layers.histogram_every``): ``(steps, histograms)``
+        with ``histograms.histogram(kind, j)`` one row's ``(edges, counts)`` when indexed by row; None when absent.
+
+        Example::
+
+            steps, h = run.layer_histograms()
+            edges, counts = LayerHistograms(h.layers, h.data[-1]).histogram(0, 3)   # the last weights of layer 3
+        """
+        if rank is None:
+            rank = self.ranks[0] if self.ranks else 0
+        cols = self.columns.get(rank)
+        return cols.layer_histograms() if cols is not None else (np.empty(0, np.int64), None)
 
     def states(self, now: float | None = None) -> dict[int, str]:
         """Each rank's state (see :func:`rank_state`); ``lost`` for a rank rank 0 saw die."""

@@ -24,11 +24,13 @@ from typing import Any
 
 from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
-from mindwatch.store.layerfiles import LAYER_KEY, LayerFilesWriter, layers_dir
+from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerFilesWriter, layers_dir
 from mindwatch.store.layout import RunLayout, read_json, write_json_atomic
 from mindwatch.store.states import FINAL_STATES
 
 log = logging.getLogger("mindwatch")
+
+_LAYER_KEYS = (LAYER_KEY, HISTOGRAM_KEY)
 
 
 class RunWriter:
@@ -67,19 +69,21 @@ class RunWriter:
         self._valid_lines: int | None = None  # lines with an integer step in the JSONL, once layer rows need it
         self.flush()
 
-    def set_layers(self, names: list[str]) -> None:
-        """Records may carry per-layer statistics of these layers (``LAYER_KEY``): rows in ``layers.rank<R>/``."""
-        self.layers = LayerFilesWriter(layers_dir(self.layout.metrics(self.rank)), names)
+    def set_layers(self, names: list[str], bins: int = 0) -> None:
+        """Records may carry per-layer statistics of these layers (``LAYER_KEY``) and, with ``bins``, their histograms
+        (``HISTOGRAM_KEY``): rows in ``layers.rank<R>/``."""
+        self.layers = LayerFilesWriter(layers_dir(self.layout.metrics(self.rank)), names, bins)
 
     # -- sink interface -------------------------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
         """Append records and hand them to the OS (readers see them at once)."""
         if not records:
             return
-        rows = [(i, r[LAYER_KEY]) for i, r in enumerate(records) if LAYER_KEY in r] if self.layers is not None else []
+        rows = [i for i, r in enumerate(records) if LAYER_KEY in r or HISTOGRAM_KEY in r] if self.layers is not None else []
         if rows:  # the statistics go to the layer files, not into the line; before the lines, so a reader has both
-            records = [{k: v for k, v in r.items() if k != LAYER_KEY} if LAYER_KEY in r else r for r in records]
             self._add_layer_rows(records, rows)
+            carry = set(rows)
+            records = [{k: v for k, v in r.items() if k not in _LAYER_KEYS} if i in carry else r for i, r in enumerate(records)]
         elif self._valid_lines is not None:
             self._valid_lines += sum(type(r.get("step")) is int for r in records)
         data = b"".join(encode_line(r) for r in records)
@@ -162,8 +166,8 @@ class RunWriter:
         }
 
     # -- internals ------------------------------------------------------
-    def _add_layer_rows(self, records: list[dict[str, Any]], rows: list[tuple[int, Any]]) -> None:
-        """Rows for ``records`` (about to be appended): ``rows`` are (index in records, stats)."""
+    def _add_layer_rows(self, records: list[dict[str, Any]], rows: list[int]) -> None:
+        """Layer rows for ``records`` (about to be appended): ``rows`` are the indices of those that carry some."""
         assert self.layers is not None
         if self._valid_lines is None:  # the lines already in the JSONL (earlier attempts), counted as readers count them
             from mindwatch.store.columns import RankColumns
@@ -176,9 +180,13 @@ class RunWriter:
             if type(rec.get("step")) is int:
                 line_of[i] = self._valid_lines
                 self._valid_lines += 1
-        for i, stats in rows:
-            if i in line_of:
+        for i in rows:
+            if i not in line_of:
+                continue
+            if (stats := records[i].get(LAYER_KEY)) is not None:
                 self.layers.add(line_of[i], stats)
+            if (hist := records[i].get(HISTOGRAM_KEY)) is not None:
+                self.layers.add_histograms(line_of[i], hist)
         self.layers.hand_over()
 
     def _end_torn_line(self) -> None:
