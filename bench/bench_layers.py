@@ -11,11 +11,8 @@ per-round wall ratios against the off arm (targets: every=10 <= 1.01, every=1 <=
 from __future__ import annotations
 
 import logging
-import os
 
-from bench.bench_overhead import paired_ratios, print_cpu_table, print_rounds, rotating_rounds
-
-QUICK = os.environ.get("MINDWATCH_BENCH_QUICK") == "1"
+from bench.bench_overhead import paired_ratios, print_cpu_table, print_rounds, rotating_rounds, round_options
 
 
 def layer_rounds(steps: int, rounds: int, skip: int):
@@ -41,12 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bench layers", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3 if QUICK else 15, help="rotating rounds")
-    parser.add_argument("--steps", type=int, default=120 if QUICK else 200, help="steps per round")
-    parser.add_argument("--skip", type=int, default=20 if QUICK else 100, help="figures from this step of a round on")
-    args = parser.parse_args(argv or [])
-    if not 1 <= args.skip < args.steps:
-        parser.error(f"--skip must be between 1 and --steps - 1 (got {args.skip} with --steps {args.steps})")
+    args = round_options(parser, argv)
     logging.getLogger("mindwatch").setLevel(logging.WARNING)
     results = layer_rounds(args.steps, args.rounds, args.skip)
     head = f"{args.rounds} rotating rounds x {args.steps} steps, from step {args.skip}"

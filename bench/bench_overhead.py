@@ -369,19 +369,25 @@ def _demo_ratios(results: dict[str, list[Round]]) -> None:
     print("   wall ratios on a shared machine are noise: trust the CPU columns there)")
 
 
+def round_options(parser, argv: list[str] | None):
+    """Add --rounds, --steps and --skip (the issue's defaults; short ones with MINDWATCH_BENCH_QUICK=1) and parse."""
+    parser.add_argument("--rounds", type=int, default=3 if QUICK else 15, help="rotating rounds (0: skip the demo)")
+    parser.add_argument("--steps", type=int, default=120 if QUICK else 200, help="steps per round")
+    parser.add_argument("--skip", type=int, default=20 if QUICK else 100, help="figures from this step of a round on")
+    args = parser.parse_args(argv or [])
+    if not 1 <= args.skip < args.steps:
+        parser.error(f"--skip must be between 1 and --steps - 1 (got {args.skip} with --steps {args.steps})")
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import logging
 
     parser = argparse.ArgumentParser(prog="python -m bench overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--hot-steps", type=int, default=20_000 if QUICK else 200_000, help="hot path steps (0: skip it)")
-    parser.add_argument("--rounds", type=int, default=3 if QUICK else 15, help="rotating demo rounds (0: skip the demo)")
-    parser.add_argument("--steps", type=int, default=120 if QUICK else 200, help="demo steps per round")
-    parser.add_argument("--skip", type=int, default=20 if QUICK else 100, help="figures from this step of a round on")
     parser.add_argument("--idle-secs", type=float, default=2.0 if QUICK else 10.0, help="seconds per idle phase (0: skip)")
-    args = parser.parse_args(argv or [])
-    if not 1 <= args.skip < args.steps:
-        parser.error(f"--skip must be between 1 and --steps - 1 (got {args.skip} with --steps {args.steps})")
+    args = round_options(parser, argv)
     logging.getLogger("mindwatch").setLevel(logging.WARNING)
     if args.hot_steps:
         report_hot_path(args.hot_steps)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +142,21 @@ def start_printing_steps(args: list[str], seen: dict[int, float], **popen) -> tu
     reader = threading.Thread(target=read_steps, daemon=True)
     reader.start()
     return proc, reader
+
+
+def kill_after_steps(proc: subprocess.Popen, reader: threading.Thread, seen: dict[int, float], steps: int, then: float) -> float:
+    """Let a training of :func:`start_printing_steps` reach ``steps``, run ``then`` s more, then ``kill -9`` it (returns when)."""
+    try:
+        deadline = time.time() + 120
+        while len(seen) < steps and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(seen) >= steps, f"the training did not reach step {steps} (saw {len(seen)} steps)"
+        time.sleep(then)
+        killed_at = time.time()
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    reader.join(5)
+    return killed_at

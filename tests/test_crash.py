@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import time
 from pathlib import Path
 
-from conftest import assert_same_columns, parsed_copy, start_printing_steps
+from conftest import assert_same_columns, kill_after_steps, parsed_copy, start_printing_steps
 
 import mindwatch
 from mindwatch.store.columns import RankColumns
@@ -20,19 +17,7 @@ FLUSH_SECS = 0.5
 def test_kill_9_loses_at_most_flush_secs(tmp_path: Path) -> None:
     seen: dict[int, float] = {}
     proc, reader = start_printing_steps([sys.executable, str(SCRIPT), str(tmp_path), str(FLUSH_SECS)], seen)
-    try:
-        deadline = time.time() + 120
-        while len(seen) < 60 and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert len(seen) >= 60, f"the training did not reach step 60 (saw {len(seen)} steps)"
-        time.sleep(4 * FLUSH_SECS)  # keep training a little: the kill lands mid-run
-        killed_at = time.time()
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    reader.join(5)
+    killed_at = kill_after_steps(proc, reader, seen, 60, then=4 * FLUSH_SECS)  # the kill lands mid-run
 
     run = mindwatch.open_run(tmp_path / "crash" / "killed")
     recorded = set(run.series("loss").step.tolist())

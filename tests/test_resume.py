@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import start_printing_steps
+from conftest import kill_after_steps, start_printing_steps
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, Model
@@ -167,18 +166,7 @@ def test_a_killed_attempt_ends_as_killed_and_the_next_continues(tmp_path: Path) 
     env = {**os.environ, "GLOG_v": "3", "PYTHONUNBUFFERED": "1"}
     seen: dict[int, float] = {}
     proc, reader = start_printing_steps([sys.executable, str(SCRIPT), str(tmp_path), "0", "2", "1", "0.1"], seen, env=env)
-    try:
-        deadline = time.time() + 120
-        while len(seen) < 25 and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert len(seen) >= 25, f"attempt 1 did not reach step 25 (saw {len(seen)})"
-        time.sleep(0.5)  # flush_secs 0.2: steps up to here are on disk
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    reader.join(5)
+    kill_after_steps(proc, reader, seen, 25, then=0.5)  # flush_secs 0.2: steps up to here are on disk
     second = attempt(tmp_path, initial_epoch=1, epochs=2, flush_secs=0.2)
     run = mindwatch.open_run(tmp_path / "p" / "r")
     first, again = run.meta["attempts"]

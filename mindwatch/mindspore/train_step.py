@@ -28,7 +28,8 @@ def global_norm(grads: tuple) -> ms.Tensor:
 
 
 class _LayerStatsStep:
-    """What both train cells share for ``layer_stats``: the outputs they declare and the measured update."""
+    """What both train cells share: the norm and clipping, and for ``layer_stats`` the outputs they declare and the
+    measured update."""
 
     layer_stats: LayerStats | None
 
@@ -42,6 +43,24 @@ class _LayerStatsStep:
         """Histograms of each layer's weights and gradients as a last output (before compilation; see LayerStats)."""
         self.layer_stats.enable_histograms(groups, bins)
         self.mindwatch_outputs = (*type(self).mindwatch_outputs, "layer_stats", "layer_histograms")
+
+    def _norm_and_clip(self, grads):
+        """``(grads clipped to max_grad_norm, their squared sums, the global norm before clipping, this step's lr)``."""
+        grad_sq = squares(grads)
+        norm = ops.sqrt(ops.reduce_sum(grad_sq))
+        if self.max_grad_norm is not None:
+            grads = _clip(grads, norm, self.max_grad_norm)
+        return grads, grad_sq, norm, _current_lr(self.optimizer)
+
+    def _measured_outputs(self, loss, grads, grad_sq, skip_update):
+        """Apply the optimizer (unless ``skip_update``); ``(loss, (statistics,))``, or ``(loss, (statistics, histograms))``
+        with histograms (taken before the update)."""
+        if self.layer_stats.hist_groups is None:
+            loss, stats = self._measured_update(loss, grads, grad_sq, skip_update)
+            return loss, (stats,)
+        hist = self._histograms(grads)
+        loss, stats = self._measured_update(ops.depend(loss, hist), grads, grad_sq, skip_update)
+        return loss, (stats, hist)
 
     def _histograms(self, grads):
         """The layers' histograms of this step's weights (before the update) and gradients, or zeros on other steps."""
@@ -108,20 +127,12 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         sens = ops.fill(loss.dtype, loss.shape, self.sens)
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
-        grad_sq = squares(grads)
-        norm = ops.sqrt(ops.reduce_sum(grad_sq))
-        if self.max_grad_norm is not None:
-            grads = _clip(grads, norm, self.max_grad_norm)
-        lr = _current_lr(self.optimizer)
+        grads, grad_sq, norm, lr = self._norm_and_clip(grads)
         if self.layer_stats is None:
             loss = ops.depend(loss, self.optimizer(grads))
             return loss, norm, lr
-        if self.layer_stats.hist_groups is None:
-            loss, stats = self._measured_update(loss, grads, grad_sq, False)
-            return loss, norm, lr, stats
-        hist = self._histograms(grads)
-        loss, stats = self._measured_update(ops.depend(loss, hist), grads, grad_sq, False)
-        return loss, norm, lr, stats, hist
+        loss, measured = self._measured_outputs(loss, grads, grad_sq, False)
+        return (loss, norm, lr) + measured
 
 
 class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithLossScaleCell):
@@ -166,21 +177,13 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
         grads = self.grad_reducer(grads)
         cond = self.get_overflow_status(status, grads)
         overflow = self.process_loss_scale(cond)
-        grad_sq = squares(grads)
-        norm = ops.sqrt(ops.reduce_sum(grad_sq))
-        if self.max_grad_norm is not None:
-            grads = _clip(grads, norm, self.max_grad_norm)
-        lr = _current_lr(self.optimizer)
+        grads, grad_sq, norm, lr = self._norm_and_clip(grads)
         if self.layer_stats is None:
             if not overflow:
                 loss = ops.depend(loss, self.optimizer(grads))
             return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm
-        if self.layer_stats.hist_groups is None:
-            loss, stats = self._measured_update(loss, grads, grad_sq, overflow)
-            return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm, stats
-        hist = self._histograms(grads)
-        loss, stats = self._measured_update(ops.depend(loss, hist), grads, grad_sq, overflow)
-        return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm, stats, hist
+        loss, measured = self._measured_outputs(loss, grads, grad_sq, overflow)
+        return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured
 
 
 _grad_scale = ops.MultitypeFuncGraph("mindwatch_grad_scale")

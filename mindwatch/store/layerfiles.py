@@ -237,33 +237,21 @@ class LayerFiles:
             self.hist = np.empty((0, 2, len(self.layers), self.bins + 1), np.float32)
         if self.bins:
             self._refresh_histograms()
-        width = len(self.metrics)
-        rows = min(_size(self.dir / "values.f32") // (4 * width), _size(self.dir / "lines.i64") // 8) if width else 0
         have = len(self.lines)
-        if rows <= have:
+        new = _read_rows(self.dir, "values.f32", "lines.i64", len(self.metrics), have)
+        if new is None:
             return 0
-        try:
-            lines = np.fromfile(self.dir / "lines.i64", "<i8", count=rows - have, offset=8 * have)
-            values = np.fromfile(self.dir / "values.f32", "<f4", count=(rows - have) * width, offset=4 * width * have)
-        except OSError:
-            return 0
-        self.lines = np.concatenate([self.lines, lines])
-        self.values = np.concatenate([self.values, values.reshape(-1, width)])
-        return rows - have
+        self.lines = np.concatenate([self.lines, new[0]])
+        self.values = np.concatenate([self.values, new[1].reshape(-1, len(self.metrics))])
+        return len(self.lines) - have
 
     def _refresh_histograms(self) -> None:
-        width = 2 * len(self.layers) * (self.bins + 1)
-        rows = min(_size(self.dir / "histograms.f32") // (4 * width), _size(self.dir / "histogram_lines.i64") // 8)
-        have = len(self.hist_lines)
-        if rows <= have:
-            return
-        try:
-            lines = np.fromfile(self.dir / "histogram_lines.i64", "<i8", count=rows - have, offset=8 * have)
-            data = np.fromfile(self.dir / "histograms.f32", "<f4", count=(rows - have) * width, offset=4 * width * have)
-        except OSError:
-            return
-        self.hist_lines = np.concatenate([self.hist_lines, lines])
-        self.hist = np.concatenate([self.hist, data.reshape(-1, 2, len(self.layers), self.bins + 1)])
+        new = _read_rows(
+            self.dir, "histograms.f32", "histogram_lines.i64", 2 * len(self.layers) * (self.bins + 1), len(self.hist_lines)
+        )
+        if new is not None:
+            self.hist_lines = np.concatenate([self.hist_lines, new[0]])
+            self.hist = np.concatenate([self.hist, new[1].reshape(-1, 2, len(self.layers), self.bins + 1)])
 
     def column(self, metric: str, lines_known: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """(JSONL line numbers, float64 values) of one layer metric, rows in file order; None when not a layer metric.
@@ -278,6 +266,19 @@ class LayerFiles:
             keep = lines < lines_known
             lines, values = lines[keep], values[keep]
         return lines, values
+
+
+def _read_rows(directory: Path, values: str, lines: str, width: int, have: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The whole rows past the first ``have`` of a (values, lines) pair of files, or None when there are none."""
+    rows = min(_size(directory / values) // (4 * width), _size(directory / lines) // 8) if width else 0
+    if rows <= have:
+        return None
+    try:
+        line = np.fromfile(directory / lines, "<i8", count=rows - have, offset=8 * have)
+        data = np.fromfile(directory / values, "<f4", count=(rows - have) * width, offset=4 * width * have)
+    except OSError:
+        return None
+    return line, data
 
 
 def _size(path: Path) -> int:

@@ -201,3 +201,25 @@ class LayerRule(RuleBase):
                 )
             )
         return out
+
+
+class LayerFloorRule(LayerRule):
+    """``<stat>/<layer>`` below ``floor`` for ``count`` measured steps in a row (loss-scale overflow steps skipped)."""
+
+    skip_overflow = True
+    #: What it means for the layer, in the alert: "its gradient vanished".
+    meaning = "is below its floor"
+
+    def __init__(self, *, floor: float, count: int = 3, rank: int = 0, actions: Sequence[str] = ()) -> None:
+        super().__init__(count=count, rank=rank, actions=actions)
+        self.floor = floor
+
+    def judge(self, values: np.ndarray) -> np.ndarray:
+        return values < self.floor
+
+    def threshold(self, j: int) -> float:
+        return self.floor
+
+    def describe(self, layer: str, value: float, j: int) -> str:
+        why = f"{self.stat} {value:.3g}, below {self.floor:g} for {self.count} measured steps"
+        return f"layer {layer}: {self.meaning} ({why})"

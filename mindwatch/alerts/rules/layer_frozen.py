@@ -7,10 +7,9 @@ Example::
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import Field
 
-from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec
+from mindwatch.alerts.rules.base import LayerFloorRule, RuleContext, RuleSpec
 from mindwatch.schema import RuleSettings
 
 
@@ -20,25 +19,14 @@ class LayerFrozenSettings(RuleSettings):
     count: int = Field(default=3, ge=1)
 
 
-class LayerFrozenRule(LayerRule):
+class LayerFrozenRule(LayerFloorRule):
     """``update_ratio/<layer>`` below ``floor`` for ``count`` measured steps (loss-scale overflow steps skipped)."""
 
     name, stat = "layer_frozen", "update_ratio"
-    skip_overflow = True
+    meaning = "its weights are not changing"
 
     def __init__(self, *, floor: float = 1e-8, count: int = 3, rank: int = 0, actions=()) -> None:
-        super().__init__(count=count, rank=rank, actions=actions)
-        self.floor = floor
-
-    def judge(self, values: np.ndarray) -> np.ndarray:
-        return values < self.floor
-
-    def threshold(self, j: int) -> float:
-        return self.floor
-
-    def describe(self, layer: str, value: float, j: int) -> str:
-        why = f"update ratio {value:.3g}, below {self.floor:g} for {self.count} measured steps"
-        return f"layer {layer}: its weights are not changing ({why})"
+        super().__init__(floor=floor, count=count, rank=rank, actions=actions)
 
 
 def _build(s: LayerFrozenSettings, ctx: RuleContext) -> list[LayerFrozenRule]:

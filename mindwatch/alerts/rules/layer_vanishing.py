@@ -7,10 +7,9 @@ Example::
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import Field
 
-from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec
+from mindwatch.alerts.rules.base import LayerFloorRule, RuleContext, RuleSpec
 from mindwatch.schema import RuleSettings
 
 
@@ -21,24 +20,14 @@ class LayerVanishingSettings(RuleSettings):
     count: int = Field(default=3, ge=1)
 
 
-class LayerVanishingRule(LayerRule):
+class LayerVanishingRule(LayerFloorRule):
     """``grad_norm/<layer>`` below ``floor`` for ``count`` measured steps in a row."""
 
     name, stat = "layer_vanishing", "grad_norm"
-    skip_overflow = True
+    meaning = "its gradient vanished"
 
     def __init__(self, *, floor: float = 1e-7, count: int = 3, rank: int = 0, actions=()) -> None:
-        super().__init__(count=count, rank=rank, actions=actions)
-        self.floor = floor
-
-    def judge(self, values: np.ndarray) -> np.ndarray:
-        return values < self.floor
-
-    def threshold(self, j: int) -> float:
-        return self.floor
-
-    def describe(self, layer: str, value: float, j: int) -> str:
-        return f"layer {layer}: its gradient vanished (norm {value:.3g}, below {self.floor:g} for {self.count} measured steps)"
+        super().__init__(floor=floor, count=count, rank=rank, actions=actions)
 
 
 def _build(s: LayerVanishingSettings, ctx: RuleContext) -> list[LayerVanishingRule]:
