@@ -300,3 +300,37 @@ def test_layer_histograms_count_the_weights_and_gradients_and_tensorboard_reads_
     assert [e.step for e in read] == [3, 6]
     assert read[-1].histogram_value.num == pytest.approx(float(hist.data[-1, 0, j, :-1].sum()))
     assert list(read[-1].histogram_value.bucket) == pytest.approx(hist.data[-1, 0, j, :-1].tolist())
+
+
+def test_attention_entropy_and_max_logit_come_through_the_graph(tmp_path: Path) -> None:
+    """GRAPH mode: the demo model's AttentionStats; the reference is the same first forward, hooked in PyNative."""
+    config = {"save_dir": str(tmp_path), "project": "p", "attention_entropy": {"every": 2}, "interval": 60}
+    set_mode("graph")
+    ms.set_seed(11)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    cell = TrainOneStepWithGradNorm(net, nn.SGD(net.trainable_params(), learning_rate=0.0))  # weights stay as at step 1
+    assert cell.mindwatch_attention_layers == ("blocks.0.attn",)  # the attention cell, without the loss wrapper
+    monitor = MonitorCallback(config)
+    Model(cell).train(1, gpt_dataset(4), callbacks=[monitor], dataset_sink_mode=False)
+    run = mindwatch.open_run(monitor.run_dir)
+    layer = cell.mindwatch_attention_layers[0]
+    entropy, top = run.series(f"attention_entropy/{layer}"), run.series(f"attention_max_logit/{layer}")
+    assert entropy.step.tolist() == top.step.tolist() == [2, 4]  # every 2 steps
+
+    set_mode("pynative")  # the reference: the same weights on step 2's batch, the softmax's input and output hooked
+    ms.set_seed(11)
+    ref_net = LanguageModelLoss(TinyGPT(GPT))
+    seen: dict[str, np.ndarray] = {}
+    softmax = ref_net.network.blocks[0].attn.softmax
+
+    def hook(cell, inputs, output):
+        seen["scores"], seen["probs"] = inputs[0].asnumpy(), output.asnumpy()
+
+    handle = softmax.register_forward_hook(hook)
+    batches = list(gpt_dataset(4).create_tuple_iterator())
+    ref_net(*batches[1])
+    handle.remove()
+    p = seen["probs"].astype(np.float64)
+    ref_entropy = float((-(p * np.log(np.clip(p, 1e-12, None))).sum(-1)).mean())
+    assert entropy.value[0] == pytest.approx(ref_entropy, rel=1e-4)
+    assert top.value[0] == pytest.approx(float(seen["scores"].max()), rel=1e-4)

@@ -103,9 +103,18 @@ def test_launcher_seed_name_config_file_and_no_clipping(tmp_path: Path) -> None:
     config as a file path, the 7-item output (local norms); without clipping global_norm is absent, not wrong."""
     args = ("--no-register", "--no-clip", "--local-norm", "--name", "MindSporeTransformersMonitor", "--config-as", "path")
     run, printed = _train("yaml", tmp_path, *args, launcher=("-m", "mindwatch.mindspore.mindformers"))
-    # local_norm: the wrapper returned 7 items (MindFormers logs their norm sizes)
-    assert "norm_size:" in (tmp_path / "output" / "log" / "rank_0" / "info.log").read_text()
+    # local_norm: the wrapper returned 7 items (MindFormers logs their norm sizes and the per-parameter squared sums)
+    log = (tmp_path / "output" / "log" / "rank_0" / "info.log").read_text()
+    assert "norm_size:" in log
     _assert_same_as_mfloss_monitor(run, printed, clipped=False)
+    # ... recorded per layer as grad_norm/<layer>: its squares add up to what MindFormers logged, step by step
+    logged = [np.array(block.split(), dtype=np.float64) for block in re.findall(r"local_norm:\n\[(.*?)\]", log, re.S)]
+    layers = [m for m in run.metrics if m.startswith("grad_norm/")]
+    assert len(layers) > 3 and len(logged) >= STEPS
+    per_step = np.stack([run.series(m).value for m in layers])  # (layers, steps)
+    assert run.series(layers[0]).step.tolist() == list(range(1, STEPS + 1))
+    for i in range(STEPS):
+        assert (per_step[:, i] ** 2).sum() == pytest.approx(logged[i].sum(), rel=1e-4)
     assert (tmp_path / "monitor.yaml").is_file() and run.meta["config"]["interval"] == 1
 
 

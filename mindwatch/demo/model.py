@@ -14,6 +14,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from mindwatch.mindspore.attention import AttentionStats
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -25,7 +27,8 @@ class GPTConfig:
 
 
 class CausalSelfAttention(nn.Cell):
-    """Multi-head self-attention with a causal mask; ``softmax`` outputs the attention probabilities."""
+    """Multi-head self-attention with a causal mask; ``softmax`` outputs the attention probabilities, and
+    :class:`~mindwatch.mindspore.attention.AttentionStats` reports their entropy and the max logit."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -34,6 +37,7 @@ class CausalSelfAttention(nn.Cell):
         self.qkv = nn.Dense(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Dense(cfg.d_model, cfg.d_model)
         self.softmax = nn.Softmax(axis=-1)
+        self.stats = AttentionStats()  # entropy and max logit, through the graph (GRAPH mode too)
         self.scale = 1.0 / float(np.sqrt(self.head_dim))
         mask = np.triu(np.full((cfg.seq_length, cfg.seq_length), -1e9, dtype=np.float32), k=1)
         self.mask = ms.Tensor(mask)
@@ -43,7 +47,7 @@ class CausalSelfAttention(nn.Cell):
         qkv = self.qkv(x).reshape(b, t, 3, self.heads, self.head_dim).transpose(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         scores = ops.matmul(q, k.swapaxes(-1, -2)) * self.scale + self.mask[:t, :t]
-        probs = self.softmax(scores)
+        probs = self.stats(scores, self.softmax(scores))
         y = ops.matmul(probs, v).transpose(0, 2, 1, 3).reshape(b, t, c)
         return self.proj(y)
 

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
+import numpy as np
 from mindspore.train import Callback
 
 from mindwatch.config import MonitorConfig, load_config
 from mindwatch.mindspore.actions import Interventions
+from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.layer_stats import LayerGrouping
-from mindwatch.mindspore.outputs import decode_outputs, output_layout
+from mindwatch.mindspore.outputs import MINDFORMERS_LAYOUTS, decode_outputs, output_layout
 from mindwatch.mindspore.probes import (
     AttentionEntropy,
     LrProbe,
@@ -87,6 +89,13 @@ class MonitorCallback(Callback):
         self._layer_flag: Any = None
         self._layer_output = -1
         self._layers_on = False
+        #: The statistics come from MindFormers' ``local_norm`` output (gradient norms only), not from our cell.
+        self._local_norm = False
+        #: Attention statistics through the graph (mindwatch.mindspore.attention): the layers, their cells' flags, the output.
+        self._attention_layers: tuple[str, ...] = ()
+        self._attention_flags: list[Any] = []
+        self._attention_output = -1
+        self._attention_on = False
         #: Histograms of each layer (``layers.histogram_every``): the graph's flag, the output, whether this step takes them.
         self._hist_flag: Any = None
         self._hist_output = -1
@@ -174,8 +183,10 @@ class MonitorCallback(Callback):
         self._watchdog = self.session.watchdog
         if self._watchdog is not None:
             self._watchdog.started = _perf()  # from here, compilation and the first batch have first_step_timeout
-        self._setup_entropy(getattr(cb, "network", None) or train_network)
         self._setup_layers(train_network)
+        self._setup_attention(train_network)
+        if not self._attention_layers:  # PyNative forward hooks, for models without AttentionStats
+            self._setup_entropy(getattr(cb, "network", None) or train_network)
         self._batch_size = self.config.batch_size
         self._seq_length = self.config.seq_length
         self._batch_shape_read = False
@@ -194,11 +205,18 @@ class MonitorCallback(Callback):
         if self._entropy is not None:
             step = self._read_arg(run_context.original_args(), "cur_step_num")
             self._entropy.sampling = step % self.config.attention_entropy.every == 0
+        if self._attention_flags:
+            on = self._read_arg(run_context.original_args(), "cur_step_num") % self.config.attention_entropy.every == 0
+            if on != self._attention_on:
+                for flag in self._attention_flags:
+                    flag.set_data(ms.Tensor(int(on), ms.int32))
+                self._attention_on = on
         if self._layers is not None:
             step = self._read_arg(run_context.original_args(), "cur_step_num") + self._offset
             on = step % self.config.layers.every == 0
             if on != self._layers_on:  # two small writes every `every` steps, none in between
-                self._layer_flag.set_data(ms.Tensor(int(on), ms.int32))
+                if self._layer_flag is not None:  # (MindFormers' local_norm comes every step, no flag)
+                    self._layer_flag.set_data(ms.Tensor(int(on), ms.int32))
                 self._layers_on = on
             if self._hist_flag is not None:
                 on = step % (self.config.layers.histogram_every or 1) == 0
@@ -218,7 +236,8 @@ class MonitorCallback(Callback):
         self._data_wait += self._step_begin - self._prev_step_end
         self._prev_step_end = now
         n = step - self._last_recorded_step
-        if n < self._step_interval and not self._first_pending and not self._layers_on and not self._hist_on:
+        measured = self._layers_on or self._hist_on or self._attention_on  # a step measured in the graph is recorded
+        if n < self._step_interval and not self._first_pending and not measured:
             if self._control.pending:
                 self._actions.carry_out(run_context)
             return
@@ -250,6 +269,11 @@ class MonitorCallback(Callback):
             rec.update(self._entropy.take())
         if self._layers is not None:
             self._add_layer_stats(outputs, rec)
+        if self._attention_on:
+            for name, (entropy, top) in zip(
+                self._attention_layers, outputs[self._attention_output].asnumpy().tolist(), strict=True
+            ):
+                rec[f"attention_entropy/{name}"], rec[f"attention_max_logit/{name}"] = entropy, top
         self._submit(rec)
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
             self._actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
@@ -278,10 +302,10 @@ class MonitorCallback(Callback):
         if self._closed or self.session is None:
             return
         self._closed = True
-        for flag in (self._layer_flag, self._hist_flag):  # the cell may train again without us
+        for flag in (self._layer_flag, self._hist_flag, *self._attention_flags):  # the cell may train again without us
             if flag is not None:
                 flag.set_data(ms.Tensor(0, ms.int32))
-        self._layers_on = self._hist_on = False
+        self._layers_on = self._hist_on = self._attention_on = False
         if self._entropy is not None:
             self._entropy.remove()
             self._entropy = None
@@ -302,7 +326,17 @@ class MonitorCallback(Callback):
     def _setup_layers(self, train_network: Any) -> None:
         params = getattr(train_network, "mindwatch_layer_params", None)
         declared = self._declared_outputs or ()
-        if not params or not self.config.layers.enabled or "layer_stats" not in declared or self.session is None:
+        if not self.config.layers.enabled or self.session is None:
+            return
+        if getattr(train_network, "local_norm", False) is True and not params:  # MindFormers' wrapper: 7 outputs
+            names = [p.name for p in getattr(train_network, "weights", ())]
+            if names:
+                self._layers = LayerGrouping(names, self.config.layers.group)
+                self._layer_output = MINDFORMERS_LAYOUTS[7].index("local_norm")
+                self._local_norm = True
+                self.session.writer.set_layers(list(self._layers.layers))
+            return
+        if not params or "layer_stats" not in declared:
             return
         self._layers = LayerGrouping(params, self.config.layers.group)
         self._layer_flag = train_network.layer_stats.flag
@@ -320,13 +354,29 @@ class MonitorCallback(Callback):
             self._hist_flag.set_data(ms.Tensor(0, ms.int32))
         self.session.writer.set_layers(list(self._layers.layers), bins)
 
+    def _setup_attention(self, train_network: Any) -> None:
+        declared = self._declared_outputs or ()
+        if "attention" not in declared:  # the model author's AttentionStats cells are the opt-in
+            return
+        cells = attention_stats_cells(train_network.network)
+        self._attention_layers = tuple(name for name, _ in cells)
+        self._attention_flags = [cell.on for _, cell in cells]
+        self._attention_output = declared.index("attention")
+        self._attention_on = False
+        for flag in self._attention_flags:
+            flag.set_data(ms.Tensor(0, ms.int32))
+
     def _add_layer_stats(self, outputs: Any, rec: dict[str, Any]) -> None:
         """The step's per-layer statistics (one device read), and on a NaN/Inf gradient the first layer that had it."""
         assert self._layers is not None
         grad_norm = rec.get("grad_norm", 0.0)
         if not self._layers_on and not self._hist_on and math.isfinite(grad_norm):
             return
+        if len(outputs) <= self._layer_output:
+            return
         squares = outputs[self._layer_output].asnumpy()
+        if self._local_norm:  # MindFormers' local_norm: the gradients' squared sums only (weights and updates unmeasured)
+            squares = np.stack([squares.reshape(-1), *np.full((2, squares.size), np.nan)])
         if self._layers_on:
             rec[LAYER_KEY] = LayerRow(self._layers.layers, self._layers.stats(squares))
         if self._hist_on:

@@ -130,8 +130,8 @@ class LayerGrouping:
     def stats(self, squares: np.ndarray) -> np.ndarray:
         """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums."""
         g, w, d = (self._per_layer(row) for row in np.asarray(squares, np.float64))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.sqrt(np.where(w > 0, d / np.where(w > 0, w, 1.0), 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):  # unmeasured weights (NaN) give a NaN ratio, zero weights 0
+            ratio = np.where(w > 0, np.sqrt(d / np.where(w > 0, w, 1.0)), np.where(np.isnan(w), np.nan, 0.0))
         return np.stack([np.sqrt(g), np.sqrt(w), ratio]).astype(np.float32)
 
     def _per_layer(self, per_param: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
+from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.layer_stats import LayerStats, squares
 
 
@@ -36,13 +37,32 @@ class _LayerStatsStep:
     def _setup_layer_stats(self, enabled: bool) -> None:
         self.layer_stats = LayerStats(self.weights) if enabled else None
         if self.layer_stats is not None:
-            self.mindwatch_outputs = (*type(self).mindwatch_outputs, "layer_stats")
             self.mindwatch_layer_params = self.layer_stats.names
+        cells = attention_stats_cells(self.network)
+        #: The attention cells whose AttentionStats the step returns (mindwatch.mindspore.attention).
+        self.mindwatch_attention_layers = tuple(name for name, _ in cells)
+        self.attention_values = ms.ParameterTuple([cell.values for _, cell in cells]) if cells else None
+        self._declare_outputs()
+
+    def _declare_outputs(self) -> None:
+        """``mindwatch_outputs``: the cell's own outputs, then what the switched-on measurements add, in order."""
+        extra: tuple[str, ...] = ()
+        if self.layer_stats is not None:
+            extra += ("layer_stats",) + (("layer_histograms",) if self.layer_stats.hist_groups is not None else ())
+        if self.attention_values is not None:
+            extra += ("attention",)
+        self.mindwatch_outputs = (*type(self).mindwatch_outputs, *extra)
 
     def enable_layer_histograms(self, groups, bins: int) -> None:
-        """Histograms of each layer's weights and gradients as a last output (before compilation; see LayerStats)."""
+        """Histograms of each layer's weights and gradients as an output (before compilation; see LayerStats)."""
         self.layer_stats.enable_histograms(groups, bins)
-        self.mindwatch_outputs = (*type(self).mindwatch_outputs, "layer_stats", "layer_histograms")
+        self._declare_outputs()
+
+    def _attention(self, loss):
+        """``(the AttentionStats values of this step's forward, (cells, 2))``, or ``()`` when the model has none."""
+        if self.attention_values is None:
+            return ()
+        return (ops.stack([ops.depend(v, loss) for v in self.attention_values]),)
 
     def _norm_and_clip(self, grads):
         """``(grads clipped to max_grad_norm, their squared sums, the global norm before clipping, this step's lr)``."""
@@ -128,11 +148,12 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
         grads, grad_sq, norm, lr = self._norm_and_clip(grads)
+        attention = self._attention(loss)
         if self.layer_stats is None:
             loss = ops.depend(loss, self.optimizer(grads))
-            return loss, norm, lr
+            return (loss, norm, lr) + attention
         loss, measured = self._measured_outputs(loss, grads, grad_sq, False)
-        return (loss, norm, lr) + measured
+        return (loss, norm, lr) + measured + attention
 
 
 class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithLossScaleCell):
@@ -178,12 +199,13 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
         cond = self.get_overflow_status(status, grads)
         overflow = self.process_loss_scale(cond)
         grads, grad_sq, norm, lr = self._norm_and_clip(grads)
+        attention = self._attention(loss)
         if self.layer_stats is None:
             if not overflow:
                 loss = ops.depend(loss, self.optimizer(grads))
-            return loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm
+            return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + attention
         loss, measured = self._measured_outputs(loss, grads, grad_sq, overflow)
-        return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured
+        return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured + attention
 
 
 _grad_scale = ops.MultitypeFuncGraph("mindwatch_grad_scale")

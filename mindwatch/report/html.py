@@ -45,6 +45,8 @@ MAX_HEATMAP_STEPS = 300
 #: Alerts listed in the table (all of them are counted and drawn).
 MAX_ALERT_ROWS = 500
 _ENTROPY = "attention_entropy/"
+#: Per-layer metrics drawn as one chart of a line per layer (mindwatch.mindspore.attention).
+_PER_LAYER = (_ENTROPY, "attention_max_logit/")
 _HERE = Path(__file__).resolve().parent
 _DECLARATION = re.compile(r"(async )?(function|const|let|class)\b")
 
@@ -134,8 +136,8 @@ def _step_range(runs: list[Run]) -> list[int] | None:
 
 def _metric_names(runs: list[Run]) -> list[str]:
     names = {m for r in runs for m in r.metrics if m != "epoch" and not is_layer_metric(m)}  # layers: their own section
-    plain = ordered_metrics({m for m in names if not m.startswith(_ENTROPY)})
-    return plain + ([_ENTROPY + "*"] if any(m.startswith(_ENTROPY) for m in names) else [])
+    plain = ordered_metrics({m for m in names if not m.startswith(_PER_LAYER)})
+    return plain + [p + "*" for p in _PER_LAYER if any(m.startswith(p) for m in names)]  # one chart for all layers
 
 
 def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
@@ -144,7 +146,7 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
         series: list[dict[str, Any]] = []
         thinned = False
         for run, label in zip(runs, labels, strict=True):
-            metrics = sorted(m for m in run.metrics if m.startswith(_ENTROPY)) if name.endswith("*") else [name]
+            metrics = sorted(m for m in run.metrics if m.startswith(name[:-1])) if name.endswith("*") else [name]
             for metric in metrics:
                 for rank in run.ranks:
                     s = run.series(metric, rank=rank)
@@ -154,7 +156,7 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
                     thinned |= len(idx) < len(s)
                     parts = [label] if len(runs) > 1 else []
                     if name.endswith("*"):
-                        parts.append(metric[len(_ENTROPY) :])
+                        parts.append(metric[len(name) - 1 :])
                     if len(run.ranks) > 1:
                         parts.append(f"rank {rank}")
                     bad = s.step[~np.isfinite(s.value)]

@@ -54,6 +54,8 @@ def main() -> int:
     dataset = GeneratorDataset([(row,) for row in tokens], ["input_ids"], shuffle=False).batch(BATCH, drop_remainder=True)
     monitor = {"project": "mindformers", "save_dir": args.save_dir, "run_name": args.run_name, "interval": 1}
     monitor = {k: v for k, v in monitor.items() if v is not None}
+    if args.local_norm:
+        monitor["layers"] = {"every": 1}  # MindFormers' local_norm, recorded as grad_norm/<layer> every step
     mindformers.build_context({"context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
 
     if args.way == "instance":

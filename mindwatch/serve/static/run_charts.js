@@ -19,6 +19,8 @@ const GROUPS = [
 ];
 const HIDDEN = new Set(["epoch"]);
 export const ENTROPY = "attention_entropy/";
+/** The largest attention logit per layer (mindwatch.mindspore.attention): a heat map like the entropy's. */
+export const MAX_LOGIT = "attention_max_logit/";
 /** Per-layer statistics (docs/layers.md): drawn by the layers view, not one chart each. */
 export const LAYER_PREFIXES = ["grad_norm/", "weight_norm/", "update_ratio/"];
 export const isLayerMetric = (m) => LAYER_PREFIXES.some((p) => m.startsWith(p));
@@ -32,7 +34,7 @@ export function chartGroups(metrics) {
   }).filter((g) => g.metrics.length);
   const used = new Set(GROUPS.flatMap((g) => g.metrics));
   for (const m of metrics) {
-    if (!used.has(m) && !HIDDEN.has(m) && !m.startsWith(ENTROPY) && !isLayerMetric(m)) groups.push({ id: m, title: m, metrics: [m] });
+    if (!used.has(m) && !HIDDEN.has(m) && !m.startsWith(ENTROPY) && !m.startsWith(MAX_LOGIT) && !isLayerMetric(m)) groups.push({ id: m, title: m, metrics: [m] });
   }
   return groups;
 }

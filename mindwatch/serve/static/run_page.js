@@ -8,7 +8,7 @@ import { count } from "./debug.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
 import { LayersView, hasLayers } from "./layers_view.js";
-import { ChartCard, ENTROPY, chartGroups } from "./run_charts.js";
+import { ChartCard, ENTROPY, MAX_LOGIT, chartGroups } from "./run_charts.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const HEAT_BUCKETS = 80;
@@ -26,6 +26,7 @@ export class RunPage {
     this.alerts = [];
     this.cards = [];
     this.heat = null;
+    this.logitHeat = null;  // the max attention logit per layer, when the model reports it
     this.layers = null;  // the layers view, when the run has per-layer statistics
     this.live = null;
     this.serverOffset = 0;  // our clock minus the server's
@@ -42,7 +43,7 @@ export class RunPage {
     document.title = `mindwatch: ${runId}`;
     main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress),
       this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
-    this.onResize = () => { this.cards.forEach((c) => c.resize()); if (this.heat) this.heat.resize(); if (this.layers) this.layers.resize(); };
+    this.onResize = () => { this.cards.forEach((c) => c.resize()); if (this.heat) this.heat.resize(); if (this.logitHeat) this.logitHeat.resize(); if (this.layers) this.layers.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
     this.build().catch((e) => this.showError(e.message));
@@ -99,6 +100,8 @@ export class RunPage {
     this.cards.forEach((c) => c.dispose());
     if (this.heat) this.heat.dispose();
     this.heat = null;
+    if (this.logitHeat) this.logitHeat.dispose();
+    this.logitHeat = null;
     if (this.layers) this.layers.dispose();
     this.layers = null;
     this.grid.replaceChildren();
@@ -118,6 +121,11 @@ export class RunPage {
       this.grid.append(el);
       this.heat = heatmap(el, await this.fetchHeat(), { title: "attention entropy per layer (nats)" });
     }
+    if (this.info.metrics.some((m) => m.startsWith(MAX_LOGIT))) {
+      const el = h("div", { class: "chart heat", id: "chart-attention-max-logit" });
+      this.grid.append(el);
+      this.logitHeat = heatmap(el, await this.fetchLogits(), { title: "largest attention logit per layer" });
+    }
     if (hasLayers(this.info.metrics)) {
       this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0]);
       await this.layers.refresh();
@@ -131,6 +139,7 @@ export class RunPage {
   }
 
   fetchHeat() { return api.heatmap(this.runId, this.ranksShown()[0], HEAT_BUCKETS); }
+  fetchLogits() { return api.heatmap(this.runId, this.ranksShown()[0], HEAT_BUCKETS, MAX_LOGIT); }
 
   draw(card) { card.draw(this.view, this.alerts, this.restarts()); }
 
@@ -208,10 +217,11 @@ export class RunPage {
   }
 
   refreshDerived() {
-    if (this.timers.derived || !(this.heat || this.layers || this.bandsShown())) return;
+    if (this.timers.derived || !(this.heat || this.logitHeat || this.layers || this.bandsShown())) return;
     this.timers.derived = setTimeout(async () => {
       try {
         if (this.heat) this.heat.update(await this.fetchHeat());
+        if (this.logitHeat) this.logitHeat.update(await this.fetchLogits());
         if (this.layers) await this.layers.refresh();
         if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
         this.drawAll();
@@ -240,6 +250,7 @@ export class RunPage {
     window.removeEventListener("resize", this.onResize);
     this.cards.forEach((c) => c.dispose());
     if (this.heat) this.heat.dispose();
+    if (this.logitHeat) this.logitHeat.dispose();
     if (this.layers) this.layers.dispose();
   }
 }
