@@ -39,7 +39,7 @@ class Observer(Callback):
 
     def on_train_step_end(self, run_context) -> None:
         cb = run_context.original_args()
-        loss, norm, lr = (float(x.asnumpy()) for x in cb.net_outputs)
+        loss, norm, lr = (float(x.asnumpy()) for x in cb.net_outputs[:3])  # mindwatch_outputs: loss, grad_norm, lr, ...
         self.loss[cb.cur_step_num], self.grad_norm[cb.cur_step_num], self.lr[cb.cur_step_num] = loss, norm, lr
         time.sleep(self.pause)  # give the worker thread time to act (these steps take milliseconds)
 

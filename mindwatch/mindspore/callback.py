@@ -405,7 +405,8 @@ class MonitorCallback(Callback):
         if ms.get_context("mode") == ms.GRAPH_MODE:
             log.warning(
                 "mindwatch: attention_entropy is off in GRAPH mode: forward hooks with Python side effects "
-                "cannot run inside a compiled graph. Train in PyNative mode to record it."
+                "cannot run inside a compiled graph. Give the attention cell an AttentionStats "
+                "(mindwatch.mindspore.attention, docs/layers.md), or train in PyNative mode to record it."
             )
             return
         cells = attention_cells(network, self.config.attention_entropy.cells)
