@@ -249,3 +249,22 @@ def test_decodes_every_output_layout(outputs, declared, expected) -> None:
     )
     decode_outputs(as_tensors, output_layout(as_tensors, declared), tensor_out)
     assert tensor_out == pytest.approx(expected)
+
+
+def test_callback_params_without_a_dataset_neither_stop_the_start_nor_the_record(tmp_path: Path) -> None:
+    """MindSpore's own callback params, holding only what a minimal loop sets: their missing keys raise KeyError."""
+    from mindspore.train.callback import RunContext, _InternalCallbackParam
+
+    cb = _InternalCallbackParam()
+    cb.cur_step_num, cb.cur_epoch_num, cb.net_outputs = 0, 1, ms.Tensor(2.5, ms.float32)
+    rc = RunContext(cb)
+    monitor = MonitorCallback({"save_dir": str(tmp_path), "interval": 60})
+    monitor.on_train_begin(rc)
+    for step in (1, 2):
+        cb.cur_step_num = step
+        monitor.on_train_step_begin(rc)
+        monitor.on_train_step_end(rc)
+    monitor.on_train_end(rc)
+    run = mindwatch.open_run(monitor.run_dir)
+    assert run.series("loss").step.tolist() == [1, 2] and run.state == "finished"
+    assert run.meta.get("total_steps") is None  # no dataset: the total is unknown, not guessed

@@ -136,6 +136,18 @@ class MonitorCallback(Callback):
     def on_train_begin(self, run_context: Any) -> None:
         if not self.enabled:
             return
+        try:
+            self._begin(run_context)
+        except Exception as e:  # the monitor never takes the training down at start (strict: true says otherwise)
+            if self.config.strict:
+                raise
+            log.warning("mindwatch: could not start monitoring (%r); this training goes on without mindwatch", e)
+            self.enabled = False
+            if self.session is not None:
+                self.session.close("stopped", reason=f"mindwatch could not start: {e!r}")
+                self.session = None
+
+    def _begin(self, run_context: Any) -> None:
         cb = run_context.original_args()
         who = discover()
         rank, world = who.rank, who.world_size
@@ -161,8 +173,8 @@ class MonitorCallback(Callback):
             return
         self._planned = planned_steps(cb)
         self.session.plan(self._planned)
-        train_network = getattr(cb, "train_network", None)
-        optimizer = getattr(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
+        train_network = _param(cb, "train_network", None)
+        optimizer = _param(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
         self._declared_outputs = getattr(train_network, "mindwatch_outputs", None)
         self._output_layout = None
         # MindSpore's callback params are a dict whose attribute access raises and catches an
@@ -186,13 +198,13 @@ class MonitorCallback(Callback):
         self._setup_layers(train_network)
         self._setup_attention(train_network)
         if not self._attention_layers:  # PyNative forward hooks, for models without AttentionStats
-            self._setup_entropy(getattr(cb, "network", None) or train_network)
+            self._setup_entropy(_param(cb, "network", None) or train_network)
         self._batch_size = self.config.batch_size
         self._seq_length = self.config.seq_length
         self._batch_shape_read = False
         now = _perf()
         self._step_begin = self._prev_step_end = self._last_recorded_time = now
-        self._last_recorded_step = int(getattr(cb, "cur_step_num", 0) or 0)
+        self._last_recorded_step = int(_param(cb, "cur_step_num", 0) or 0)
         self._data_wait = 0.0
         self._first_pending = True
         self._closed = False
@@ -391,7 +403,7 @@ class MonitorCallback(Callback):
 
     def _read_batch_shape(self, cb: Any) -> None:
         self._batch_shape_read = True
-        element = getattr(cb, "train_dataset_element", None)
+        element = _param(cb, "train_dataset_element", None)
         first = element[0] if isinstance(element, (tuple, list)) and element else element
         shape = tuple(getattr(first, "shape", ()) or ())
         if self._batch_size is None and shape:
@@ -416,6 +428,13 @@ class MonitorCallback(Callback):
         self._entropy = AttentionEntropy(cells)
 
 
+def _param(cb: Any, name: str, default: Any = None) -> Any:
+    """One of MindSpore's callback params, or ``default`` (they are a dict whose missing keys raise KeyError)."""
+    if isinstance(cb, dict):
+        return cb.get(name, default)
+    return getattr(cb, name, default)
+
+
 def planned_steps(cb: Any) -> int | None:
     """The ``cur_step_num`` this ``Model.train`` call ends at; None when unknown (an endless dataset).
 
@@ -424,14 +443,14 @@ def planned_steps(cb: Any) -> int | None:
     size), else the dataset's size: where sink mode falls back (on CPU), ``batch_num`` still holds the
     sink size but every epoch runs the whole dataset.
     """
-    dataset = getattr(cb, "train_dataset", None)
+    dataset = _param(cb, "train_dataset", None)
     try:
         if dataset is not None and dataset.get_repeat_count() == -1:
             return None  # repeat() without a count: the epoch never ends
-        sink = bool(getattr(cb, "dataset_sink_mode", False))
-        per_epoch = getattr(cb, "batch_num", None) if sink or dataset is None else dataset.get_dataset_size()
-        epochs = getattr(cb, "epoch_num", None)
-        start = int(getattr(cb, "cur_step_num", 0) or 0)
+        sink = bool(_param(cb, "dataset_sink_mode", False))
+        per_epoch = _param(cb, "batch_num", None) if sink or dataset is None else dataset.get_dataset_size()
+        epochs = _param(cb, "epoch_num", None)
+        start = int(_param(cb, "cur_step_num", 0) or 0)
     except Exception:  # a dataset that cannot say its size: no total rather than no training
         return None
     if not isinstance(per_epoch, int) or not isinstance(epochs, int) or per_epoch <= 0 or epochs <= 0:
@@ -447,7 +466,7 @@ def step_offset(cb: Any) -> int:
     Steps per epoch: ``batch_num`` in sink mode (the sink size), else the dataset size (on CPU a
     sink request trains without sinking, and ``batch_num`` is still the sink size).
     """
-    get = cb.get if isinstance(cb, dict) else lambda k, d=None: getattr(cb, k, d)
+    get = lambda k, d=None: _param(cb, k, d)  # noqa: E731
     initial = get("initial_step")
     if isinstance(initial, int) and not isinstance(initial, bool):
         return initial
