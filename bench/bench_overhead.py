@@ -226,12 +226,14 @@ def rotating_rounds(arms: dict, steps: int, rounds: int, skip: int) -> dict[str,
     """Train each arm ``rounds`` times, the arms in rotating order, and time each round from step ``skip`` on.
 
     ``arms``: ``{name: (model, dataset, callbacks)}``, where ``callbacks(tmp_dir)`` returns the arm's callbacks
-    (timed from inside by :class:`HookClock`). Each model is trained once before the rounds (compiled, warm).
+    (timed from inside by :class:`HookClock`). Each model is trained once before the rounds (compiled, warm), with the
+    callbacks of the last arm that uses it.
     """
     timer_class = _step_timer(skip, steps)
     names = list(arms)
-    for model, dataset, _ in {id(a[0]): a for a in arms.values()}.values():
-        model.train(1, dataset, callbacks=[timer_class(HookClock())], dataset_sink_mode=False)
+    with tempfile.TemporaryDirectory() as tmp:  # warm-up with the model's last arm: what it switches on is compiled in
+        for model, dataset, callbacks in {id(a[0]): a for a in arms.values()}.values():
+            model.train(1, dataset, callbacks=[*callbacks(tmp), timer_class(HookClock())], dataset_sink_mode=False)
     results: dict[str, list[Round]] = {arm: [] for arm in names}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):

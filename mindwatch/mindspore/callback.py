@@ -262,6 +262,7 @@ class MonitorCallback(Callback):
         rec: dict[str, Any] = {"step": step + self._offset, "epoch": arg(cb, "cur_epoch_num"), "t": _wall(), "rank": self._rank}
         outputs = arg(cb, "net_outputs")
         if self._output_layout is None:
+            self._reconcile_outputs(outputs)
             self._output_layout = output_layout(outputs, self._declared_outputs)
         decode_outputs(outputs, self._output_layout, rec)
         if self._lr_probe is not None and "lr" not in rec:
@@ -365,6 +366,21 @@ class MonitorCallback(Callback):
             self._hist_on = False
             self._hist_flag.set_data(ms.Tensor(0, ms.int32))
         self.session.writer.set_layers(list(self._layers.layers), bins)
+
+    def _reconcile_outputs(self, outputs: Any) -> None:
+        """A cell compiled before the histograms were switched on (an earlier ``Model.train`` of it) returns one output
+        less than it declares: go on without the histograms rather than misread every output."""
+        declared = self._declared_outputs
+        if not declared or "layer_histograms" not in declared or not isinstance(outputs, (tuple, list)):
+            return
+        if len(outputs) == len(declared) - 1:
+            log.warning("mindwatch: layer histograms are off: the train cell was compiled without them (train a new cell)")
+            self._declared_outputs = tuple(n for n in declared if n != "layer_histograms")
+            if self._hist_flag is not None:
+                self._hist_flag.set_data(ms.Tensor(0, ms.int32))
+            self._hist_flag, self._hist_on = None, False
+            if "attention" in self._declared_outputs:
+                self._attention_output = self._declared_outputs.index("attention")
 
     def _setup_attention(self, train_network: Any) -> None:
         declared = self._declared_outputs or ()
