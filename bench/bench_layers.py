@@ -19,17 +19,20 @@ def layer_rounds(steps: int, rounds: int, skip: int):
     from mindwatch.demo.train import DemoSettings, build_training
     from mindwatch.mindspore import MonitorCallback
 
-    def monitor(every: int):
-        return lambda tmp: [MonitorCallback({"save_dir": tmp, "interval": 3600, "layers": {"every": every}})]
+    def monitor(every: int, histogram_every: int | None = 100):
+        layers = {"every": every, "histogram_every": histogram_every}
+        return lambda tmp: [MonitorCallback({"save_dir": tmp, "interval": 3600, "layers": layers})]
 
-    total = steps * (3 * rounds + 1)
+    total = steps * (4 * rounds + 1)
     off, off_data = build_training(DemoSettings(steps=total, mode="graph", layer_stats=False))
     on, on_data = build_training(DemoSettings(steps=total, mode="graph", layer_stats=True))
-    off_data, on_data = off_data.take(steps), on_data.take(steps)
+    bare, bare_data = build_training(DemoSettings(steps=total, mode="graph", layer_stats=True))
+    off_data, on_data, bare_data = off_data.take(steps), on_data.take(steps), bare_data.take(steps)
     arms = {
         "layer_stats off": (off, off_data, monitor(10)),
-        "every=10": (on, on_data, monitor(10)),
+        "every=10, no histograms": (bare, bare_data, monitor(10, None)),
         "every=1": (on, on_data, monitor(1)),
+        "every=10": (on, on_data, monitor(10)),
     }
     return rotating_rounds(arms, steps, rounds, skip)
 
@@ -45,7 +48,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"demo training with per-layer statistics (GRAPH, CPU), {head}:")
     print_rounds(results)
     print_cpu_table(results)
-    paired_ratios(results, {"every=10 / off": ("layer_stats off", "every=10"), "every=1 / off": ("layer_stats off", "every=1")})
+    paired_ratios(
+        results,
+        {
+            "every=10 / off": ("layer_stats off", "every=10"),
+            "every=10, no histograms / off": ("layer_stats off", "every=10, no histograms"),
+            "every=1 / off": ("layer_stats off", "every=1"),
+        },
+    )
     print(
         "  (targets: every=10 <= 1.01, every=1 <= 1.03; wall ratios on a shared machine are noise: trust the CPU columns there)"
     )
