@@ -121,7 +121,8 @@ def test_with_many_ranks_the_run_page_draws_the_top_outliers_and_any_rank_by_num
         page = browser.new_page(viewport={"width": 1300, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fmany")
         page.wait_for_function("() => document.querySelector('#chart-time') !== null", timeout=60_000)
-        page.wait_for_function(f"() => ({names})().length > 0", timeout=60_000)
+        # the lines come first, the band right after them (its own query): wait for both
+        page.wait_for_function(f"() => ({names})().includes('step_time r0 range')", timeout=60_000)
         assert page.input_value("#rank") == "top"
         shown = page.evaluate(names)
         assert "step_time r0 range" in shown, "the band across all 40 ranks is drawn behind the lines"

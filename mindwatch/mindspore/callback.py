@@ -38,7 +38,7 @@ from mindwatch.mindspore.probes import (
     device_memory_sampler,
 )
 from mindwatch.mindspore.ranks import discover
-from mindwatch.session import RunSession, SaveDirUnavailable
+from mindwatch.session import ResumeError, RunSession, SaveDirUnavailable
 from mindwatch.store.layerfiles import HISTOGRAM_BINS, HISTOGRAM_KEY, LAYER_KEY, LayerHistograms, LayerRow
 from mindwatch.system import device_util_sampler, host_memory_sampler
 
@@ -139,7 +139,7 @@ class MonitorCallback(Callback):
         try:
             self._begin(run_context)
         except Exception as e:  # the monitor never takes the training down at start (strict: true says otherwise)
-            if self.config.strict:
+            if self.config.strict or isinstance(e, ResumeError):  # resume: must is a request to stop here
                 raise
             log.warning("mindwatch: could not start monitoring (%r); this training goes on without mindwatch", e)
             self.enabled = False
