@@ -158,7 +158,8 @@ class Monitor:
                     self._call(sink, "flush")
             if now < busy_until:  # a multi-rank run (tickers: coordination, liveness) keeps the short batches
                 batch = min(self.batch_secs, TICKER_BATCH_SECS) if self.tickers else self.batch_secs
-                self._stop.wait(max(0.0, min(batch, next_flush - now)))
+                self._wake.wait(max(0.0, min(batch, next_flush - now)))  # an alert (stall, resumed) cuts it short
+                self._wake.clear()
             else:
                 self._idle = True  # set before looking at the queue: a record appended after the look sees it
                 if not self._queue and not self._alerts:
