@@ -144,29 +144,23 @@ class LayerFilesWriter:
 
     def add(self, line: int, row: LayerRow) -> None:
         """One row: the statistics of the step recorded on JSONL line ``line``."""
-        if not self.enabled:
-            return
-        values = np.asarray(row.stats, dtype="<f4").reshape(-1)
-        if values.size != self.width:
-            self.stop(f"a layer row has {values.size} values, not {self.width}")
-            return
-        try:
-            self._values.write(values.tobytes())
-            self._lines.write(np.asarray([line], "<i8").tobytes())
-        except OSError as e:
-            self.stop(f"cannot write {self.dir} ({e})")
+        self._append(self._values, self._lines, self.width, row.stats, line, "layer row")
 
     def add_histograms(self, line: int, hist: LayerHistograms) -> None:
         """One step's histograms, of the step recorded on JSONL line ``line``."""
-        if not self.enabled or self._hist is None:
+        if self._hist is not None:
+            self._append(self._hist, self._hist_lines, self.hist_width, hist.data, line, "histogram row")
+
+    def _append(self, values_file: Any, lines_file: Any, width: int, data: np.ndarray, line: int, what: str) -> None:
+        if not self.enabled:
             return
-        values = np.asarray(hist.data, dtype="<f4").reshape(-1)
-        if values.size != self.hist_width:
-            self.stop(f"a histogram row has {values.size} values, not {self.hist_width}")
+        values = np.asarray(data, dtype="<f4").reshape(-1)
+        if values.size != width:
+            self.stop(f"a {what} has {values.size} values, not {width}")
             return
         try:
-            self._hist.write(values.tobytes())
-            self._hist_lines.write(np.asarray([line], "<i8").tobytes())
+            values_file.write(values.tobytes())
+            lines_file.write(np.asarray([line], "<i8").tobytes())
         except OSError as e:
             self.stop(f"cannot write {self.dir} ({e})")
 
