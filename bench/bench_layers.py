@@ -1,11 +1,15 @@
 """Cost of per-layer statistics on the demo (GRAPH, CPU): layer_stats off, ``layers.every: 10`` and ``every: 1``.
 
-Run: ``python -m bench layers [--rounds 15 --steps 200 --skip 100]`` (``MINDWATCH_BENCH_QUICK=1``: a short run).
+Run: ``python -m bench layers [--rounds 15 --steps 200 --skip 100] [--d-model 64 --depth 2]``
+(``MINDWATCH_BENCH_QUICK=1``: a short run; ``--d-model 256 --depth 4 --rounds 5 --steps 40 --skip 10``: a wider
+model, to see how the cost scales with the size of the parameters).
 
 Every arm trains the demo model with mindwatch's callback (default config) in rotating rounds; the
-off arm's train cell has no ``layer_stats``, the other two share one compiled cell with them (docs/layers.md).
-Printed: each arm's mean step time per round, CPU per thread (:mod:`bench.threadcpu`), and the paired
-per-round wall ratios against the off arm (targets: every=10 <= 1.01, every=1 <= 1.03).
+off arms' train cells have no ``layer_stats``, the other two share one cell with them (docs/layers.md).
+A second off arm, a model identical to the first, shows how far two identical arms drift apart (the
+noise floor of the wall ratios). Printed: each arm's mean step time per round, CPU per thread
+(:mod:`bench.threadcpu`), and the paired per-round wall ratios against the off arm (targets: every=10 <=
+1.01, every=1 <= 1.03).
 """
 
 from __future__ import annotations
@@ -15,22 +19,24 @@ import logging
 from bench.bench_overhead import paired_ratios, print_cpu_table, print_rounds, rotating_rounds, round_options
 
 
-def layer_rounds(steps: int, rounds: int, skip: int):
+def layer_rounds(steps: int, rounds: int, skip: int, d_model: int = 64, depth: int = 2):
     from mindwatch.demo.train import DemoSettings, build_training
     from mindwatch.mindspore import MonitorCallback
 
-    def monitor(every: int, histogram_every: int | None = 100):
-        layers = {"every": every, "histogram_every": histogram_every}
-        return lambda tmp: [MonitorCallback({"save_dir": tmp, "interval": 3600, "layers": layers})]
+    def monitor(every: int):
+        return lambda tmp: [MonitorCallback({"save_dir": tmp, "interval": 3600, "layers": {"every": every}})]
 
     total = steps * (4 * rounds + 1)
-    off, off_data = build_training(DemoSettings(steps=total, mode="graph", layer_stats=False))
-    on, on_data = build_training(DemoSettings(steps=total, mode="graph", layer_stats=True))
-    bare, bare_data = build_training(DemoSettings(steps=total, mode="graph", layer_stats=True))
-    off_data, on_data, bare_data = off_data.take(steps), on_data.take(steps), bare_data.take(steps)
+
+    def training(layer_stats: bool):
+        settings = DemoSettings(steps=total, mode="graph", layer_stats=layer_stats, d_model=d_model, layers=depth)
+        model, data = build_training(settings)
+        return model, data.take(steps)
+
+    (off, off_data), (twin, twin_data), (on, on_data) = training(False), training(False), training(True)
     arms = {
         "layer_stats off": (off, off_data, monitor(10)),
-        "every=10, no histograms": (bare, bare_data, monitor(10, None)),
+        "off, a twin model": (twin, twin_data, monitor(10)),
         "every=1": (on, on_data, monitor(1)),
         "every=10": (on, on_data, monitor(10)),
     }
@@ -41,19 +47,21 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bench layers", description=__doc__.splitlines()[0])
+    parser.add_argument("--d-model", type=int, default=64, help="the demo model's width (the demo's: 64)")
+    parser.add_argument("--depth", type=int, default=2, help="the demo model's Transformer blocks (the demo's: 2)")
     args = round_options(parser, argv)
     logging.getLogger("mindwatch").setLevel(logging.WARNING)
-    results = layer_rounds(args.steps, args.rounds, args.skip)
+    results = layer_rounds(args.steps, args.rounds, args.skip, args.d_model, args.depth)
     head = f"{args.rounds} rotating rounds x {args.steps} steps, from step {args.skip}"
-    print(f"demo training with per-layer statistics (GRAPH, CPU), {head}:")
+    print(f"demo training (d_model {args.d_model}, {args.depth} blocks) with per-layer statistics (GRAPH, CPU), {head}:")
     print_rounds(results)
     print_cpu_table(results)
     paired_ratios(
         results,
         {
             "every=10 / off": ("layer_stats off", "every=10"),
-            "every=10, no histograms / off": ("layer_stats off", "every=10, no histograms"),
             "every=1 / off": ("layer_stats off", "every=1"),
+            "twin / off (noise floor)": ("layer_stats off", "off, a twin model"),
         },
     )
     print(

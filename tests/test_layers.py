@@ -99,11 +99,60 @@ def test_layer_statistics_equal_the_weights_own_story_with_sgd(tmp_path: Path, m
     assert checked == 6 * len(layers)
 
 
+class Loop(nn.Cell):
+    """Calls the train cell from inside a graph, as MindSpore's dataset-sink loop does: the flags pick the branch."""
+
+    def __init__(self, step: nn.Cell) -> None:
+        super().__init__()
+        self.step = step
+
+    def construct(self, ids, targets):
+        return self.step(ids, targets)
+
+
+def test_a_train_cell_compiled_inside_another_graph_measures_on_the_flagged_steps_only() -> None:
+    set_mode("graph")
+    ms.set_seed(7)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    cell = TrainOneStepWithGradNorm(net, nn.SGD(net.trainable_params(), learning_rate=LR), layer_stats=True)
+    loop = Loop(cell)
+    names = [p.name for p in cell.weights]  # (the loop cell may prefix them)
+    ids, targets = next(gpt_dataset(1).create_tuple_iterator())
+    for measure in (True, False, True):
+        cell.measure_layers(measure)
+        before = {p.name: p.asnumpy().astype(np.float64) for p in cell.weights}
+        squares = loop(ids, targets)[cell.mindwatch_outputs.index("layer_stats")].asnumpy()
+        after = {p.name: p.asnumpy().astype(np.float64) for p in cell.weights}
+        grads = [((before[n] - after[n]) / LR) for n in names]  # plain SGD: w -= lr * g
+        assert squares[0] == pytest.approx([float((g**2).sum()) for g in grads], rel=1e-3)  # every step
+        if measure:
+            assert squares[1] == pytest.approx([float((before[n] ** 2).sum()) for n in names], rel=1e-4)
+            assert squares[2] == pytest.approx([float(((after[n] - before[n]) ** 2).sum()) for n in names], rel=1e-3)
+        else:
+            assert not squares[1:].any()  # the branch skipped: nothing measured
+
+
+def test_the_second_graph_compiling_is_not_a_stall(tmp_path: Path) -> None:
+    """The cell's graph without measurements compiles in the first step that does not measure (step 2)."""
+    set_mode("graph")
+    ms.set_seed(7)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    cell = TrainOneStepWithGradNorm(net, nn.SGD(net.trainable_params(), learning_rate=LR), layer_stats=True)
+    config = {"save_dir": str(tmp_path), "layers": {"every": 4}, "interval": 1, "alerts": {"stall_timeout": 1.0}}
+    monitor = MonitorCallback(config)
+    Model(cell).train(1, gpt_dataset(8), callbacks=[monitor], dataset_sink_mode=False)
+    run = mindwatch.open_run(monitor.run_dir)
+    step_time = dict(zip(run.series("step_time").step.tolist(), run.series("step_time").value.tolist(), strict=True))
+    assert step_time[2] > 1.0 > step_time[5]  # step 2 compiled for longer than the stall timeout; then steps are quick
+    assert [a["rule"] for a in run.alerts if a["rule"] in ("stall", "resumed")] == []
+    assert run.series("grad_norm/head").step.tolist() == [1, 4, 8]
+
+
 def test_update_ratio_with_adam_is_what_the_optimizer_did(tmp_path: Path) -> None:
     run, snaps = train(tmp_path, "graph", optimizer="adam", every=2)
     for layer in ("blocks.0.attn.qkv", "blocks.0.mlp.0", "head"):
         r = run.series(f"update_ratio/{layer}")
-        assert r.step.tolist() == [2, 4, 6]  # every 2 steps; the others are not measured
+        assert r.step.tolist() == [1, 2, 4, 6]  # the first step, then every 2; the others are not measured
         for step, value in zip(r.step.tolist(), r.value, strict=True):
             before = {n: v for n, v in snaps.before[step].items() if layer_of(n) == layer}
             delta = {n: snaps.after[step][n] - v for n, v in before.items()}
@@ -258,7 +307,7 @@ def test_both_ranks_of_a_data_parallel_job_record_the_same_reduced_layer_norms(t
     assert layers == ["grad_norm/0", "grad_norm/2"]  # the two Dense layers of the SequentialCell
     for metric in layers:
         r0, r1 = run.series(metric, rank=0), run.series(metric, rank=1)
-        assert r0.step.tolist() == r1.step.tolist() == [2, 4, 6, 8, 10, 12]
+        assert r0.step.tolist() == r1.step.tolist() == [1, 2, 4, 6, 8, 10, 12]  # the first step, then every 2
         assert r0.value == pytest.approx(r1.value, rel=1e-5)  # after the AllReduce: the same on every rank
     # each rank's own loss differs (different data), so equal norms are not a copy of one rank's numbers
     assert run.series("loss", rank=0).value.tolist() != run.series("loss", rank=1).value.tolist()

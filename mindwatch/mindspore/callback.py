@@ -83,10 +83,13 @@ class MonitorCallback(Callback):
         self._watchdog: Watchdog | None = None
         self._lr_probe: LrProbe | None = None
         self._entropy: AttentionEntropy | None = None
-        #: Per-layer statistics (a train cell with ``layer_stats=True``): the grouping, the graph's flag and
-        #: the output that holds them, and whether this step measures weights and updates.
+        #: Per-layer statistics (a train cell with ``layer_stats=True``): the grouping, the cell (its
+        #: ``measure_layers`` picks the steps), the output that holds them, whether this step measures weights and updates.
         self._layers: LayerGrouping | None = None
-        self._layer_flag: Any = None
+        self._train_cell: Any = None
+        #: Which of the cell's two graphs (measuring or not) have run: the first step of each compiles it.
+        self._graphs_run: set[bool] = set()
+        self._graph_mode = False
         self._layer_output = -1
         self._layers_on = False
         #: The statistics come from MindFormers' ``local_norm`` output (gradient norms only), not from our cell.
@@ -96,8 +99,7 @@ class MonitorCallback(Callback):
         self._attention_flags: list[Any] = []
         self._attention_output = -1
         self._attention_on = False
-        #: Histograms of each layer (``layers.histogram_every``): the graph's flag, the output, whether this step takes them.
-        self._hist_flag: Any = None
+        #: Histograms of each layer (``layers.histogram_every``): the output (-1: none), whether this step takes them.
         self._hist_output = -1
         self._hist_on = False
         self._guard_nonfinite = False
@@ -224,17 +226,18 @@ class MonitorCallback(Callback):
                     flag.set_data(ms.Tensor(int(on), ms.int32))
                 self._attention_on = on
         if self._layers is not None:
+            # the first step is measured too: its graph compiles with the first step, not `every` steps later
             step = self._read_arg(run_context.original_args(), "cur_step_num") + self._offset
-            on = step % self.config.layers.every == 0
-            if on != self._layers_on:  # two small writes every `every` steps, none in between
-                if self._layer_flag is not None:  # (MindFormers' local_norm comes every step, no flag)
-                    self._layer_flag.set_data(ms.Tensor(int(on), ms.int32))
-                self._layers_on = on
-            if self._hist_flag is not None:
-                on = step % (self.config.layers.histogram_every or 1) == 0
-                if on != self._hist_on:
-                    self._hist_flag.set_data(ms.Tensor(int(on), ms.int32))
-                    self._hist_on = on
+            hist = self._hist_output >= 0 and step % (self.config.layers.histogram_every or 1) == 0
+            on = self._first_pending or hist or step % self.config.layers.every == 0
+            if (on, hist) != (self._layers_on, self._hist_on):  # nothing to do between the measured steps
+                if self._train_cell is not None:  # (MindFormers' local_norm comes every step: nothing to switch)
+                    self._train_cell.measure_layers(on, hist)
+                    if on not in self._graphs_run:  # its graph compiles in this step (GRAPH mode)
+                        self._graphs_run.add(on)
+                        if self._watchdog is not None and not self._first_pending and self._graph_mode:
+                            self._watchdog.compiling(self._step_begin)
+                self._layers_on, self._hist_on = on, hist
 
     def on_train_step_end(self, run_context: Any) -> None:
         if not self.enabled:
@@ -315,9 +318,10 @@ class MonitorCallback(Callback):
         if self._closed or self.session is None:
             return
         self._closed = True
-        for flag in (self._layer_flag, self._hist_flag, *self._attention_flags):  # the cell may train again without us
-            if flag is not None:
-                flag.set_data(ms.Tensor(0, ms.int32))
+        if self._train_cell is not None:  # the cell may train again without us
+            self._train_cell.measure_layers(False)
+        for flag in self._attention_flags:
+            flag.set_data(ms.Tensor(0, ms.int32))
         self._layers_on = self._hist_on = self._attention_on = False
         if self._entropy is not None:
             self._entropy.remove()
@@ -352,19 +356,18 @@ class MonitorCallback(Callback):
         if not params or "layer_stats" not in declared:
             return
         self._layers = LayerGrouping(params, self.config.layers.group)
-        self._layer_flag = train_network.layer_stats.flag
+        self._train_cell = train_network
+        self._graphs_run = set()
+        self._graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
         self._layer_output = declared.index("layer_stats")
-        self._layers_on = False
-        self._layer_flag.set_data(ms.Tensor(0, ms.int32))
+        self._layers_on = self._hist_on = False
+        train_network.measure_layers(False)
         bins = 0
         if self.config.layers.histogram_every and hasattr(train_network, "enable_layer_histograms"):
             bins = HISTOGRAM_BINS
             train_network.enable_layer_histograms(self._layers.groups, bins)  # before the graph is compiled
             self._declared_outputs = train_network.mindwatch_outputs
             self._hist_output = self._declared_outputs.index("layer_histograms")
-            self._hist_flag = train_network.layer_stats.hist_flag
-            self._hist_on = False
-            self._hist_flag.set_data(ms.Tensor(0, ms.int32))
         self.session.writer.set_layers(list(self._layers.layers), bins)
 
     def _reconcile_outputs(self, outputs: Any) -> None:
@@ -376,9 +379,9 @@ class MonitorCallback(Callback):
         if len(outputs) == len(declared) - 1:
             log.warning("mindwatch: layer histograms are off: the train cell was compiled without them (train a new cell)")
             self._declared_outputs = tuple(n for n in declared if n != "layer_histograms")
-            if self._hist_flag is not None:
-                self._hist_flag.set_data(ms.Tensor(0, ms.int32))
-            self._hist_flag, self._hist_on = None, False
+            self._hist_output, self._hist_on = -1, False
+            if self._train_cell is not None:
+                self._train_cell.measure_layers(self._layers_on)
             if "attention" in self._declared_outputs:
                 self._attention_output = self._declared_outputs.index("attention")
 
@@ -412,8 +415,9 @@ class MonitorCallback(Callback):
                 rec[HISTOGRAM_KEY] = LayerHistograms(self._layers.layers, outputs[self._hist_output].asnumpy())
             else:  # the graph was compiled before histograms were switched on (an earlier Model.train of this cell)
                 log.warning("mindwatch: layer histograms are off: the train cell was compiled without them (train it anew)")
-                self._hist_flag.set_data(ms.Tensor(0, ms.int32))
-                self._hist_flag, self._hist_on = None, False
+                self._hist_output, self._hist_on = -1, False
+                if self._train_cell is not None:
+                    self._train_cell.measure_layers(self._layers_on)
         if not math.isfinite(grad_norm) and (layer := self._layers.first_nonfinite(squares[0])) is not None:
             rec["nonfinite_layer"] = layer
 

@@ -36,6 +36,8 @@ class _LayerStatsStep:
 
     def _setup_layer_stats(self, enabled: bool) -> None:
         self.layer_stats = LayerStats(self.weights) if enabled else None
+        self._measure_next = False
+        self._flags_on = (False, False)  # what the flag Parameters hold (read without a device sync)
         if self.layer_stats is not None:
             self.mindwatch_layer_params = self.layer_stats.names
         cells = attention_stats_cells(self.network)
@@ -52,6 +54,35 @@ class _LayerStatsStep:
         if self.attention_values is not None:
             extra += ("attention",)
         self.mindwatch_outputs = (*type(self).mindwatch_outputs, *extra)
+
+    def measure_layers(self, layers: bool, histograms: bool = False) -> None:
+        """Measure the weights and updates (``layers``) and take the histograms (``histograms``) on the next steps.
+
+        Called between steps (the callback does, every ``layers.every`` and ``layers.histogram_every`` steps).
+        Called by Python (``Model.train`` without dataset sink, or PyNative) the cell runs one of two graphs
+        compiled without a branch: one that measures and one that measures nothing, so the other steps cost
+        what a cell without ``layer_stats`` costs. Compiled inside another graph (a dataset-sink loop, a
+        wrapper cell) the same choice is a branch on two flag Parameters.
+        """
+        stats = self.layer_stats
+        if stats is None:
+            return
+        self._measure_next = measure = bool(layers or histograms)
+        wanted = (measure, bool(histograms))
+        for flag, on, was in zip((stats.flag, stats.hist_flag), wanted, self._flags_on, strict=True):
+            if on != was:
+                flag.set_data(ms.Tensor(int(on), ms.int32))
+        self._flags_on = wanted
+
+    def __call__(self, *inputs, **kwargs):
+        if self.layer_stats is not None and not kwargs:
+            # a Python constant picks one of two graphs compiled without the measuring branch (measure_layers)
+            return super().__call__(*inputs, measure=self._measure_next)
+        return super().__call__(*inputs, **kwargs)
+
+    def _measuring(self, measure):
+        """Whether this step measures the weights: ``measure`` when called by Python, else the flag (a graph branch)."""
+        return self.layer_stats.flag > 0 if measure is None else measure
 
     def enable_layer_histograms(self, groups, bins: int) -> None:
         """Histograms of each layer's weights and gradients as an output (before compilation; see LayerStats)."""
@@ -72,27 +103,29 @@ class _LayerStatsStep:
             grads = _clip(grads, norm, self.max_grad_norm)
         return grads, grad_sq, norm, _current_lr(self.optimizer)
 
-    def _measured_outputs(self, loss, grads, grad_sq, skip_update):
+    def _measured_outputs(self, loss, grads, grad_sq, skip_update, measure):
         """Apply the optimizer (unless ``skip_update``); ``(loss, (statistics,))``, or ``(loss, (statistics, histograms))``
         with histograms (taken before the update)."""
         if self.layer_stats.hist_groups is None:
-            loss, stats = self._measured_update(loss, grads, grad_sq, skip_update)
+            loss, stats = self._measured_update(loss, grads, grad_sq, skip_update, measure)
             return loss, (stats,)
-        hist = self._histograms(grads)
-        loss, stats = self._measured_update(ops.depend(loss, hist), grads, grad_sq, skip_update)
+        hist = self._histograms(grads, measure)
+        loss, stats = self._measured_update(ops.depend(loss, hist), grads, grad_sq, skip_update, measure)
         return loss, (stats, hist)
 
-    def _histograms(self, grads):
+    def _histograms(self, grads, measure):
         """The layers' histograms of this step's weights (before the update) and gradients, or zeros on other steps."""
         stats = self.layer_stats
-        if stats.hist_flag > 0:
+        if measure is False:
+            return stats.no_histograms
+        if stats.hist_flag > 0:  # a branch without side effects: skipping it costs nothing measurable
             return stats.histograms(tuple(w * 1 for w in self.weights), grads)
         return stats.no_histograms
 
-    def _measured_update(self, loss, grads, grad_sq, skip_update):
+    def _measured_update(self, loss, grads, grad_sq, skip_update, measure):
         """Apply the optimizer (unless ``skip_update``) and return ``(loss, per-layer statistics)``."""
         stats = self.layer_stats
-        if stats.flag > 0:
+        if self._measuring(measure):
             before = tuple(w * 1 for w in self.weights)  # a copy: the weights the step started from
             weight_sq = squares(before)
             if not skip_update:
@@ -142,7 +175,7 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         self.max_grad_norm = max_grad_norm
         self._setup_layer_stats(layer_stats)
 
-    def construct(self, *inputs):
+    def construct(self, *inputs, measure=None):
         loss = self.network(*inputs)
         sens = ops.fill(loss.dtype, loss.shape, self.sens)
         grads = self.grad(self.network, self.weights)(*inputs, sens)
@@ -152,7 +185,7 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         if self.layer_stats is None:
             loss = ops.depend(loss, self.optimizer(grads))
             return (loss, norm, lr) + attention
-        loss, measured = self._measured_outputs(loss, grads, grad_sq, False)
+        loss, measured = self._measured_outputs(loss, grads, grad_sq, False, measure)
         return (loss, norm, lr) + measured + attention
 
 
@@ -187,7 +220,7 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
             return self._get_distributed_overflow_status_on_infnan_mode(_ascend_grad_overflow, compute_output)
         return super().get_overflow_status(status, compute_output)
 
-    def construct(self, *inputs):
+    def construct(self, *inputs, measure=None):
         weights = self.weights
         loss = self.network(*inputs)
         scaling_sens = self.scale_sense
@@ -204,7 +237,7 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
             if not overflow:
                 loss = ops.depend(loss, self.optimizer(grads))
             return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + attention
-        loss, measured = self._measured_outputs(loss, grads, grad_sq, overflow)
+        loss, measured = self._measured_outputs(loss, grads, grad_sq, overflow, measure)
         return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured + attention
 
 

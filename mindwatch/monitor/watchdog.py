@@ -117,6 +117,14 @@ class Watchdog:
         s = sorted(self._gaps)
         return max(self.floor, self.factor * s[len(s) // 2])
 
+    def compiling(self, now: float) -> None:
+        """The next step compiles a graph (e.g. the second of a train cell with per-layer statistics): the first-step
+        limit applies to it, as to the first step, not the stall timeout. Called by the training thread."""
+        self.started, self.last_beat = now, None
+        if self._gil_file is not None:
+            faulthandler.cancel_dump_traceback_later()  # armed again after the step: a compile may hold the GIL
+            self._gil_armed_at = -1e18
+
     # -- sink interface: learns the step rhythm and the last step from the records (worker thread) --
     def write(self, records: list[dict[str, Any]]) -> None:
         for rec in records:
