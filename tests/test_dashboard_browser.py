@@ -282,6 +282,6 @@ def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, 
         curve = page.evaluate(LAYER_CURVE)
         assert curve["title"] == "layer blocks.0.attn.qkv"
         expected = [len(run.series(f"{stat}/blocks.0.attn.qkv")) for stat in ("grad_norm", "update_ratio")]
-        assert curve["points"] == expected and expected[0] == 15  # every 2nd of 30 steps
+        assert curve["points"] == expected and expected[0] == 16  # the first step and every 2nd of 30 steps
         page.screenshot(path=str(artifacts_dir / "dashboard_layers.png"), full_page=True)
         browser.close()
