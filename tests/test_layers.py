@@ -142,7 +142,8 @@ def test_the_second_graph_compiling_is_not_a_stall(tmp_path: Path) -> None:
     monitor = MonitorCallback(config)
     Model(cell).train(1, gpt_dataset(8), callbacks=[monitor], dataset_sink_mode=False)
     run = mindwatch.open_run(monitor.run_dir)
-    step_time = dict(zip(run.series("step_time").step.tolist(), run.series("step_time").value.tolist(), strict=True))
+    series = run.series("step_time")
+    step_time = dict(zip(series.step.tolist(), series.value.tolist(), strict=True))
     assert step_time[2] > 1.0 > step_time[5]  # step 2 compiled for longer than the stall timeout; then steps are quick
     assert [a["rule"] for a in run.alerts if a["rule"] in ("stall", "resumed")] == []
     assert run.series("grad_norm/head").step.tolist() == [1, 4, 8]

@@ -216,18 +216,20 @@ class MonitorCallback(Callback):
         if not self.enabled:
             return
         self._step_begin = _perf()
+        if self._entropy is None and not self._attention_flags and self._layers is None:
+            return
+        step = self._read_arg(run_context.original_args(), "cur_step_num")
         if self._entropy is not None:
-            step = self._read_arg(run_context.original_args(), "cur_step_num")
             self._entropy.sampling = step % self.config.attention_entropy.every == 0
         if self._attention_flags:
-            on = self._read_arg(run_context.original_args(), "cur_step_num") % self.config.attention_entropy.every == 0
+            on = step % self.config.attention_entropy.every == 0
             if on != self._attention_on:
                 for flag in self._attention_flags:
                     flag.set_data(ms.Tensor(int(on), ms.int32))
                 self._attention_on = on
         if self._layers is not None:
             # the first step is measured too: its graph compiles with the first step, not `every` steps later
-            step = self._read_arg(run_context.original_args(), "cur_step_num") + self._offset
+            step += self._offset
             hist = self._hist_output >= 0 and step % (self.config.layers.histogram_every or 1) == 0
             on = self._first_pending or hist or step % self.config.layers.every == 0
             if (on, hist) != (self._layers_on, self._hist_on):  # nothing to do between the measured steps
@@ -377,13 +379,17 @@ class MonitorCallback(Callback):
         if not declared or "layer_histograms" not in declared or not isinstance(outputs, (tuple, list)):
             return
         if len(outputs) == len(declared) - 1:
-            log.warning("mindwatch: layer histograms are off: the train cell was compiled without them (train a new cell)")
+            self._histograms_off()
             self._declared_outputs = tuple(n for n in declared if n != "layer_histograms")
-            self._hist_output, self._hist_on = -1, False
-            if self._train_cell is not None:
-                self._train_cell.measure_layers(self._layers_on)
             if "attention" in self._declared_outputs:
                 self._attention_output = self._declared_outputs.index("attention")
+
+    def _histograms_off(self) -> None:
+        """Go on without histograms: the train cell was compiled before they were switched on."""
+        log.warning("mindwatch: layer histograms are off: the train cell was compiled without them (train a new cell)")
+        self._hist_output, self._hist_on = -1, False
+        if self._train_cell is not None:
+            self._train_cell.measure_layers(self._layers_on)
 
     def _setup_attention(self, train_network: Any) -> None:
         declared = self._declared_outputs or ()
@@ -414,10 +420,7 @@ class MonitorCallback(Callback):
             if len(outputs) > self._hist_output:
                 rec[HISTOGRAM_KEY] = LayerHistograms(self._layers.layers, outputs[self._hist_output].asnumpy())
             else:  # the graph was compiled before histograms were switched on (an earlier Model.train of this cell)
-                log.warning("mindwatch: layer histograms are off: the train cell was compiled without them (train it anew)")
-                self._hist_output, self._hist_on = -1, False
-                if self._train_cell is not None:
-                    self._train_cell.measure_layers(self._layers_on)
+                self._histograms_off()
         if not math.isfinite(grad_norm) and (layer := self._layers.first_nonfinite(squares[0])) is not None:
             rec["nonfinite_layer"] = layer
 
