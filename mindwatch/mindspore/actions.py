@@ -2,13 +2,14 @@
 
 Example::
 
-    act = Interventions(session, optimizer=opt, train_network=train_net, lr_probe=probe)
-    act.prepare()                                   # on_train_begin: before the graph is compiled
-    if session.control.pending:                     # on_train_step_end
-        act.carry_out(run_context)
+    act = Interventions(session, optimizer=opt, saved=train_net, lr_probe=probe)
+    act.prepare()                                   # training begins: before the graph is compiled
+    if session.control.pending:                     # at a step boundary
+        act.carry_out(step, StepBoundary(run_context.request_stop))
 
-- ``stop``: ``run_context.request_stop()``; the run ends ``stopped`` with the alert as the reason.
-- ``checkpoint``: ``ms.save_checkpoint`` of the train network into ``<run_dir>/checkpoints/``, and
+- ``stop``: ``run_context.request_stop()`` (a loop's ``should_stop``); the run ends ``stopped`` with the alert as the reason.
+- ``checkpoint``: ``ms.save_checkpoint`` of the train network (a loop's network and optimizer) into
+  ``<run_dir>/checkpoints/``, and
   the newest checkpoint a ``ModelCheckpoint`` wrote *before* the anomaly (the last healthy one).
 - ``lr_backoff``: multiply the learning rate by ``alerts.lr_backoff_factor`` from the next step on:
   a fixed rate or a per-step list is rewritten in place (``ops.assign``, works in GRAPH and
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,13 +149,38 @@ def coordination_fields(info: dict[str, Any] | None, step: int) -> dict[str, Any
     return out
 
 
-class Interventions:
-    """The MindSpore side of :class:`~mindwatch.monitor.control.Control`. See the module docstring."""
+class StepBoundary:
+    """What a front door tells :meth:`Interventions.carry_out` of the step boundary it acts at.
 
-    def __init__(self, session: RunSession, *, optimizer: Any, train_network: Any, lr_probe: Any = None, rank: int = 0) -> None:
+    ``request_stop``: ends the training after this step (``run_context.request_stop``, or a loop's
+    ``should_stop``); ``checkpoints``: the checkpoint files the user's own callbacks wrote so far;
+    ``steps_per_epoch``: to read the step out of ``ModelCheckpoint``'s file names.
+    """
+
+    __slots__ = ("checkpoints", "request_stop", "steps_per_epoch")
+
+    def __init__(
+        self,
+        request_stop: Callable[[], None],
+        checkpoints: Callable[[], list[Path]] = list,
+        steps_per_epoch: int | None = None,
+    ) -> None:
+        self.request_stop = request_stop
+        self.checkpoints = checkpoints
+        self.steps_per_epoch = steps_per_epoch
+
+
+class Interventions:
+    """The MindSpore side of :class:`~mindwatch.monitor.control.Control`. See the module docstring.
+
+    ``saved``: what a checkpoint holds, a Cell (the train network: weights and optimizer state) or
+    ``{name: Parameter}`` (a loop's network and optimizer).
+    """
+
+    def __init__(self, session: RunSession, *, optimizer: Any, saved: Any, lr_probe: Any = None, rank: int = 0) -> None:
         self.session = session
         self.optimizer = optimizer
-        self.train_network = train_network
+        self.saved = saved
         self.lr_probe = lr_probe
         self.rank = rank
         self.factor = session.config.alerts.lr_backoff_factor
@@ -167,8 +194,8 @@ class Interventions:
 
     @staticmethod
     def nonfinite_checked(config: Any) -> tuple[str, ...]:
-        """The metrics the callback checks for NaN/Inf on the training thread: loss and grad_norm when the
-        non-finite rule asks for actions (so ``stop`` acts on the very step), else none (the worker checks)."""
+        """The metrics the training thread checks for NaN/Inf: loss and grad_norm when the non-finite rule
+        asks for actions (so ``stop`` acts on the very step), else none (the worker checks)."""
         a = config.alerts
         if a.enabled and a.nonfinite.enabled and a.nonfinite.actions:
             return tuple(m for m in ("loss", "grad_norm") if m in a.nonfinite.metrics)
@@ -187,13 +214,11 @@ class Interventions:
             if self._cooldown.admit(alert):
                 self.session.emit_alert(alert)
 
-    def carry_out(self, run_context: Any) -> None:
-        """Do every waiting request (training thread, at a step boundary). Failures are warnings."""
-        cb = run_context.original_args()
-        step = cb.cur_step_num
+    def carry_out(self, step: int, boundary: StepBoundary) -> None:
+        """Do every request due after ``step`` (training thread, at a step boundary). Failures are warnings."""
         for action, alert in self.session.control.take(step):
             try:
-                done = getattr(self, f"_{action}")(alert, run_context, cb)
+                done = getattr(self, f"_{action}")(alert, step, boundary)
             except Exception as e:
                 log.warning(
                     "mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e
@@ -224,16 +249,15 @@ class Interventions:
             )
 
     # -- actions: each returns what to put in the intervention alert ---------------
-    def _stop(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
-        run_context.request_stop()
+    def _stop(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
+        boundary.request_stop()
         if self.stop_reason is None:
             self.stop_reason = f"stopped by mindwatch: {alert.get('message')}"
-        return {"message": f"training stops after step {cb.cur_step_num}"}
+        return {"message": f"training stops after step {step}"}
 
-    def _lr_backoff(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
+    def _lr_backoff(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
         if self.optimizer is None:
             raise RuntimeError("no optimizer in the training")
-        step = cb.cur_step_num
         before = self.lr_probe(step + 1) if self.lr_probe is not None else None
         scale_learning_rate(self.optimizer, self.factor)
         after = None
@@ -248,18 +272,19 @@ class Interventions:
             "factor": self.factor,
         }
 
-    def _checkpoint(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
-        network = self.train_network or getattr(cb, "network", None)
+    def _checkpoint(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
+        if self.saved is None:
+            raise RuntimeError("no network to save (pass network= to start_run)")
         directory = self.session.run_dir / "checkpoints"
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"anomaly_rank{self.rank}_step{cb.cur_step_num}.ckpt"
+        path = directory / f"anomaly_rank{self.rank}_step{step}.ckpt"
         healthy = last_healthy_checkpoint(
-            checkpoint_files(getattr(cb, "list_callback", None), getattr(cb, "latest_ckpt_file", None)),
-            before_step=int(alert.get("step") or cb.cur_step_num),
-            steps_per_epoch=getattr(cb, "batch_num", None),
+            boundary.checkpoints(),
+            before_step=int(alert.get("step") or step),
+            steps_per_epoch=boundary.steps_per_epoch,
             before_t=float(alert.get("t") or 0.0),
         )
-        ms.save_checkpoint(network, str(path))
+        ms.save_checkpoint(self.saved, str(path))
         last = f"; last checkpoint saved while healthy: {healthy}" if healthy else "; no earlier checkpoint found"
         return {
             "message": f"saved {path.name}{last}",
@@ -267,6 +292,16 @@ class Interventions:
             "last_healthy_checkpoint": os.fspath(healthy) if healthy else None,
         }
 
-    def _dump_stacks(self, alert: Alert, run_context: Any, cb: Any) -> dict[str, Any]:
-        path = dump_stacks(self.session.layout.stacks, f"request_rank{self.rank}_step{cb.cur_step_num}")
+    def _dump_stacks(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
+        path = dump_stacks(self.session.layout.stacks, f"request_rank{self.rank}_step{step}")
         return {"message": f"stacks of every thread in {path}", "stacks": os.fspath(path)}
+
+
+def network_and_optimizer(network: Any, optimizer: Any) -> dict[str, Any] | None:
+    """``{name: Parameter}`` of ``network`` and ``optimizer`` (its moments, step, rate): what a loop's checkpoint saves."""
+    params: dict[str, Any] = {}
+    for cell in (network, optimizer):
+        if cell is not None:
+            for p in cell.get_parameters():
+                params.setdefault(p.name, p)
+    return params or None

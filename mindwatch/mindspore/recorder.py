@@ -1,0 +1,202 @@
+"""What both ways of training share: one run's session, the step's state, and the per-step recording.
+
+Example::
+
+    recorder = StepRecorder.start(config, network=net, optimizer=opt)    # None: monitoring is off (a warning said why)
+    recorder.plan(step)                       # before a step: what it measures (layers, attention)
+    if recorder.due(steps_since_recorded):    # after it
+        rec = {"step": step, "epoch": 1, "t": time.time(), "rank": recorder.rank, "loss": 2.3}
+        recorder.record(rec, step, steps_since_recorded, time.perf_counter(), boundary)
+    else:
+        recorder.act(step, boundary)          # requested actions still happen at this boundary
+    recorder.finish("finished")
+
+``MonitorCallback`` (``Model.train``) and ``Run`` (:func:`mindwatch.mindspore.start_run`, a loop of your
+own) are two thin front doors over this: each reads its step's values its own way (the train cell's
+outputs, or one compiled reduction of the loop's tensors) and hands the record here. The pieces, one
+concern each: :class:`~mindwatch.mindspore.timing.StepTimer` (timing, throughput),
+:class:`~mindwatch.mindspore.layer_watch.LayerWatch` (per-layer statistics),
+:class:`~mindwatch.mindspore.attention_watch.AttentionWatch` (attention statistics),
+:class:`~mindwatch.mindspore.actions.Interventions` (actions), :class:`~mindwatch.mindspore.probes.LrProbe`
+(the learning rate) and the session's plan (progress, ETA). Training thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import mindspore as ms
+
+from mindwatch.config import MonitorConfig
+from mindwatch.mindspore.actions import Interventions, StepBoundary
+from mindwatch.mindspore.attention import attention_stats_cells
+from mindwatch.mindspore.attention_watch import AttentionWatch
+from mindwatch.mindspore.layer_stats import LayerGrouping
+from mindwatch.mindspore.layer_watch import LayerWatch
+from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler
+from mindwatch.mindspore.ranks import discover
+from mindwatch.mindspore.timing import StepTimer
+from mindwatch.session import RunSession
+from mindwatch.system import device_util_sampler, host_memory_sampler
+
+log = logging.getLogger("mindwatch")
+
+
+@dataclass(slots=True)
+class StepState:
+    """Where the training is (the front door's step count) and what it was asked to do."""
+
+    #: The last step recorded, in the front door's own count (``cur_step_num``, or the loop's step).
+    recorded: int = 0
+    #: Global step minus the front door's count (a resumed ``Model.train``), known at the first step.
+    offset: int = 0
+    #: The first step is always recorded (in GRAPH mode its time includes compilation).
+    first_pending: bool = True
+    #: Set at the step boundary a ``stop`` is carried out at.
+    should_stop: bool = False
+    closed: bool = False
+
+
+class StepRecorder:
+    """One training's recording. Build it with :meth:`start`; see the module docstring."""
+
+    def __init__(self, session: RunSession, *, optimizer: Any, saved: Any, rank: int) -> None:
+        cfg = session.config
+        self.session = session
+        self.config = cfg
+        self.rank = rank
+        self.state = StepState()
+        self.timer = StepTimer(cfg.batch_size, cfg.seq_length)
+        self.lr_probe = LrProbe(optimizer) if "lr" in cfg.enabled_metrics else None
+        probe = self.lr_probe or LrProbe(optimizer)
+        self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank)
+        self.actions.prepare()
+        self.layers: LayerWatch | None = None
+        self.attention: AttentionWatch | None = None
+        self.entropy: AttentionEntropy | None = None
+        #: Whether the step being run measures something in the graph (such a step is always recorded).
+        self.measuring = False
+        self._interval = cfg.step_interval
+        self._control = session.control
+        self._submit = session.monitor.record
+        self._guard_nonfinite = self.actions.guard_nonfinite
+        self.watchdog = session.watchdog
+
+    @classmethod
+    def start(cls, config: MonitorConfig, *, optimizer: Any, saved: Any, total_steps: int | None = None) -> StepRecorder:
+        """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``)."""
+        who = discover()
+        metrics = config.enabled_metrics
+        samplers = []
+        if "host_rss_gb" in metrics:
+            samplers.append(host_memory_sampler())
+        if metrics & {"device_mem_gb", "device_mem_peak_gb"}:
+            dev = device_memory_sampler()
+            if dev is not None:
+                samplers.append(dev)
+        if metrics & {"device_util", "device_mem_util"}:
+            util = device_util_sampler(str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0))
+            if util is not None:
+                samplers.append(util)
+        session = RunSession.start(
+            config,
+            rank=who.rank,
+            world_size=who.world_size,
+            samplers=samplers,
+            versions={"mindspore": ms.__version__},
+            nonfinite_checked=Interventions.nonfinite_checked(config),
+            launch_key=who.launch_key,
+            launch_meta=who.as_meta(),
+        )
+        try:
+            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank)
+            session.plan(total_steps)
+        except BaseException:
+            session.close("stopped", reason="mindwatch could not start")
+            raise
+        return recorder
+
+    # -- what a training measures --------------------------------------------------
+    def watch_layers(self, grouping: LayerGrouping, bins: int) -> LayerWatch:
+        """Record per-layer statistics of ``grouping``'s layers (with ``bins``-bin histograms; 0: none)."""
+        layers = self.config.layers
+        self.layers = LayerWatch(grouping, every=layers.every, histogram_every=layers.histogram_every, bins=bins)
+        self.session.writer.set_layers(list(self.layers.layers), bins)
+        return self.layers
+
+    def watch_attention(self, network: Any) -> None:
+        """Record the attention statistics of the model's :class:`~mindwatch.mindspore.attention.AttentionStats` cells."""
+        cells = attention_stats_cells(network) if network is not None else []
+        if cells:
+            self.attention = AttentionWatch(cells, every=self.config.attention_entropy.every)
+
+    def watch_entropy_hooks(self, network: Any) -> None:
+        """Attention entropy through PyNative forward hooks, for models without AttentionStats."""
+        if self.attention is not None or "attention_entropy" not in self.config.enabled_metrics or network is None:
+            return
+        if ms.get_context("mode") == ms.GRAPH_MODE:
+            log.warning(
+                "mindwatch: attention_entropy is off in GRAPH mode: forward hooks with Python side effects "
+                "cannot run inside a compiled graph. Give the attention cell an AttentionStats "
+                "(mindwatch.mindspore.attention, docs/layers.md), or train in PyNative mode to record it."
+            )
+            return
+        cells = attention_cells(network, self.config.attention_entropy.cells)
+        if not cells:
+            log.warning("mindwatch: attention_entropy found no attention softmax cells; set attention_entropy.cells")
+            return
+        self.entropy = AttentionEntropy(cells)
+
+    # -- per step ----------------------------------------------------------------
+    def plan(self, step: int) -> None:
+        """Before global step ``step``: what it measures (the layers, the attention statistics)."""
+        measuring = False
+        if self.layers is not None:
+            layers_on, hist = self.layers.plan(step, first=self.state.first_pending)
+            measuring = layers_on or hist
+        if self.attention is not None:
+            measuring = self.attention.plan(step) or measuring
+        if self.entropy is not None:
+            self.entropy.sampling = step % self.config.attention_entropy.every == 0
+        self.measuring = measuring
+
+    def due(self, steps: int) -> bool:
+        """Whether the step that just ended, ``steps`` after the last recorded one, is recorded."""
+        return steps >= self._interval or self.state.first_pending or self.measuring
+
+    def record(self, rec: dict[str, Any], step: int, steps: int, now: float, boundary: StepBoundary) -> None:
+        """Complete ``rec`` (global step ``step``, ``steps`` since the last recorded) and queue it; then act."""
+        if self.lr_probe is not None and "lr" not in rec:
+            lr = self.lr_probe(step)
+            if lr is not None:
+                rec["lr"] = lr
+        self.timer.add(rec, steps, now)
+        if self.entropy is not None and self.entropy.values:
+            rec.update(self.entropy.take())
+        self._submit(rec)
+        self.state.first_pending = False
+        if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
+            self.actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
+        if self._control.pending:  # a rule asked for stop / checkpoint / lr_backoff / dump_stacks
+            self.actions.carry_out(step, boundary)
+
+    def act(self, step: int, boundary: StepBoundary) -> None:
+        """At a step boundary that is not recorded: carry out what is due."""
+        if self._control.pending:
+            self.actions.carry_out(step, boundary)
+
+    def finish(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        """End the run (once): switch the measurements off and close the session."""
+        if self.state.closed:
+            return
+        self.state.closed = True
+        if self.attention is not None:
+            self.attention.off()
+        if self.entropy is not None:
+            self.entropy.remove()
+            self.entropy = None
+        self.measuring = False
+        self.session.close(state, error=error, reason=reason)

@@ -1,0 +1,115 @@
+"""A functional loop's step read in one compiled call: the loss, its scalars, the gradients' squared sums.
+
+Example::
+
+    read = StepReduction()
+    values = read(scalars=(loss, tokens), grads=grads)      # one host read: [loss, tokens, |g_0|^2, |g_1|^2, ...]
+
+    layers = LoopLayerStats(optimizer.parameters, hist_groups=None, bins=0)
+    layers.snapshot()                                     # before a measured step: the weights it starts from
+    squares, hist = layers.measure(grad_squares, grads, histograms=False)   # after it: (3, parameters), as the train cells return
+
+Each function is compiled by ``ms.jit`` once per number of tensors (the tensors are passed one by one:
+a tuple argument would be a compile-time constant and compile again every step). The squares are
+``sum(t**2)`` in float32, as in :mod:`mindwatch.mindspore.layer_stats`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+
+from mindwatch.mindspore.layer_stats import LayerStats, squares
+
+
+@ms.jit
+def _scalars_and_squares(n_scalars, *tensors):
+    scalars = [ops.reshape(ops.cast(t, ms.float32).mean(), (1,)) for t in tensors[:n_scalars]]
+    parts = scalars + ([squares(tensors[n_scalars:])] if len(tensors) > n_scalars else [])
+    return ops.concat(parts)
+
+
+@ms.jit
+def _stack_values(*values):
+    return ops.stack(values)
+
+
+@ms.jit
+def _copy(*tensors):
+    return tuple(t * 1 for t in tensors)
+
+
+@ms.jit
+def _weights_and_updates(*before_and_after):
+    n = len(before_and_after) // 2
+    before, after = before_and_after[:n], before_and_after[n:]
+    return ops.stack([squares(before), squares(tuple(after[i] - before[i] for i in range(n)))])
+
+
+class StepReduction:
+    """Scalars (a mean each) and the gradients' per-tensor squared sums, read in one device call."""
+
+    def __call__(self, scalars: Sequence[Any], grads: Sequence[Any] = ()) -> np.ndarray:
+        if not grads and len(scalars) == 1 and not isinstance(scalars[0], ms.Tensor):
+            return np.asarray([float(scalars[0])], np.float64)
+        tensors = [s if isinstance(s, ms.Tensor) else ms.Tensor(float(s), ms.float32) for s in scalars]
+        return _scalars_and_squares(len(tensors), *tensors, *grads).asnumpy().astype(np.float64)
+
+    @staticmethod
+    def stack(values: Sequence[Any]) -> np.ndarray:
+        """Small Parameters (the attention statistics) in one read."""
+        return _stack_values(*values).asnumpy()
+
+
+class _Histograms(nn.Cell):
+    def __init__(self, stats: LayerStats) -> None:
+        super().__init__()
+        self.stats = stats
+
+    def construct(self, *weights_and_grads):
+        n = len(weights_and_grads) // 2
+        return self.stats.histograms(weights_and_grads[:n], weights_and_grads[n:])
+
+
+class LoopLayerStats:
+    """The weights' and updates' squared sums of a step whose update the loop did itself (``optimizer(grads)``).
+
+    The weights the step starts from are copied by :meth:`snapshot` at the end of the step before (the
+    weights only change in the step), so only measured steps copy them.
+    """
+
+    def __init__(self, weights: Sequence[ms.Parameter], groups: Sequence[Sequence[int]] | None, bins: int) -> None:
+        self.weights = tuple(weights)
+        self.names = tuple(w.name for w in self.weights)
+        self._before: tuple[Any, ...] | None = None
+        self._histograms: Any = None
+        if groups is not None and bins:
+            stats = LayerStats(ms.ParameterTuple(self.weights))
+            stats.enable_histograms(groups, bins)
+            self._histograms = ms.jit(_Histograms(stats).construct)
+
+    def snapshot(self) -> None:
+        """Keep a copy of the weights: the next step measures its update against it."""
+        self._before = _copy(*self.weights)
+
+    @property
+    def has_snapshot(self) -> bool:
+        return self._before is not None
+
+    def measure(self, grad_squares: np.ndarray, grads: Sequence[Any], histograms: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(3, parameters)`` squared sums (the gradients' given, the weights' before the step, its update's; NaN
+        without a snapshot) and, with ``histograms``, ``(2, layers, bins + 1)`` of the weights before the step and
+        ``grads`` (see ``LayerStats.histograms``; None when off)."""
+        before, self._before = self._before, None
+        hist = None
+        if histograms and self._histograms is not None:
+            hist = self._histograms(*(before or self.weights), *grads).asnumpy()
+        if before is None:
+            nan = np.full(len(self.names), np.nan)
+            return np.stack([grad_squares, nan, nan]), hist
+        both = _weights_and_updates(*before, *self.weights).asnumpy()
+        return np.concatenate([grad_squares[None, :], both.astype(np.float64)]), hist

@@ -1,0 +1,68 @@
+"""Step timing: how long a step took, how long it waited for its batch, and the throughput that gives.
+
+Example::
+
+    timer = StepTimer(batch_size=32, seq_length=None)
+    timer.restart(time.perf_counter())          # training begins
+    timer.waited(0.004)                         # the loop waited 4 ms for a batch
+    timer.add(rec, steps=1, now=time.perf_counter())   # step_time, data_time, samples_per_second (tokens_per_second)
+
+Both front doors use it (training thread only): ``MonitorCallback`` counts the time between a step's
+end and the next step's begin as the data wait; ``Run.batches`` times the iterator's ``next``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Integer dtypes whose 2-D batches are token ids, ``(batch, sequence)``; names, so this module needs no MindSpore.
+_INTEGER_DTYPES = frozenset({"Int8", "Int16", "Int32", "Int64", "UInt8", "int8", "int16", "int32", "int64", "uint8"})
+
+
+class StepTimer:
+    """Seconds per step and per data wait between two recorded steps, and samples (tokens) per second."""
+
+    def __init__(self, batch_size: int | None = None, seq_length: int | None = None) -> None:
+        #: Samples per step, and tokens per sample; None until known (the config, or the first batch's shape).
+        self.batch_size = batch_size
+        self.seq_length = seq_length
+        #: Whether the batch shape still has to be read (only what the config leaves open is).
+        self.shape_pending = batch_size is None or seq_length is None
+        #: perf_counter() of the last recorded step's end.
+        self.last_recorded = 0.0
+        #: Seconds waited for data since the last recorded step.
+        self.data_wait = 0.0
+
+    def restart(self, now: float) -> None:
+        """Training (or a new ``Model.train`` call) begins at ``now``."""
+        self.last_recorded = now
+        self.data_wait = 0.0
+
+    def waited(self, secs: float) -> None:
+        """The loop waited ``secs`` for a batch."""
+        self.data_wait += secs
+
+    def add(self, rec: dict[str, Any], steps: int, now: float) -> None:
+        """Put the timings of the ``steps`` steps since the last recorded one into ``rec``; start counting anew."""
+        elapsed = now - self.last_recorded
+        if steps > 0 and elapsed > 0:
+            rec["step_time"] = elapsed / steps
+            rec["data_time"] = self.data_wait / steps
+            if self.batch_size:
+                rec["samples_per_second"] = self.batch_size * steps / elapsed
+                if self.seq_length:
+                    rec["tokens_per_second"] = self.batch_size * self.seq_length * steps / elapsed
+        self.last_recorded = now
+        self.data_wait = 0.0
+
+    def read_shape(self, batch: Any) -> None:
+        """Learn the batch size (and, for 2-D integer token ids, the sequence length) from a batch: a Tensor or a tuple."""
+        self.shape_pending = False
+        first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+        if isinstance(first, dict):
+            first = next(iter(first.values()), None)
+        shape = tuple(getattr(first, "shape", ()) or ())
+        if self.batch_size is None and shape:
+            self.batch_size = int(shape[0])
+        if self.seq_length is None and len(shape) == 2 and str(getattr(first, "dtype", "")) in _INTEGER_DTYPES:
+            self.seq_length = int(shape[1])
