@@ -2,13 +2,22 @@
 
 Example::
 
-    from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
+    from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm   # Model.train
+    import mindwatch.mindspore as mw; run = mw.start_run("monitor.yaml", network=net, optimizer=opt)   # a loop of your own
 """
 
 from mindwatch.mindspore.callback import MonitorCallback
+from mindwatch.mindspore.loop import Run, start_run
 from mindwatch.mindspore.train_step import TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
 
 #: The seed article's name for the callback (``callback.type: MindSporeTransformersMonitor``).
 MindSporeTransformersMonitor = MonitorCallback
 
-__all__ = ["MindSporeTransformersMonitor", "MonitorCallback", "TrainOneStepWithGradNorm", "TrainOneStepWithGradNormAndLossScale"]
+__all__ = [
+    "MindSporeTransformersMonitor",
+    "MonitorCallback",
+    "Run",
+    "TrainOneStepWithGradNorm",
+    "TrainOneStepWithGradNormAndLossScale",
+    "start_run",
+]

@@ -3,7 +3,7 @@
 Example::
 
     read = StepReduction()
-    values = read(scalars=(loss, tokens), grads=grads)      # one host read: [loss, tokens, |g_0|^2, |g_1|^2, ...]
+    values = read((loss, tokens), grads)      # one host read: [loss, tokens, |g_0|^2, |g_1|^2, ...]
 
     layers = LoopLayerStats(optimizer.parameters, hist_groups=None, bins=0)
     layers.snapshot()                                     # before a measured step: the weights it starts from
@@ -53,11 +53,9 @@ def _weights_and_updates(*before_and_after):
 class StepReduction:
     """Scalars (a mean each) and the gradients' per-tensor squared sums, read in one device call."""
 
-    def __call__(self, scalars: Sequence[Any], grads: Sequence[Any] = ()) -> np.ndarray:
-        if not grads and len(scalars) == 1 and not isinstance(scalars[0], ms.Tensor):
-            return np.asarray([float(scalars[0])], np.float64)
-        tensors = [s if isinstance(s, ms.Tensor) else ms.Tensor(float(s), ms.float32) for s in scalars]
-        return _scalars_and_squares(len(tensors), *tensors, *grads).asnumpy().astype(np.float64)
+    def __call__(self, scalars: Sequence[ms.Tensor], grads: Sequence[ms.Tensor] = ()) -> np.ndarray:
+        """``[the mean of each scalar tensor..., sum(g**2) of each gradient...]`` as float64."""
+        return _scalars_and_squares(len(scalars), *scalars, *grads).asnumpy().astype(np.float64)
 
     @staticmethod
     def stack(values: Sequence[Any]) -> np.ndarray:

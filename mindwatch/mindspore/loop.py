@@ -1,0 +1,270 @@
+"""Monitor a training loop of your own: ``start_run`` / ``run.step`` / ``run.finish``.
+
+Example::
+
+    import mindwatch.mindspore as mw
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        optimizer(grads)
+        return loss, grads
+
+    with mw.start_run("monitor.yaml", network=net, optimizer=optimizer, total_steps=10_000) as run:
+        for x, y in run.batches(dataset.create_tuple_iterator()):   # data_time measured
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)                       # or run.step(loss=loss, grads=grads, tokens=n)
+            if run.should_stop:
+                break
+
+``run.step`` records what :class:`~mindwatch.mindspore.MonitorCallback` records for the same training
+(both are front doors over :class:`~mindwatch.mindspore.recorder.StepRecorder`): loss, the learning
+rate the optimizer used, ``grad_norm`` of ``grads``, step and data time, throughput, memory, progress,
+and with a ``layers`` section in the config the per-layer statistics. The step's tensors are read in
+one compiled call. Rules, the stall watchdog, notifications and actions all work: ``stop`` sets
+:attr:`Run.should_stop` on the step it fires, ``checkpoint`` saves ``network`` and ``optimizer``,
+``lr_backoff`` changes the optimizer's rate from the next step (call ``start_run`` before the first
+``train_step``, so that a ``LearningRateSchedule`` is made scalable before it is compiled).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import mindspore as ms
+
+from mindwatch.mindspore.actions import StepBoundary, network_and_optimizer
+from mindwatch.mindspore.callback import ConfigLike, merged_config, start_recorder
+from mindwatch.mindspore.layer_stats import LayerGrouping
+from mindwatch.mindspore.recorder import StepRecorder
+from mindwatch.mindspore.reduction import LoopLayerStats, StepReduction
+from mindwatch.store.layerfiles import HISTOGRAM_BINS
+from mindwatch.store.layout import read_json
+
+log = logging.getLogger("mindwatch")
+_perf = time.perf_counter
+_wall = time.time
+
+
+def start_run(
+    config: ConfigLike = None,
+    *,
+    network: Any = None,
+    optimizer: Any = None,
+    total_steps: int | None = None,
+    **overrides: Any,
+) -> Run:
+    """Start monitoring a training loop of your own; returns the :class:`Run` to call ``step`` on.
+
+    Example::
+
+        run = start_run({"project": "gpt", "save_dir": "./monitor_output"}, network=net, optimizer=opt, total_steps=1000)
+
+    ``config``: every form :class:`~mindwatch.mindspore.MonitorCallback` takes (a path to a YAML file, a dict, a
+    ``MonitorConfig``), with keyword overrides. ``network`` is what a ``checkpoint`` action saves (with
+    ``optimizer``'s state) and where the attention statistics are found; ``optimizer`` gives the learning rate,
+    the parameter names of ``grads`` and what ``lr_backoff`` changes; ``total_steps`` gives progress and ETA.
+    Call it before the first compiled step. When monitoring cannot start (an unwritable ``save_dir``, ...) a
+    warning says why and the run records nothing (``strict: true`` raises instead).
+    """
+    return Run(merged_config(config, overrides), network=network, optimizer=optimizer, total_steps=total_steps)
+
+
+class Run:
+    """One monitored run of a training loop; made by :func:`start_run`. Training thread only."""
+
+    def __init__(self, config: Any, *, network: Any, optimizer: Any, total_steps: int | None) -> None:
+        self.config = config
+        self.network = network
+        self.optimizer = optimizer
+        self._epoch = 0
+        self._step = 0
+        self._reduce = StepReduction()
+        self._layer_stats: LoopLayerStats | None = None
+        self._boundary = StepBoundary(self._request_stop)
+        self.recorder: StepRecorder | None = None
+        if not config.enable:
+            return
+        self.recorder = start_recorder(
+            config, optimizer=optimizer, saved=network_and_optimizer(network, optimizer), total_steps=total_steps
+        )
+        if self.recorder is None:
+            return
+        try:
+            self._setup()
+        except Exception as e:
+            if config.strict:
+                raise
+            log.warning("mindwatch: could not start monitoring (%r); this training goes on without mindwatch", e)
+            self.recorder.finish("stopped", reason=f"mindwatch could not start: {e!r}")
+            self.recorder = None
+
+    def _setup(self) -> None:
+        recorder = self.recorder
+        assert recorder is not None
+        self._step = self._resumed_step()
+        recorder.state.recorded = self._step
+        weights = list(self.optimizer.parameters) if self.optimizer is not None else []
+        if not weights and self.network is not None:
+            weights = list(self.network.trainable_params())
+        layers = self.config.layers
+        if "layers" in self.config.model_fields_set and layers.enabled and weights:  # a loop has no layer_stats=True cell
+            grouping = LayerGrouping([w.name for w in weights], layers.group)
+            bins = HISTOGRAM_BINS if layers.histogram_every else 0
+            self._layer_stats = LoopLayerStats(weights, grouping.groups, bins)
+            recorder.watch_layers(grouping, bins)
+        recorder.watch_attention(self.network)
+        now = _perf()
+        recorder.timer.restart(now)
+        if recorder.watchdog is not None:
+            recorder.watchdog.started = now  # compilation and the first batch have first_step_timeout
+        self._plan(self._step + 1)
+
+    # -- public ------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path | None:
+        """Where this run records; None when monitoring is off."""
+        return self.recorder.session.run_dir if self.recorder else None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run is to stop (the alert behind the ``stop`` action), once :attr:`should_stop` is true."""
+        return self.recorder.actions.stop_reason if self.recorder is not None else None
+
+    @property
+    def should_stop(self) -> bool:
+        """True once an action asked the training to stop (e.g. ``nonfinite: {actions: [stop]}``): leave the loop."""
+        return self.recorder is not None and self.recorder.state.should_stop
+
+    def batches(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        """Iterate ``iterable`` (one epoch of batches), timing each wait for a batch as ``data_time``.
+
+        Example::
+
+            for x, y in run.batches(dataset.create_tuple_iterator()):
+                ...
+        """
+        self._epoch += 1
+        it = iter(iterable)
+        timer = self.recorder.timer if self.recorder is not None else None
+        while True:
+            began = _perf()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            if timer is not None:
+                timer.data_wait += _perf() - began
+                if timer.shape_pending:
+                    timer.read_shape(batch)
+            yield batch
+
+    def step(self, loss: Any = None, grads: Any = None, *, step: int | None = None, **metrics: Any) -> None:
+        """Record the step that just ended: its ``loss`` and ``grads`` (Tensors, as ``value_and_grad`` returns them,
+        in the order of ``optimizer.parameters``) and scalars of your own (``tokens=...``). ``step``: the global
+        step (default: one more than the last, counting from 1 or from the resumed run's last step)."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        now = _perf()
+        if recorder.watchdog is not None:
+            recorder.watchdog.last_beat = now
+        number = self._step + 1 if step is None else int(step)
+        self._step = number
+        state = recorder.state
+        n = number - state.recorded
+        try:
+            if recorder.due(n):
+                rec = self._read(number, loss, grads, metrics)
+                state.recorded = number
+                recorder.record(rec, number, n, now, self._boundary)
+            else:
+                recorder.act(number, self._boundary)
+            self._plan(number + 1)
+        except Exception as e:  # a bad value or a failed read never ends the training
+            if self.config.strict:
+                raise
+            log.warning("mindwatch: could not record step %d (%r); training continues", number, e)
+
+    def log(self, step: int | None = None, **metrics: float) -> None:
+        """Record scalars of your own at ``step`` (default: the last step), without counting a step."""
+        if self.recorder is not None:
+            rec = {"step": self._step if step is None else int(step), "t": _wall(), "rank": self.recorder.rank, **metrics}
+            self.recorder.session.monitor.record(rec)
+
+    def finish(self, state: str | None = None, *, error: str | None = None) -> None:
+        """End the run: ``stopped`` (with the reason) after a stop, ``failed`` with ``error``, else ``finished``."""
+        recorder = self.recorder
+        if recorder is None or recorder.state.closed:
+            return
+        if state is None:
+            state = "failed" if error else "stopped" if self.should_stop else "finished"
+        reason = self.stop_reason if state == "stopped" else None
+        recorder.finish(state, error=error, reason=reason or ("stopped by the training loop" if state == "stopped" else None))
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            self.finish("failed", error="".join(traceback.format_exception_only(exc_type, exc)).strip())
+        else:
+            self.finish()
+        # never swallow the user's exception: return None
+
+    # -- internals ------------------------------------------------------------
+    def _read(self, number: int, loss: Any, grads: Any, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The step's record: its tensors (the scalars, the gradients' squared sums) read in one compiled call."""
+        recorder = self.recorder
+        assert recorder is not None
+        rec: dict[str, Any] = {"step": number, "epoch": max(self._epoch, 1), "t": _wall(), "rank": recorder.rank}
+        named = {"loss": loss, **metrics} if loss is not None else metrics
+        tensors = {k: v for k, v in named.items() if isinstance(v, ms.Tensor)}
+        for k, v in named.items():
+            if k not in tensors:
+                rec[k] = float(v)
+        grads = tuple(grads) if grads is not None else ()
+        if tensors or grads:
+            values = self._reduce(list(tensors.values()), grads)
+            for i, k in enumerate(tensors):
+                rec[k] = float(values[i])
+            if grads:
+                grad_sq = values[len(tensors) :]
+                rec["grad_norm"] = math.sqrt(float(grad_sq.sum()))
+                layers = recorder.layers
+                if layers is not None and self._layer_stats is not None and layers.wanted(rec):
+                    squares, hist = self._layer_stats.measure(grad_sq, grads, layers.histograms)
+                    layers.add(rec, squares, hist)
+        attention = recorder.attention
+        if attention is not None and attention.sampling:
+            attention.add(rec, StepReduction.stack(attention.values()).tolist())
+        return rec
+
+    def _plan(self, next_step: int) -> None:
+        """Before ``next_step`` runs: what it measures; a measured step starts from a copy of the weights."""
+        recorder = self.recorder
+        assert recorder is not None
+        recorder.plan(next_step)
+        if recorder.layers is not None and self._layer_stats is not None and recorder.layers.measuring:
+            self._layer_stats.snapshot()
+
+    def _request_stop(self) -> None:
+        assert self.recorder is not None
+        self.recorder.state.should_stop = True
+
+    def _resumed_step(self) -> int:
+        """The last step the run recorded before this attempt (a resumed run), else 0."""
+        assert self.recorder is not None
+        meta = read_json(self.recorder.session.layout.meta) or {}
+        attempts = meta.get("attempts") or []
+        steps = [a.get("last_step") for a in attempts[:-1] if isinstance(a.get("last_step"), int)]
+        return max(steps, default=0)
+
