@@ -30,7 +30,9 @@ pytestmark = pytest.mark.slow
 LR = 0.02  # train_dp.py's Momentum learning rate
 
 
-def launch_with_actions(tmp: Path, actions: list[str], *, mode: str = "graph", steps: int = 160) -> tuple[Path, float]:
+def launch_with_actions(
+    tmp: Path, actions: list[str], *, mode: str = "graph", steps: int = 160, extra: tuple[str, ...] = ()
+) -> tuple[Path, float]:
     """One msrun job whose only rank-1 limit asks for ``actions``; returns its run dir and when msrun ended.
 
     The pipeline must not run ahead of the steps, or its prefetch hides the spike: a PyNative step
@@ -50,6 +52,7 @@ def launch_with_actions(tmp: Path, actions: list[str], *, mode: str = "graph", s
             *("--save-dir", str(tmp / "out"), "--steps", str(steps), "--mode", mode),
             *("--pace-secs", pace, "--spike-rank", "1", "--spike-at", "60", "--spike-secs", "1.5"),
             *("--save-params", str(tmp / "params"), "--config", json.dumps(config)),
+            *extra,
         )
         codes = launch.wait(300)
         ended = time.time()
@@ -72,9 +75,11 @@ def the_rank1_alert(run_dir: Path) -> dict:
     return limits[0]
 
 
-@pytest.mark.parametrize("mode", ["graph", "pynative"])
-def test_a_stop_that_rank_1_asks_for_stops_both_ranks_at_one_step(tmp_path: Path, mode: str) -> None:
-    run_dir, ended = launch_with_actions(tmp_path, ["stop"], mode=mode, steps=160 if mode == "graph" else 100)
+@pytest.mark.parametrize(("mode", "loop"), [("graph", False), ("pynative", False), ("pynative", True)])
+def test_a_stop_that_rank_1_asks_for_stops_both_ranks_at_one_step(tmp_path: Path, mode: str, loop: bool) -> None:
+    """Through Model.train's callback, and through a loop of its own (start_run, ``ms.jit``: ``--loop``)."""
+    extra = ("--loop",) if loop else ()
+    run_dir, ended = launch_with_actions(tmp_path, ["stop"], mode=mode, steps=160 if mode == "graph" else 100, extra=extra)
     alert = the_rank1_alert(run_dir)
     stops = interventions(run_dir, "stop")
     steps = {r: [rec["step"] for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")] for r in (0, 1)}

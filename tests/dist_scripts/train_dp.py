@@ -11,6 +11,8 @@ rank then waits in the gradient AllReduce).
 ``--spike-rank R --spike-at N --spike-secs S``: rank R's batch N alone takes S seconds (a data_time spike).
 ``--pace-secs S``: every batch on every rank takes S seconds (a steady step time).
 ``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
+``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
+``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from mindspore import nn
 from mindspore.communication import get_rank, init
 from mindspore.train import Model
 
+import mindwatch.mindspore as mw
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 
 BATCH = 8
@@ -76,6 +79,7 @@ def main() -> None:
     p.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
     p.add_argument("--layer-stats", action="store_true", help="per-layer statistics in the train cell")
+    p.add_argument("--loop", action="store_true", help="a loop of its own with start_run, not Model.train")
     args = p.parse_args()
 
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
@@ -99,11 +103,37 @@ def main() -> None:
     }
     for key, value in json.loads(args.config).items():  # one level deep: {"alerts": {...}} keeps stall_timeout
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
-    cb = MonitorCallback(config)
-    model.train(1, data, callbacks=[cb], dataset_sink_mode=False)
+    if args.loop:
+        run_dir = train_loop(net, optimizer, data, config)
+    else:
+        cb = MonitorCallback(config)
+        model.train(1, data, callbacks=[cb], dataset_sink_mode=False)
+        run_dir = cb.run_dir
     if args.save_params:
         np.savez(f"{args.save_params}.rank{rank}.npz", **{p.name: p.asnumpy() for p in net.trainable_params()})
-    print(f"train_dp: rank {rank} finished, run dir {cb.run_dir}", flush=True)
+    print(f"train_dp: rank {rank} finished, run dir {run_dir}", flush=True)
+
+
+def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: dict) -> object:
+    """The data-parallel functional loop: each rank's gradients all-reduced (mean), then the update."""
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+    reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        grads = reducer(grads)
+        optimizer(grads)
+        return loss, grads
+
+    with mw.start_run(config, network=net, optimizer=optimizer, total_steps=data.get_dataset_size()) as run:
+        for x, y in run.batches(data.create_tuple_iterator()):
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            if run.should_stop:
+                break
+    return run.run_dir
 
 
 if __name__ == "__main__":
