@@ -9,8 +9,9 @@ Example::
     layers.snapshot()                                     # before a measured step: the weights it starts from
     squares, hist = layers.measure(grad_squares, grads, histograms=False)   # after it: (3, parameters), as the train cells return
 
-Each function is compiled by ``ms.jit`` once per number of tensors (the tensors are passed one by one:
-a tuple argument would be a compile-time constant and compile again every step). The squares are
+Each function is compiled by ``ms.jit`` once per number of tensors: the tensors are passed one by one or
+as a ``ms.mutable`` tuple (a plain tuple argument is a compile-time constant: it would compile again every
+step). The squares are
 ``sum(t**2)`` in float32, as in :mod:`mindwatch.mindspore.layer_stats`.
 """
 
@@ -27,10 +28,22 @@ from mindwatch.mindspore.layer_stats import LayerStats, squares
 
 
 @ms.jit
-def _scalars_and_squares(n_scalars, *tensors):
-    scalars = [ops.reshape(ops.cast(t, ms.float32).mean(), (1,)) for t in tensors[:n_scalars]]
-    parts = scalars + ([squares(tensors[n_scalars:])] if len(tensors) > n_scalars else [])
-    return ops.concat(parts)
+def _scalars_and_squares(scalars, grads):
+    return ops.concat([_means(scalars), squares(grads)])
+
+
+@ms.jit
+def _scalars(scalars):
+    return _means(scalars)
+
+
+@ms.jit
+def _squares(grads):
+    return squares(grads)
+
+
+def _means(scalars):
+    return ops.stack([ops.cast(t, ms.float32).mean() for t in scalars])
 
 
 @ms.jit
@@ -55,7 +68,11 @@ class StepReduction:
 
     def __call__(self, scalars: Sequence[ms.Tensor], grads: Sequence[ms.Tensor] = ()) -> np.ndarray:
         """``[the mean of each scalar tensor..., sum(g**2) of each gradient...]`` as float64."""
-        return _scalars_and_squares(len(scalars), *scalars, *grads).asnumpy().astype(np.float64)
+        if scalars and grads:
+            out = _scalars_and_squares(ms.mutable(tuple(scalars)), ms.mutable(tuple(grads)))
+        else:  # (an empty mutable tuple cannot be passed)
+            out = _scalars(ms.mutable(tuple(scalars))) if scalars else _squares(ms.mutable(tuple(grads)))
+        return out.asnumpy().astype(np.float64)
 
     @staticmethod
     def stack(values: Sequence[Any]) -> np.ndarray:

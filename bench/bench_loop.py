@@ -1,0 +1,179 @@
+"""Cost of ``run.step`` in a training loop of your own (the MindSpore tutorial's value_and_grad + ``@ms.jit`` loop).
+
+Run: ``python -m bench loop [--rounds 9 --steps 200 --skip 20 --hot-steps 100000]`` (``MINDWATCH_BENCH_QUICK=1``:
+a short smoke run).
+
+1. Hot path: ``run.step(loss=2.31)`` with a host float (no tensor to read), the worker held back and drained apart
+   (as ``bench overhead`` drives the callback), against an empty function call: what ``step()`` costs the training
+   thread apart from reading tensors.
+2. Loop slowdown: the demo-sized model (TinyGPT, 2 layers, d_model 64, batch 16 x 64 tokens, AdamWeightDecay) in a
+   PyNative context with a ``@ms.jit`` train step, in rotating rounds on one compiled step: a loop that only reads the
+   loss (``loss.asnumpy()``: what any per-step logger does; the peer) and the same loop with
+   ``run.step(loss=loss, grads=grads)`` (one compiled reduction of the gradients, one host read). Median step times,
+   paired per-round ratios, and CPU per thread (the training thread, mindwatch's threads, MindSpore's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from bench import threadcpu
+
+QUICK = os.environ.get("MINDWATCH_BENCH_QUICK") == "1"
+
+
+def hot_path(steps: int) -> dict[str, float]:
+    """Seconds per call of ``run.step`` with host values, and of an empty function (the floor)."""
+    from mindwatch.mindspore import start_run
+    from mindwatch.monitor.worker import Monitor
+
+    def empty(loss=None, grads=None, **kw):
+        pass
+
+    results = {"empty function": _per_call(empty, steps)}
+    best = []
+    for _ in range(3):
+        with tempfile.TemporaryDirectory() as tmp:
+            start = Monitor.start
+            Monitor.start = lambda self: self  # type: ignore[method-assign]  # the worker is drained apart, below
+            try:
+                run = start_run({"save_dir": tmp, "interval": 3600, "queue_size": steps + 100, "alerts": {"enabled": False}})
+            finally:
+                Monitor.start = start  # type: ignore[method-assign]
+            assert run.recorder is not None
+            monitor = run.recorder.session.monitor
+            total = 0.0
+            for _chunk in range(0, steps, 1000):
+                t0 = time.perf_counter()
+                for _ in range(1000):
+                    run.step(loss=2.31)
+                total += time.perf_counter() - t0
+                monitor._drain()
+            monitor.start()
+            run.finish()
+            best.append(total / (steps // 1000 * 1000))
+    results["run.step(loss=<float>)"] = min(best)
+    return results
+
+
+def _per_call(fn, steps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn(loss=2.31)
+    return (time.perf_counter() - t0) / steps
+
+
+class Loop:
+    """The tutorial loop on the demo-sized model, compiled once for every arm."""
+
+    def __init__(self) -> None:
+        import mindspore as ms
+        from mindspore import nn
+
+        from mindwatch.demo.corpus import ByteWindows, stdlib_corpus
+        from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
+
+        ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+        ms.set_seed(0)
+        self.net = LanguageModelLoss(TinyGPT(GPTConfig(seq_length=64, layers=2, d_model=64, heads=4)))
+        self.optimizer = nn.AdamWeightDecay(self.net.trainable_params(), learning_rate=1e-4, weight_decay=0.01)
+        grad_fn = ms.value_and_grad(self.net, None, self.optimizer.parameters)
+        optimizer = self.optimizer
+
+        @ms.jit
+        def train_step(ids, targets):
+            loss, grads = grad_fn(ids, targets)
+            optimizer(grads)
+            return loss, grads
+
+        self.train_step = train_step
+        windows = ByteWindows(stdlib_corpus(), 64, 64 * 16, seed=0)
+        pairs = [windows[i] for i in range(len(windows))]
+        self.batches = [
+            tuple(ms.Tensor(np.stack([p[k] for p in pairs[b * 16 : (b + 1) * 16]])) for k in (0, 1)) for b in range(64)
+        ]
+
+    def round(self, arm: str, steps: int, skip: int, tmp: str) -> dict[str, float]:
+        """One round of ``steps`` steps: seconds per step from step ``skip`` on, and CPU seconds per step by thread group."""
+        from mindwatch.mindspore import start_run
+
+        run = (
+            start_run({"save_dir": tmp, "interval": 3600}, network=self.net, optimizer=self.optimizer)
+            if arm == "mindwatch"
+            else None
+        )
+        ends, before = [], {}
+        for step in range(1, steps + 1):
+            ids, targets = self.batches[step % len(self.batches)]
+            loss, grads = self.train_step(ids, targets)
+            if run is not None:
+                run.step(loss=loss, grads=grads)
+            else:
+                loss.asnumpy()
+            ends.append(time.perf_counter())
+            if step == skip:
+                before = threadcpu.snapshot()
+        cpu = threadcpu.by_group(before, threadcpu.snapshot(), training=threading.get_native_id())
+        if run is not None:
+            run.finish()
+        n = steps - skip
+        return {"step": (ends[-1] - ends[skip - 1]) / n, **{k: v / n for k, v in cpu.items()}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench loop", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=2 if QUICK else 9)
+    p.add_argument("--steps", type=int, default=60 if QUICK else 200)
+    p.add_argument("--skip", type=int, default=10 if QUICK else 20)
+    p.add_argument("--hot-steps", type=int, default=10_000 if QUICK else 100_000)
+    args = p.parse_args(argv or [])
+
+    hot = hot_path(args.hot_steps)
+    print(f"hot path, {args.hot_steps} calls, best of 3 (training thread; the worker drained apart):")
+    for name, secs in hot.items():
+        print(f"  {name:28s} {secs * 1e6:7.2f} us per step")
+    print(
+        f"  run.step apart from tensor reads: {(hot['run.step(loss=<float>)'] - hot['empty function']) * 1e6:.2f} us",
+        "(target <= 5 us)",
+    )
+
+    loop = Loop()
+    arms = ["loss reader", "mindwatch"]
+    results: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
+    with tempfile.TemporaryDirectory() as tmp:
+        for arm in arms:  # warm-up: compile the step and the reduction
+            loop.round(arm, args.skip + 5, args.skip, tmp)
+        for r in range(args.rounds):
+            for arm in arms[r % 2 :] + arms[: r % 2]:
+                results[arm].append(loop.round(arm, args.steps, args.skip, tmp))
+    print(
+        f"\ntutorial loop (PyNative + @ms.jit, demo-sized model), {args.rounds} rotating rounds x {args.steps} steps,",
+        f"from step {args.skip} on:",
+    )
+    for arm, rs in results.items():
+        ts = [x["step"] for x in rs]
+        print(
+            f"  {arm:12s} median step {statistics.median(ts) * 1e3:.2f} ms  (rounds: {', '.join(f'{t * 1e3:.1f}' for t in ts)})"
+        )
+    ratios = [m["step"] / b["step"] for m, b in zip(results["mindwatch"], results["loss reader"], strict=True)]
+    print(
+        f"  mindwatch / loss reader, paired per round: median {statistics.median(ratios):.4f} "
+        f"(min {min(ratios):.4f}, max {max(ratios):.4f}; target <= 1.01)"
+    )
+    print("  CPU per step, ms (median of rounds):  training thread | mindwatch threads | MindSpore and others")
+    for arm, rs in results.items():
+        cols = [statistics.median(x[k] for x in rs) * 1e3 for k in ("training", "mindwatch", "other")]
+        print(f"  {arm:12s} {cols[0]:15.3f} | {cols[1]:17.3f} | {cols[2]:.3f}")
+    train_cpu = [m["training"] / b["training"] for m, b in zip(results["mindwatch"], results["loss reader"], strict=True)]
+    print(f"  training-thread CPU, mindwatch / loss reader, paired: median {statistics.median(train_cpu):.4f}")
+
+
+if __name__ == "__main__":
+    main()
