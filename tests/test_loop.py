@@ -4,6 +4,7 @@ CPU, each value checked against what the loop itself computed (the gradients it 
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -105,12 +106,13 @@ def test_a_nan_at_step_25_sets_should_stop_after_that_step(tmp_path: Path) -> No
 
 def test_an_exception_inside_the_run_ends_it_failed_with_the_error(tmp_path: Path) -> None:
     loop = TutorialLoop("pynative")
-    with pytest.raises(RuntimeError, match="data source broke"):
-        with mw.start_run({"save_dir": str(tmp_path), "interval": 60}, network=loop.net, optimizer=loop.optimizer) as run:
-            for step, (ids, targets) in enumerate(gpt_dataset(6).create_tuple_iterator(), start=1):
-                run.step(*loop.train_step(ids, targets))
-                if step == 3:
-                    raise RuntimeError("data source broke")
+    config = {"save_dir": str(tmp_path), "interval": 60}
+    raises = pytest.raises(RuntimeError, match="data source broke")
+    with raises, mw.start_run(config, network=loop.net, optimizer=loop.optimizer) as run:
+        for step, (ids, targets) in enumerate(gpt_dataset(6).create_tuple_iterator(), start=1):
+            run.step(*loop.train_step(ids, targets))
+            if step == 3:
+                raise RuntimeError("data source broke")
     r = mindwatch.open_run(run.run_dir)
     assert r.state == "failed" and "RuntimeError: data source broke" in r.statuses[0]["error"]
     assert r.series("loss").step.tolist() == [1, 2, 3]
@@ -214,3 +216,23 @@ def test_a_save_dir_that_cannot_be_written_falls_back_and_the_loop_trains_on(tmp
     run.finish()
     assert run.run_dir is not None and blocker not in run.run_dir.parents
     assert mindwatch.open_run(run.run_dir).series("loss").step.tolist() == [1, 2]
+
+
+@pytest.mark.slow
+def test_the_example_in_docs_training_loop_md_runs_as_written(tmp_path: Path) -> None:
+    """A user copies the page's example into a file and runs it: it trains, records and says where."""
+    import re
+    import subprocess
+    import sys
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "training-loop.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    (tmp_path / "train.py").write_text(code)
+    out = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "GLOG_v": "3"}
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = Path(tmp_path, out.stdout.split("recorded into", 1)[1].strip())
+    r = mindwatch.open_run(run_dir)
+    assert r.state == "finished" and r.series("loss").step.tolist() == list(range(1, 101))
+    assert "weight_norm/0" in r.metrics and "data_time" in r.metrics
