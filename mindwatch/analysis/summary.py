@@ -26,20 +26,17 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.progress import total_steps_of
-from mindwatch.config import BUILTIN_METRICS
 from mindwatch.store.attempts import time_lost
 from mindwatch.store.reader import Run
 from mindwatch.store.states import lost_message
 
-#: How reports and the terminal view order metrics: the built-in ones as docs/run-directory.md lists them, then the rest.
-METRIC_ORDER = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
-
 
 def ordered_metrics(names: list[str] | set[str]) -> list[str]:
-    """``names`` in :data:`METRIC_ORDER`, then alphabetically."""
-    return sorted(names, key=lambda m: (METRIC_ORDER.index(m) if m in METRIC_ORDER else len(METRIC_ORDER), m))
+    """``names`` in the vocabulary's order (:data:`mindwatch.metrics.STEP_METRICS`), then alphabetically."""
+    return sorted(names, key=vocab.order_key)
 
 
 @dataclass
