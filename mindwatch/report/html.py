@@ -33,7 +33,7 @@ from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.progress import Progress
-from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
+from mindwatch.analysis.summary import RunSummary, ordered_metrics, rank_count, summarize_run
 from mindwatch.analysis.units import format_duration
 from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
@@ -328,7 +328,7 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
         ("steps", [_e(_steps(s)) for s in summaries]),
         ("records", [_e(str(s.records)) for s in summaries]),
-        ("ranks", [_e(", ".join(map(str, s.ranks)) or "-") for s in summaries]),
+        ("ranks", [_e(rank_count(s.world_size, s.ranks)) for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
         ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),
