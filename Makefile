@@ -11,9 +11,8 @@ setup:
 demo: setup
 	$(VENV)/bin/mindwatch demo $(ARGS)
 
-test: setup
-	$(VENV)/bin/ruff check mindwatch tests bench
-	$(VENV)/bin/lint-imports
+# CI runs this: everything `make lint` checks (ruff, the import contracts, the format, mypy), then the tests.
+test: lint
 	$(PY) -m pytest -q $(ARGS)
 
 lint: setup

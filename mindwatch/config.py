@@ -22,42 +22,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.registry import rule_specs
 from mindwatch.schema import RuleSettings, Section, Severity
 
-#: Metric names the collectors produce (the metric-name contract in docs/architecture.md).
-BUILTIN_METRICS: tuple[str, ...] = (
-    "loss",
-    "lr",
-    "grad_norm",
-    "loss_scale",
-    "overflow",
-    "step_time",
-    "data_time",
-    "samples_per_second",
-    "tokens_per_second",
-    "host_rss_gb",
-    "device_mem_gb",
-    "device_mem_peak_gb",
-    "device_util",
-    "device_mem_util",
-    "attention_entropy",
-)
-
-#: Names users write in configs (the seed's ``memory_usage``, ``global_rank``) and what they switch on.
-METRIC_ALIASES: dict[str, tuple[str, ...]] = {
-    "memory_usage": ("host_rss_gb", "device_mem_gb", "device_mem_peak_gb"),
-    "memory": ("host_rss_gb", "device_mem_gb", "device_mem_peak_gb"),
-    "global_rank": (),  # the rank is recorded with every step anyway
-    "rank": (),
-    "throughput": ("samples_per_second", "tokens_per_second"),
-    "utilization": ("device_util", "device_mem_util"),
-    "global_norm": ("grad_norm",),
-    "learning_rate": ("lr",),
-}
-
+#: Names ``monitor_config.metrics`` accepts (the vocabulary's switches and aliases).
+BUILTIN_METRICS: frozenset[str] = vocab.config_names()
 #: What ``metrics`` means when the config does not list any.
-DEFAULT_METRICS: tuple[str, ...] = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
+DEFAULT_METRICS: tuple[str, ...] = vocab.default_switches()
 
 
 class ConfigError(ValueError):
@@ -175,10 +147,16 @@ else:
     )
 
 
+if TYPE_CHECKING:
+    _StragglerMetric = str
+else:  # the names as a Literal: the error lists them
+    _StragglerMetric = Literal[vocab.STRAGGLER_METRICS]
+
+
 class StragglerSettings(RuleSettings):
     """A rank whose step or data time stays above the other ranks' median (checked on rank 0)."""
 
-    metrics: list[Literal["step_time", "data_time"]] = ["data_time", "step_time"]  # pydantic copies the default
+    metrics: list[_StragglerMetric] = list(vocab.STRAGGLER_METRICS)  # pydantic copies the default
     #: A rank is slow at a step when its value is above ``factor`` x the median of the other ranks ...
     factor: float = Field(default=2.0, gt=1)
     #: ... and above it by at least this many seconds (tiny times are noise).
@@ -390,7 +368,7 @@ class MonitorConfig(_Section):
     @field_validator("metrics")
     @classmethod
     def _known_metrics(cls, v: list[str]) -> list[str]:
-        allowed = set(BUILTIN_METRICS) | set(METRIC_ALIASES)
+        allowed = BUILTIN_METRICS
         bad = [m for m in v if m not in allowed]
         if bad:
             raise ValueError(f"unknown metric {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
@@ -411,10 +389,7 @@ class MonitorConfig(_Section):
     @property
     def enabled_metrics(self) -> frozenset[str]:
         """The built-in metric names switched on, with aliases expanded."""
-        out: set[str] = set()
-        for m in self.metrics:
-            out.update(METRIC_ALIASES.get(m, (m,)))
-        return frozenset(out)
+        return vocab.expand(self.metrics)
 
     @property
     def log_level(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def test_the_import_contracts_hold_for_the_tree():
         ("store/reader.py", "from mindwatch.serve import app", "The store and the config import nothing above them"),
         ("report/pdf.py", "from mindwatch.serve import views", "The dashboard and the report never import each other"),
         ("alerts/engine.py", "from mindwatch.mindspore import callback", "The monitor engine and the alert rules never import"),
+        ("metrics.py", "from mindwatch.store import layout", "The metric vocabulary imports nothing of mindwatch"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
@@ -62,3 +64,79 @@ def test_every_rule_module_declares_a_spec_and_gets_a_config_section():
     for spec in specs:
         assert isinstance(getattr(alerts, spec.key), spec.settings), spec.key
         assert spec.doc
+
+
+def _module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(roots: list[Path], base: Path = REPO) -> dict[str, set[str]]:
+    """Module -> the repository modules it imports anywhere in its file (``if TYPE_CHECKING:`` and functions included)."""
+    files = {_module_name(p, base): p for root in roots for p in root.rglob("*.py") if "__pycache__" not in p.parts}
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                out.update(m for a in node.names if (m := known(a.name)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                out.update(m for a in node.names if (m := known(f"{base}.{a.name}")))
+        graph[module] = out - {module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (strongly connected, size > 1)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while (w := stack.pop()) != v:
+                group.append(w)
+            if group:
+                found.append(sorted([v, *group]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_a_module_that_imports_it():
+    assert cycles(import_graph([REPO / "mindwatch", REPO / "bench"])) == []
+
+
+def test_the_cycle_check_sees_an_import_under_type_checking(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import C\n")
+    (pkg / "c.py").write_text("def f():\n    from . import a\n")
+    assert cycles(import_graph([pkg], base=tmp_path)) == [["pkg.a", "pkg.b", "pkg.c"]]
+    (pkg / "c.py").write_text("def f():\n    return 1\n")
+    assert cycles(import_graph([pkg], base=tmp_path)) == []

@@ -78,6 +78,26 @@ def test_endpoint_serves_gauges_counters_and_labels_on_loopback() -> None:
         assert not [m for m in REGISTRY.collect() if m.name.startswith("mindwatch")]
     finally:
         sink.close("finished")
+
+
+def test_every_per_layer_family_is_one_metric_with_a_layer_label() -> None:
+    sink = PrometheusSink(project="gpt", run="run_1", rank=0, port=free_port())
+    try:
+        assert sink.url is not None
+        layers = ["blocks.0.attn", "blocks.1.attn"]
+        rec: dict[str, Any] = {"step": 1, "t": time.time(), "loss": 2.0}
+        for i, layer in enumerate(layers):
+            rec[f"attention_max_logit/{layer}"] = 10.0 + i
+            rec[f"attention_entropy/{layer}"] = 1.0 + i
+        sink.write([rec])
+        text = httpx.get(sink.url, timeout=5).text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        for family, base in (("attention_max_logit", 10.0), ("attention_entropy", 1.0)):
+            samples = families[f"mindwatch_{family}"].samples
+            assert sorted((s.labels["layer"], s.value) for s in samples) == [(layer, base + i) for i, layer in enumerate(layers)]
+        assert not [name for name in families if "blocks" in name]  # no gauge name per layer
+    finally:
+        sink.close("finished")
     with pytest.raises(httpx.HTTPError):
         httpx.get(sink.url, timeout=2)  # the endpoint ends with the run
 

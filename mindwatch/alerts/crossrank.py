@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
 from mindwatch.alerts.liveness import LostRank, RankLiveness
 from mindwatch.alerts.rules import value_of
-from mindwatch.analysis.bands import CROSS_RANK_METRICS
 from mindwatch.analysis.units import format_ms
 from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.layout import RunLayout, read_json
@@ -72,7 +72,7 @@ class StragglerRule:
 
     def __init__(
         self,
-        metrics: Sequence[str] = ("data_time", "step_time"),
+        metrics: Sequence[str] = vocab.STRAGGLER_METRICS,
         *,
         factor: float = 2.0,
         min_excess: float = 0.05,
@@ -250,7 +250,7 @@ class CrossRankWatch:
         complete.sort(key=lambda item: item[0])
         steps = [step for step, _ in complete]
         ranks = np.arange(self.world_size)
-        for metric in CROSS_RANK_METRICS:
+        for metric in vocab.banded():
             values = np.full((len(complete), self.world_size), np.nan)
             seen = False
             for i, (_, by_rank) in enumerate(complete):

@@ -1,4 +1,4 @@
-"""Every alert rule mindwatch knows, found in :mod:`mindwatch.alerts.rules`: one module a rule, each with a ``SPEC``.
+"""Every alert rule mindwatch knows, listed in :data:`mindwatch.alerts.rules.SPECS`: one module a rule, each with a ``SPEC``.
 
 Example::
 
@@ -8,38 +8,37 @@ Example::
     rules = build_rules(config, rank=0)        # the rules ``config`` switches on, for the RuleEngine
 
 Adding a rule is one module in ``mindwatch/alerts/rules/`` that defines ``SPEC`` (its settings
-become ``monitor_config.alerts.<key>``) plus its test; see docs/alerts.md, "Adding a rule".
+become ``monitor_config.alerts.<key>``), its line in ``SPECS``, and its test; see docs/alerts.md, "Adding a rule".
+The config is typed by what is read of it (:class:`Configured`), so this module does not import the config
+(which imports it for the rule sections).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Iterable
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from mindwatch.alerts import rules as _rules_package
+from mindwatch.alerts.rules import SPECS
 from mindwatch.alerts.rules.base import Rule, RuleContext, RuleSpec
 
-if TYPE_CHECKING:
-    from mindwatch.config import MonitorConfig
+
+class Configured(Protocol):
+    """What the rules read of a config (a :class:`mindwatch.config.MonitorConfig`)."""
+
+    @property
+    def alerts(self) -> Any: ...
+
+    @property
+    def callback(self) -> Any: ...
 
 
-@cache
 def rule_specs() -> tuple[RuleSpec, ...]:
-    """The ``SPEC`` of every module in :mod:`mindwatch.alerts.rules`, by key."""
-    specs = []
-    for info in pkgutil.iter_modules(_rules_package.__path__):
-        module = importlib.import_module(f"{_rules_package.__name__}.{info.name}")
-        spec = getattr(module, "SPEC", None)
-        if isinstance(spec, RuleSpec):
-            specs.append(spec)
-    return tuple(sorted(specs, key=lambda s: s.key))
+    """The ``SPEC`` of every rule, by key."""
+    return SPECS
 
 
 def build_rules(
-    config: MonitorConfig, *, rank: int = 0, device_total_gb: float | None = None, nonfinite_checked: Iterable[str] = ()
+    config: Configured, *, rank: int = 0, device_total_gb: float | None = None, nonfinite_checked: Iterable[str] = ()
 ) -> list[Rule]:
     """The rules ``config`` switches on (``alerts:`` and ``callback.params.warn_on_value``).
 
@@ -49,7 +48,7 @@ def build_rules(
     alerts = config.alerts
     if not alerts.enabled:
         return []
-    ctx = RuleContext(config, rank, device_total_gb, frozenset(nonfinite_checked))
+    ctx = RuleContext(config.callback.params.warn_on_value, rank, device_total_gb, frozenset(nonfinite_checked))
     out: list[Rule] = []
     for spec in rule_specs():
         settings = getattr(alerts, spec.key)
@@ -58,7 +57,7 @@ def build_rules(
     return out
 
 
-def configured_actions(config: Any) -> set[str]:
+def configured_actions(config: Configured) -> set[str]:
     """Every action any alert rule of ``config`` may request."""
     alerts = config.alerts
     if not alerts.enabled:

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch import metrics as vocab
 from mindwatch.store.reader import Run, Series
 
 #: The metrics the dashboard draws as a band across ranks and the rules compare across ranks.
-CROSS_RANK_METRICS: tuple[str, ...] = ("loss", "step_time", "data_time", "samples_per_second", "tokens_per_second")
+CROSS_RANK_METRICS: tuple[str, ...] = vocab.banded()
 
 
 @dataclass

@@ -21,6 +21,9 @@ from typing import Any
 
 import numpy as np
 
+#: Step buckets of every heat map (the dashboard's and the report's): each one the mean of its steps.
+HEATMAP_BUCKETS = 300
+
 
 @dataclass(frozen=True)
 class LayerGrid:

@@ -19,27 +19,23 @@ Definitions (docs/reports.md repeats them):
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.progress import total_steps_of
-from mindwatch.config import BUILTIN_METRICS
 from mindwatch.store.attempts import time_lost
 from mindwatch.store.reader import Run
 from mindwatch.store.states import lost_message
 
-#: How reports and the terminal view order metrics: the built-in ones as docs/run-directory.md lists them, then the rest.
-METRIC_ORDER = tuple(m for m in BUILTIN_METRICS if m != "attention_entropy")
-
 
 def ordered_metrics(names: list[str] | set[str]) -> list[str]:
-    """``names`` in :data:`METRIC_ORDER`, then alphabetically."""
-    return sorted(names, key=lambda m: (METRIC_ORDER.index(m) if m in METRIC_ORDER else len(METRIC_ORDER), m))
+    """``names`` in the vocabulary's order (:data:`mindwatch.metrics.STEP_METRICS`), then alphabetically."""
+    return sorted(names, key=vocab.order_key)
 
 
 @dataclass
@@ -80,6 +76,13 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def rank_count(world_size: int, ranks: list[int]) -> str:
+    """How many ranks a run has, as every view says it: ``"1"``, ``"8"``, ``"8 (3 recorded)"`` when files are missing."""
+    if ranks and len(ranks) < world_size:
+        return f"{world_size} ({len(ranks)} recorded)"
+    return str(max(world_size, len(ranks), 1))
 
 
 def run_values(run: Run, metric: str, rank: int | None = None, last: int | None = None) -> np.ndarray:
@@ -185,15 +188,11 @@ def _max_with_step(run: Run, metric: str) -> tuple[float | None, int | None]:
         ser = run.series(metric, rank=r)
         if not len(ser):
             continue
-        key = np.where(np.isnan(ser.value), np.inf, ser.value)  # a NaN norm is worse than any number
-        i = int(np.argmax(key))
+        finite = np.isfinite(ser.value)  # NaN and Inf are counted by the non-finite rule, not a maximum
+        if not finite.any():
+            continue
+        i = int(np.argmax(np.where(finite, ser.value, -np.inf)))
         v = float(ser.value[i])
-        if best is None or _worse(v, best[0]):
+        if best is None or v > best[0]:
             best = (v, int(ser.step[i]))
     return best if best is not None else (None, None)
-
-
-def _worse(a: float, b: float) -> bool:
-    if math.isnan(b):
-        return False
-    return math.isnan(a) or a > b

@@ -48,7 +48,7 @@ function alertMarks(alerts, metric, kind) {
     const x = kind === "time" ? a.t : a.step;
     if (x === undefined || x === null) continue;
     const label = `${a.rule || "alert"}${a.rank !== undefined ? " r" + a.rank : ""}: ${a.message || ""}`;
-    const color = a.severity === "critical" || a.severity === "error" ? "#d7263d" : "#f4a259";
+    const color = a.severity === "error" ? "#d7263d" : "#f4a259";
     if (metric && a.metric === metric && typeof a.value === "number") {
       pts.push({ coord: [x, a.value], value: "!", name: label, itemStyle: { color } });
     } else if (!metric) {

@@ -38,6 +38,10 @@ SUMMARY_COLUMNS = (
     "alerts",
     "started_at",
 )
+#: The runs page's headers of the summary columns that are not a plain word.
+COLUMN_LABELS = {"final_loss": "final loss", "best_loss": "best loss", "total_steps": "planned steps", "started_at": "started"}
+#: An example filter, shown in the runs page's empty filter box.
+FILTER_EXAMPLE = "lr > 1e-3 and final(loss) < 2"
 _CALLS = {("final", "loss"): "final_loss", ("min", "loss"): "best_loss", ("steps", None): "steps",
           ("duration", None): "duration", ("alerts", None): "alerts", ("state", None): "state"}  # fmt: skip
 
@@ -139,4 +143,4 @@ def sort_key(value: Any) -> tuple[int, Any]:
     return (1, str(value))
 
 
-__all__ = ["SUMMARY_COLUMNS", "RuleError", "RunFilter", "flatten", "run_columns", "sort_key"]
+__all__ = ["COLUMN_LABELS", "FILTER_EXAMPLE", "SUMMARY_COLUMNS", "RuleError", "RunFilter", "flatten", "run_columns", "sort_key"]

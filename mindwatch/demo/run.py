@@ -41,7 +41,7 @@ def run_demo(args: argparse.Namespace) -> int:
         model.train(1, dataset, callbacks=[monitor], dataset_sink_mode=False)
         print(f"mindwatch demo: trained {settings.steps} steps in {time.time() - start:.1f} s")
         print(f"mindwatch demo: run directory: {monitor.run_dir}")
-        if dashboard is not None:
+        if dashboard is not None and monitor.run_dir is not None:
             run_id = Path(monitor.run_dir).relative_to(Path(args.save_dir)).as_posix()
             print(f"mindwatch demo: this run on the dashboard: {dashboard.url}#/run/{quote(run_id, safe='')}")
             # Keep showing the result in a terminal; CI, pipes and --exit-when-done end here.

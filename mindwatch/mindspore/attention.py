@@ -30,8 +30,10 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from mindwatch import metrics as vocab
+
 #: The metrics an attention layer's statistics are recorded as, in the order of AttentionStats' values.
-ATTENTION_METRICS = ("attention_entropy", "attention_max_logit")
+ATTENTION_METRICS: tuple[str, ...] = vocab.attention_names()
 
 
 class AttentionStats(nn.Cell):

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from mindwatch.metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR, OVERFLOW, STEP_OUTPUTS
+
 #: MindFormers' train-cell output layouts, by tuple length (global_norm may be None).
 MINDFORMERS_LAYOUTS: dict[int, tuple[str, ...]] = {
-    3: ("loss", "overflow", "loss_scale"),
-    4: ("loss", "overflow", "loss_scale", "lr"),
-    5: ("loss", "overflow", "loss_scale", "lr", "grad_norm"),
-    7: ("loss", "overflow", "loss_scale", "lr", "grad_norm", "local_norm", "size"),
+    3: (LOSS, OVERFLOW, LOSS_SCALE),
+    4: (LOSS, OVERFLOW, LOSS_SCALE, LR),
+    5: (LOSS, OVERFLOW, LOSS_SCALE, LR, GRAD_NORM),
+    7: (LOSS, OVERFLOW, LOSS_SCALE, LR, GRAD_NORM, "local_norm", "size"),
 }
 
 #: The names we record out of a layout (local_norm / size are MindFormers internals).
-RECORDED = ("loss", "overflow", "loss_scale", "lr", "grad_norm")
+RECORDED = STEP_OUTPUTS
 
 
 def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[tuple[int, str], ...]:
@@ -32,11 +34,11 @@ def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[t
     Worked out once per training, so the per-step decoding is a short loop.
     """
     if not isinstance(net_outputs, (tuple, list)):
-        return ((-1, "loss"),)
+        return ((-1, LOSS),)
     if declared is not None and len(declared) == len(net_outputs):
         names = declared
     else:
-        names = MINDFORMERS_LAYOUTS.get(len(net_outputs), ("loss",))
+        names = MINDFORMERS_LAYOUTS.get(len(net_outputs), (LOSS,))
     return tuple((i, name) for i, name in enumerate(names) if name in RECORDED)
 
 

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 
 from mindwatch import __version__
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.downsample import keep_extremes
-from mindwatch.analysis.heatmap import bin_layers, layer_order
+from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.progress import Progress
-from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
+from mindwatch.analysis.summary import RunSummary, ordered_metrics, rank_count, summarize_run
 from mindwatch.analysis.units import format_duration
 from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
@@ -40,13 +41,15 @@ from mindwatch.store.reader import Run, open_run
 
 #: Points per series in a chart; min/max pairs per bucket, so spikes survive.
 MAX_POINTS = 2000
-#: Step buckets in the attention-entropy heat map (each one the mean of its steps).
-MAX_HEATMAP_STEPS = 300
+#: Step buckets in the heat maps (the bucket policy of mindwatch.analysis.heatmap).
+MAX_HEATMAP_STEPS = HEATMAP_BUCKETS
 #: Alerts listed in the table (all of them are counted and drawn).
 MAX_ALERT_ROWS = 500
-_ENTROPY = "attention_entropy/"
 #: Per-layer metrics drawn as one chart of a line per layer (mindwatch.mindspore.attention).
-_PER_LAYER = (_ENTROPY, "attention_max_logit/")
+_PER_LAYER = tuple(m.prefix for m in vocab.ATTENTION_FAMILIES)
+_ENTROPY = f"{vocab.ATTENTION_ENTROPY}/"
+#: The names of the per-layer norms side by side in the report's bar chart.
+_NORM_BARS = {vocab.WEIGHT_NORM: "weights", vocab.GRAD_NORM: "gradients"}
 _HERE = Path(__file__).resolve().parent
 _DECLARATION = re.compile(r"(async )?(function|const|let|class)\b")
 
@@ -172,7 +175,7 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
         if not series:
             continue
         values = np.array([p[1] for s in series for p in s["data"] if p[1] is not None], dtype=np.float64)
-        log = bool(len(values) and values.min() > 0 and values.max() / values.min() > 1e3 and name == "grad_norm")
+        log = bool(len(values) and values.min() > 0 and values.max() / values.min() > 1e3 and name == vocab.GRAD_NORM)
         note = f"thinned to {MAX_POINTS} points per series (min and max per bucket)" if thinned else ""
         if log:
             note = (note + "; " if note else "") + "log scale"
@@ -183,7 +186,7 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
 def _histogram(runs: list[Run], labels: list[str], bins: int = 30) -> dict[str, Any] | None:
     per_run = []
     for run in runs:
-        parts = [run.series("grad_norm", rank=r).value for r in run.ranks]
+        parts = [run.series(vocab.GRAD_NORM, rank=r).value for r in run.ranks]
         v = np.concatenate(parts) if parts else np.empty(0)
         per_run.append(v)
     finite = [v[np.isfinite(v)] for v in per_run]
@@ -206,7 +209,7 @@ def _histogram(runs: list[Run], labels: list[str], bins: int = 30) -> dict[str, 
     nonfinite = sum(int((~np.isfinite(v)).sum()) for v in per_run)
     note = f"{sum(len(f) for f in finite)} values, every rank" + (f"; {nonfinite} non-finite not shown" if nonfinite else "")
     labels_out = [f"{_short(a)}–{_short(b)}" for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)]
-    return {"labels": labels_out, "series": series, "log": bool(log), "note": note}
+    return {"metric": vocab.GRAD_NORM, "labels": labels_out, "series": series, "log": bool(log), "note": note}
 
 
 def _heatmap(run: Run) -> dict[str, Any] | None:
@@ -223,7 +226,9 @@ def _heatmap(run: Run) -> dict[str, Any] | None:
     note = f"rank {rank}, {samples} samples"
     if len(grid.steps) < samples:
         note += f", mean of each of {len(grid.steps)} step buckets"
-    return {"steps": grid.steps, "layers": [m[len(_ENTROPY) :] for m in layers], "values": grid.values, "note": note}
+    layer_names = [m[len(_ENTROPY) :] for m in layers]
+    title = f"{vocab.ATTENTION_FAMILIES[0].title} per layer"
+    return {"steps": grid.steps, "layers": layer_names, "values": grid.values, "note": note, "title": title}
 
 
 def _layers(run: Run) -> dict[str, Any] | None:
@@ -233,7 +238,7 @@ def _layers(run: Run) -> dict[str, Any] | None:
     if rank is None:
         return None
     metrics = run.columns[rank].layer_metrics
-    layers = [m.partition("/")[2] for m in metrics if m.startswith("grad_norm/")]
+    layers = [m.partition("/")[2] for m in metrics if m.startswith(f"{LAYER_STATS[0]}/")]
     last: dict[str, list[float | None]] = {}
     maps: dict[str, dict[str, Any]] = {}
     step = None
@@ -247,7 +252,15 @@ def _layers(run: Run) -> dict[str, Any] | None:
         maps[stat] = {"steps": grid.steps, "layers": layers, "values": grid.values}
     if not last:
         return None
-    out = {"layers": layers, "last": last, "step": step, "heatmaps": maps, "note": f"rank {rank}, last measured at step {step}"}
+    out: dict[str, Any] = {
+        "layers": layers,
+        "last": last,
+        "step": step,
+        "heatmaps": maps,
+        "note": f"rank {rank}, last measured at step {step}",
+    }
+    out["bars"] = [[stat, name] for stat, name in _NORM_BARS.items() if stat in last]
+    out["maps"] = [[m.name, f"{m.title} per layer (log colour)"] for m in vocab.LAYER_FAMILIES if m.heat and m.name in maps]
     steps, hist = run.layer_histograms(rank)
     if hist is not None:  # the last histograms: a row per layer, bins as fractions of the layer's max |x|
         centers = np.linspace(-1, 1, hist.bins + 1)
@@ -315,7 +328,7 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
         ("steps", [_e(_steps(s)) for s in summaries]),
         ("records", [_e(str(s.records)) for s in summaries]),
-        ("ranks", [_e(", ".join(map(str, s.ranks)) or "-") for s in summaries]),
+        ("ranks", [_e(rank_count(s.world_size, s.ranks)) for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
         ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),

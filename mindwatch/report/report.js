@@ -49,11 +49,11 @@ const dist = document.getElementById("distributions");
 if (DATA.histogram) {
   const hist = DATA.histogram;
   make(chartDiv(dist, "chart-grad-norm-histogram", false), (el) => plainChart(el, {
-    title: titleOption("grad_norm distribution", hist.note),
+    title: titleOption(`${hist.metric} distribution`, hist.note),
     tooltip: { trigger: "axis" },
     legend: hist.series.length > 1 ? { right: 10, top: 6 } : undefined,
     grid: { left: 56, right: 24, top: 58, bottom: 56 },
-    xAxis: { type: "category", data: hist.labels, name: hist.log ? "grad_norm (log bins)" : "grad_norm", nameLocation: "middle", nameGap: 40,
+    xAxis: { type: "category", data: hist.labels, name: hist.log ? `${hist.metric} (log bins)` : hist.metric, nameLocation: "middle", nameGap: 40,
              axisLabel: { rotate: 40, fontSize: 10 } },
     yAxis: { type: "value", name: "steps" },
     series: hist.series.map((s) => ({ name: s.label, type: "bar", data: s.counts, barGap: "5%", barCategoryGap: "10%" })),
@@ -64,7 +64,7 @@ if (DATA.histogram) {
 if (DATA.heatmap) {
   const hm = DATA.heatmap;
   make(chartDiv(dist, "chart-attention-entropy", false),
-    (el) => heatmap(el, hm, { title: "attention entropy (nats) per layer", subtitle: hm.note }));
+    (el) => heatmap(el, hm, { title: hm.title, subtitle: hm.note }));
 }
 
 // -- per-layer health (docs/layers.md): the last norms side by side, and heat maps over steps -------------
@@ -78,11 +78,10 @@ if (DATA.layers) {
     grid: { left: 64, right: 24, top: 58, bottom: 110 },
     xAxis: { type: "category", data: ly.layers, axisLabel: { rotate: 50, fontSize: 10 } },
     yAxis: { type: "log", name: "L2 norm" },
-    series: [["weight_norm", "weights"], ["grad_norm", "gradients"]].filter(([k]) => ly.last[k])
-      .map(([k, name]) => ({ name, type: "bar", data: ly.last[k].map((v) => (v > 0 ? v : "-")) })),
+    series: ly.bars.map(([k, name]) => ({ name, type: "bar", data: ly.last[k].map((v) => (v > 0 ? v : "-")) })),
   }));
-  for (const [stat, title] of [["grad_norm", "gradient norm per layer (log colour)"], ["update_ratio", "update ratio per layer (log colour)"]]) {
-    if (ly.heatmaps[stat]) make(chartDiv(box, `chart-layers-${stat}`, false), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
+  for (const [stat, title] of ly.maps) {
+    make(chartDiv(box, `chart-layers-${stat}`, false), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
   }
   for (const [kind, what] of [["weights", "weights"], ["grads", "gradients"]]) {
     const hm = ly[`histogram_${kind}`];

@@ -6,6 +6,7 @@ Example (with the app from :func:`mindwatch.serve.app.create_app`)::
     GET /api/run?run=gpt/run_1
     GET /api/series?run=gpt/run_1&metric=loss&rank=0&x=step&lo=1000&hi=2000&points=2000
     GET /api/heatmap?run=gpt/run_1&prefix=attention_entropy/&buckets=100
+    GET /api/vocabulary                      # mindwatch.metrics: names, families, chart groups
     GET /api/alerts?run=gpt/run_1
     GET /api/compare?runs=gpt/run_1,gpt/run_2&metric=loss
 
@@ -24,11 +25,12 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from mindwatch import metrics as vocab
 from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_rows
 from mindwatch.analysis.downsample import keep_extremes
-from mindwatch.analysis.heatmap import bin_layers, layer_order
+from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.progress import run_progress
-from mindwatch.checks.listing import SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
+from mindwatch.checks.listing import COLUMN_LABELS, FILTER_EXAMPLE, SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
 from mindwatch.store.bandfiles import band_path, read_band_file
@@ -196,7 +198,14 @@ def runs_table(
         row["values"] = {c: _json_value(values.get(c)) for c in columns}
         out.append(row)
     extra = sorted(available.difference(SUMMARY_COLUMNS))
-    return {"runs": out, "total": len(summaries), "columns": [*SUMMARY_COLUMNS, *extra], "now": now or time.time()}
+    return {
+        "runs": out,
+        "total": len(summaries),
+        "columns": [*SUMMARY_COLUMNS, *extra],
+        "labels": COLUMN_LABELS,
+        "filter_example": f"filter, e.g. {FILTER_EXAMPLE}",
+        "now": now or time.time(),
+    }
 
 
 def _json_value(v: Any) -> Any:
@@ -329,6 +338,9 @@ class Api:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
+    def vocabulary(self, req: Request) -> JSONResponse:
+        return JSONResponse(vocab.vocabulary())
+
     def runs(self, req: Request) -> JSONResponse:
         columns, filter_text, sort = runs_query(req)
         return JSONResponse(runs_table(self.catalog.summaries(), columns, filter_text, sort))
@@ -360,10 +372,10 @@ class Api:
 
     def heatmap(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
-        prefix = req.query_params.get("prefix") or "attention_entropy/"
+        prefix = req.query_params.get("prefix") or f"{vocab.ATTENTION_ENTROPY}/"
         if not _METRIC.match(prefix):
             raise BadRequest(f"prefix {prefix[:40]!r} is not a metric name prefix")
-        buckets = int_param(req, "buckets", 100, 1, 2000) or 100
+        buckets = int_param(req, "buckets", HEATMAP_BUCKETS, 1, 2000) or HEATMAP_BUCKETS
         return JSONResponse(heatmap(view, prefix, int_param(req, "rank", None, 0, 1 << 20), buckets))
 
     def alerts(self, req: Request) -> JSONResponse:

@@ -9,9 +9,8 @@ Example::
 The app only reads run directories under LOGDIR; it never imports MindSpore, so it runs on a
 laptop next to a copy (or a network mount) of the run directories.
 
-The page is plain ES modules (static/app.js imports the rest, no build step). Debug flag: open
-``/?debug=1#/run/<id>`` and the page counts, in ``window.mindwatchDebug``, the live points it merged
-and the heat-map/band refreshes it drew (static/debug.js); without it nothing is added to ``window``.
+The page is plain ES modules (static/app.js imports the rest, no build step); it holds no metric name:
+``static/vocabulary.js`` reads the vocabulary (:mod:`mindwatch.metrics`) from ``/api/vocabulary``.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ STATIC_FILES = {
     "app.js": "text/javascript",
     "api.js": "text/javascript",
     "dom.js": "text/javascript",
-    "debug.js": "text/javascript",
+    "vocabulary.js": "text/javascript",
     "merge.js": "text/javascript",
     "runs_page.js": "text/javascript",
     "run_charts.js": "text/javascript",
@@ -125,6 +124,7 @@ def create_app(
             Route("/", page),
             Route("/favicon.ico", lambda req: Response(status_code=204)),
             Route("/static/{name}", static_file),
+            Route("/api/vocabulary", api.vocabulary),
             Route("/api/runs", api.runs),
             Route("/api/run", api.run),
             Route("/api/series", api.series),

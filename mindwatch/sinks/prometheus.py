@@ -10,8 +10,9 @@ Example::
     #   mindwatch_last_step_timestamp_seconds{...} 1.7643930001e+09
 
 One gauge per metric, named ``mindwatch_<metric>`` with the run directory's metric names
-(``mindwatch_grad_norm``, ``mindwatch_tokens_per_second``...; ``attention_entropy/<layer>``
-becomes ``mindwatch_attention_entropy{layer="<layer>"}``), plus ``mindwatch_step``,
+(``mindwatch_grad_norm``, ``mindwatch_tokens_per_second``...); each family of :mod:`mindwatch.metrics`
+is one gauge with a ``layer`` label (``attention_max_logit/<layer>`` becomes
+``mindwatch_attention_max_logit{layer="<layer>"}``), plus ``mindwatch_step``,
 ``mindwatch_last_step_timestamp_seconds``, ``mindwatch_host_memory_total_gb``, and the counters
 ``mindwatch_nonfinite_values_total{metric}`` and ``mindwatch_alerts_total{rule,severity}``.
 Every series carries ``project``, ``run`` and ``rank``. The gauges are set on the Monitor's
@@ -32,6 +33,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from mindwatch import metrics as vocab
 from mindwatch.store.jsonl import metric_values
 from mindwatch.system import host_memory_total_gb
 
@@ -40,7 +42,6 @@ log = logging.getLogger("mindwatch")
 PREFIX = "mindwatch_"
 LABELS = ("project", "run", "rank")
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
-_FAMILY_LABEL = {"attention_entropy": "layer"}  # "<family>/<x>" metrics: one gauge, x as a label
 
 
 def local_rank(env: Mapping[str, str] = os.environ) -> int:
@@ -55,9 +56,9 @@ def local_rank(env: Mapping[str, str] = os.environ) -> int:
 
 def metric_name(name: str) -> tuple[str, dict[str, str]]:
     """The Prometheus name (and extra labels) for a run-directory metric name."""
-    family, _, rest = name.partition("/")
-    if rest and family in _FAMILY_LABEL:
-        return PREFIX + family, {_FAMILY_LABEL[family]: rest}
+    member = vocab.family_of(name)  # "<family>/<layer>": one gauge, the layer as a label
+    if member is not None:
+        return PREFIX + member[0], {"layer": member[1]}
     sane = _INVALID.sub("_", name)
     return PREFIX + (sane if not sane[:1].isdigit() else "_" + sane), {}
 
@@ -94,7 +95,7 @@ class PrometheusSink:
         self._nonfinite = Counter(
             f"{PREFIX}nonfinite_values", "Recorded values that were NaN or infinite.", [*LABELS, "metric"], registry=reg
         )
-        for metric in ("loss", "grad_norm"):  # present from the start, so increase() sees the first NaN
+        for metric in vocab.TRAINING_SIGNALS:  # present from the start, so increase() sees the first NaN
             self._nonfinite.labels(**self._labels, metric=metric)
         self._alerts = Counter(
             f"{PREFIX}alerts", "Alerts raised by mindwatch's rules.", [*LABELS, "rule", "severity"], registry=reg

@@ -22,14 +22,23 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from mindwatch.store.columns import RankColumns
+log = logging.getLogger("mindwatch.store")
 
-log = logging.getLogger("mindwatch.serve")
+
+class CachedColumns(Protocol):
+    """What the cache keeps of :class:`mindwatch.store.columns.RankColumns` (which uses this cache, so is not imported)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def snapshot(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]: ...
+
+    def restore(self, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> None: ...
+
 
 _VERSION = 1
 _PROBE = 4096  # bytes hashed at the start of the file and before the cached offset
@@ -79,7 +88,7 @@ class ColumnCache:
             "tail": hashlib.sha1(tail).hexdigest(),
         }
 
-    def load(self, cols: RankColumns) -> bool:
+    def load(self, cols: CachedColumns) -> bool:
         """Restore ``cols`` from its cache entry when the entry matches the file; False otherwise."""
         entry = self._entry(cols.path)
         if not entry.exists():
@@ -101,7 +110,7 @@ class ColumnCache:
             os.utime(entry)  # recently used: kept longest
         return True
 
-    def save(self, cols: RankColumns, wait: bool = False) -> None:
+    def save(self, cols: CachedColumns, wait: bool = False) -> None:
         """Write ``cols``' state in a background thread (the query that triggered it does not wait)."""
         state, arrays = cols.snapshot()  # views of the arrays read so far: appends never change them
         identity = self._identity(cols.path, state["offset"])

@@ -69,7 +69,8 @@ class RunListing:
     error: str | None = None
     #: The step the training ends at (meta.json ``total_steps``); None when unknown.
     total_steps: int | None = None
-    #: The loss of the lowest rank's last record, and the lowest loss any rank wrote (its status file).
+    #: The loss of the lowest rank's last record, and the lowest finite loss of the lowest rank that has one (its
+    #: status file's ``best_loss``): the definitions :func:`mindwatch.analysis.summary.summarize_run` uses.
     final_loss: float | None = None
     best_loss: float | None = None
     #: meta.json's config snapshot (secrets masked).
@@ -102,7 +103,7 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
     last_times += [rec["t"] for rec in lasts if isinstance(rec.get("t"), (int, float))]
     errors = [s["error"] for s in statuses.values() if s.get("error")]
     final = next((rec.get("loss") for _, rec in sorted(last_by_rank.items()) if "loss" in rec), None)
-    bests = [b for s in statuses.values() if isinstance(b := s.get("best_loss"), (int, float))]
+    bests = [b for _, s in sorted(statuses.items()) if isinstance(b := s.get("best_loss"), (int, float))]
     started = meta.get("started_at") or min((s.get("started_at") or 0 for s in statuses.values()), default=None)
     return RunListing(
         path=str(layout.root),
@@ -119,7 +120,7 @@ def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListin
         alert_count=_count_lines(layout.alerts),
         error=lost_message(statuses) or (errors[0] if errors else None),
         final_loss=_number(final),
-        best_loss=min(bests) if bests else None,
+        best_loss=bests[0] if bests else None,
         config=config if isinstance(config := meta.get("config"), dict) else {},
         total_steps=total if isinstance(total := meta.get("total_steps"), int) and not isinstance(total, bool) else None,
     )

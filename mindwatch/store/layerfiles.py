@@ -35,13 +35,14 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch import metrics as vocab
 from mindwatch.store.layout import read_json, write_json_atomic
 
 log = logging.getLogger("mindwatch")
 
 FORMAT = "mindwatch.layers"
 #: The statistics a layer row holds, in order (docs/run-directory.md).
-LAYER_STATS = ("grad_norm", "weight_norm", "update_ratio")
+LAYER_STATS: tuple[str, ...] = vocab.layer_stat_names()
 #: The record key that carries a step's :class:`LayerRow` to the writer and the rules.
 LAYER_KEY = "layer_stats"
 #: The record key that carries a step's :class:`LayerHistograms` to the writer and the TensorBoard sink.
@@ -82,8 +83,7 @@ class LayerHistograms:
 
 def is_layer_metric(name: str) -> bool:
     """Whether ``name`` is a per-layer statistic (``grad_norm/<layer>``, ...), not a metric of its own."""
-    stat, slash, _ = name.partition("/")
-    return bool(slash) and stat in LAYER_STATS
+    return vocab.is_layer_metric(name)
 
 
 def layers_dir(metrics: Path) -> Path:

@@ -1,5 +1,5 @@
 """The alert rules, one module a rule; each module's ``SPEC`` plugs it into the config and the engine
-(:mod:`mindwatch.alerts.registry`).
+(:mod:`mindwatch.alerts.registry`). :data:`SPECS` lists them: a new rule module is added there.
 
 Example::
 
@@ -9,6 +9,20 @@ Example::
     rule.check({"step": 120, "loss": 9.1})      # [] or [alert]
 """
 
+from mindwatch.alerts.rules import (
+    data_wait,
+    divergence,
+    layer_frozen,
+    layer_spike,
+    layer_update_large,
+    layer_vanishing,
+    memory,
+    nonfinite,
+    spike,
+    stall,
+    threshold,
+    throughput_drop,
+)
 from mindwatch.alerts.rules.base import RollingMedian, Rule, RuleBase, RuleContext, RuleSpec, Streak, value_of
 from mindwatch.alerts.rules.data_wait import DataWaitRule
 from mindwatch.alerts.rules.divergence import DivergenceRule
@@ -18,7 +32,29 @@ from mindwatch.alerts.rules.spike import SpikeRule
 from mindwatch.alerts.rules.threshold import THROUGHPUT_METRICS, ThresholdRule, threshold_rules
 from mindwatch.alerts.rules.throughput_drop import ThroughputDropRule
 
+#: Every rule's spec, by key: what the config's ``alerts:`` sections and the engine are built from.
+SPECS: tuple[RuleSpec, ...] = tuple(
+    sorted(
+        (
+            data_wait.SPEC,
+            divergence.SPEC,
+            layer_frozen.SPEC,
+            layer_spike.SPEC,
+            layer_update_large.SPEC,
+            layer_vanishing.SPEC,
+            memory.SPEC,
+            nonfinite.SPEC,
+            spike.SPEC,
+            stall.SPEC,
+            threshold.SPEC,
+            throughput_drop.SPEC,
+        ),
+        key=lambda s: s.key,
+    )
+)
+
 __all__ = [
+    "SPECS",
     "THROUGHPUT_METRICS",
     "DataWaitRule",
     "DivergenceRule",

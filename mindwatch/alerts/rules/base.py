@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,9 +30,6 @@ from mindwatch.schema import RuleSettings
 from mindwatch.store.jsonl import decode_value
 from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
 
-if TYPE_CHECKING:
-    from mindwatch.config import MonitorConfig
-
 Record = dict[str, Any]
 
 
@@ -40,7 +37,8 @@ Record = dict[str, Any]
 class RuleContext:
     """What a rule's factory may read besides its own settings."""
 
-    config: MonitorConfig
+    #: ``callback.params.warn_on_value``: metric -> a limit or a ``{above|below: x}`` bound.
+    warn_on_value: Mapping[str, Any] = field(default_factory=dict)
     rank: int = 0
     #: Device memory total in GB, where the device reports it.
     device_total_gb: float | None = None

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from pydantic import Field
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, value_of
 from mindwatch.schema import RuleSettings
@@ -19,7 +20,7 @@ from mindwatch.schema import RuleSettings
 
 class NonFiniteSettings(RuleSettings):
     #: NaN/Inf in these metrics; checked on the training thread, so ``stop`` acts on the same step.
-    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
+    metrics: list[str] = Field(default_factory=lambda: list(vocab.TRAINING_SIGNALS))
 
 
 class NonFiniteRule(RuleBase):
@@ -28,7 +29,7 @@ class NonFiniteRule(RuleBase):
     name = "nonfinite"
     severity = "error"
 
-    def __init__(self, metrics: Iterable[str] = ("loss", "grad_norm"), *, rank: int = 0, actions=()) -> None:
+    def __init__(self, metrics: Iterable[str] = vocab.TRAINING_SIGNALS, *, rank: int = 0, actions=()) -> None:
         super().__init__(rank, actions)
         self.metrics = tuple(metrics)
 

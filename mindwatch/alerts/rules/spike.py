@@ -11,13 +11,14 @@ import math
 
 from pydantic import Field
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, Streak, value_of
 from mindwatch.schema import RuleSettings
 
 
 class SpikeSettings(RuleSettings):
-    metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm"])
+    metrics: list[str] = Field(default_factory=lambda: list(vocab.TRAINING_SIGNALS))
     #: A value above ``factor`` x the rolling median of the last ``window`` values is a spike.
     factor: float = Field(default=3.0, gt=1)
     window: int = Field(default=50, ge=3)

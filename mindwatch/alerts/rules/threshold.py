@@ -9,15 +9,16 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, value_of
 from mindwatch.schema import RuleSettings
 
 #: Metrics where more is better: a bare ``warn_on_value`` limit on them is a lower bound.
-THROUGHPUT_METRICS = frozenset({"samples_per_second", "tokens_per_second"})
+THROUGHPUT_METRICS = frozenset(vocab.in_group("throughput"))
 
 
 class ThresholdRule(RuleBase):
@@ -45,7 +46,7 @@ class ThresholdRule(RuleBase):
         return [self._alert(rec, message, metric=self.metric, value=v, threshold=limit)]
 
 
-def threshold_rules(warn_on_value: dict[str, Any], *, rank: int = 0, actions: Sequence[str] = ()) -> list[ThresholdRule]:
+def threshold_rules(warn_on_value: Mapping[str, Any], *, rank: int = 0, actions: Sequence[str] = ()) -> list[ThresholdRule]:
     """Rules for ``callback.params.warn_on_value``: ``{loss: 50, tokens_per_second: 1000, x: {below: 2}}``."""
     rules = []
     for metric, limit in warn_on_value.items():
@@ -58,7 +59,7 @@ def threshold_rules(warn_on_value: dict[str, Any], *, rank: int = 0, actions: Se
 
 
 def _build(s: RuleSettings, ctx: RuleContext) -> list[ThresholdRule]:
-    return threshold_rules(ctx.config.callback.params.warn_on_value, rank=ctx.rank, actions=s.actions)
+    return threshold_rules(ctx.warn_on_value, rank=ctx.rank, actions=s.actions)
 
 
 SPEC = RuleSpec(

@@ -19,8 +19,8 @@ export const api = {
   band: (run, metric, points) => getJSON(`/api/band?${query({ run, metric, points })}`),
   /** The k ranks most often the max or min of metric across ranks, most first. */
   outliers: (run, metric, k) => getJSON(`/api/outliers?${query({ run, metric, k })}`),
-  /** Per-layer metrics ``<prefix><layer>`` binned over steps (attention entropy, or a layer statistic such as "grad_norm/"). */
-  heatmap: (run, rank, buckets, prefix = "attention_entropy/") => getJSON(`/api/heatmap?${query({ run, prefix, buckets, rank })}`),
+  /** A family's members ``<prefix><layer>`` binned over steps (mindwatch.analysis.heatmap's bucket policy). */
+  heatmap: (run, rank, prefix) => getJSON(`/api/heatmap?${query({ run, prefix, rank })}`),
   compare: (runs, metric, x) => getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x })}`),
 };
 

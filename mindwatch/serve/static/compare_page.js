@@ -3,13 +3,14 @@
 import { api } from "./api.js";
 import { line } from "./charts.js";
 import { h } from "./dom.js";
+import { vocab } from "./vocabulary.js";
 
 export class ComparePage {
   /** params: the hash's query (runs=a,b&metric=loss&x=step). */
   constructor(main, params) {
     this.ids = (params.get("runs") || "").split(",").filter(Boolean);
     this.chart = null;
-    const metric = params.get("metric") || "loss";
+    const metric = params.get("metric") || vocab.metrics[0].name;
     const x = params.get("x") || "step";
     const el = h("div", { class: "chart big", id: "compare-chart" });
     const metricInput = h("input", { id: "compare-metric", list: "metric-names", value: metric });

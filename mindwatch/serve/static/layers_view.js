@@ -4,10 +4,11 @@
 import { api } from "./api.js";
 import { heatmap, line } from "./charts.js";
 import { h } from "./dom.js";
-import { POINTS, isLayerMetric } from "./run_charts.js";
+import { POINTS } from "./run_charts.js";
+import { isLayerMetric, layerFamilies } from "./vocabulary.js";
 
-const BUCKETS = 120;
-const STATS = [["grad_norm", "gradient norm"], ["update_ratio", "update ratio"], ["weight_norm", "weight norm"]];
+/** The statistics a layer's curves show (mindwatch.metrics: the heat-mapped ones), one y axis each. */
+const CURVES = layerFamilies.filter((f) => f.heat);
 
 /** Whether a run has per-layer statistics. */
 export const hasLayers = (metrics) => metrics.some(isLayerMetric);
@@ -16,12 +17,12 @@ export class LayersView {
   constructor(container, runId, rank) {
     this.runId = runId;
     this.rank = rank;
-    this.stat = "grad_norm";
+    this.stat = layerFamilies[0].name;
     this.layers = [];       // layer names, in the heat map's row order
     this.picked = null;     // the layer whose curves are shown
     this.heat = null;
     this.curve = null;
-    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...STATS.map(([v, t]) => h("option", { value: v }, t)));
+    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...layerFamilies.map((f) => h("option", { value: f.name }, f.title)));
     this.select.addEventListener("change", () => { this.stat = this.select.value; this.refresh(); });
     this.heatEl = h("div", { class: "chart heat layers", id: "chart-layers" });
     this.curveEl = h("div", { class: "chart heat", id: "chart-layer" });
@@ -33,11 +34,11 @@ export class LayersView {
   }
 
   async refresh() {
-    const d = await api.heatmap(this.runId, this.rank, BUCKETS, `${this.stat}/`);
+    const d = await api.heatmap(this.runId, this.rank, `${this.stat}/`);
     const prefix = `${this.stat}/`;
     this.layers = d.layers.map((m) => m.slice(prefix.length));
     const data = Object.assign({}, d, { layers: this.layers });
-    const title = `${STATS.find(([v]) => v === this.stat)[1]} per layer (log colour)`;
+    const title = `${layerFamilies.find((f) => f.name === this.stat).title} per layer (log colour)`;
     if (!this.heat) {
       this.heat = heatmap(this.heatEl, data, { title, log: true });
       this.heat.chart.on("click", (p) => this.pick(this.layers[p.value[1]]));
@@ -56,11 +57,11 @@ export class LayersView {
   }
 
   async loadCurves() {
-    const series = await Promise.all(STATS.slice(0, 2).map(async ([stat, name], i) => {
+    const series = await Promise.all(CURVES.map(async ({ name: stat, title: name }, i) => {
       const s = await api.series({ run: this.runId, metric: `${stat}/${this.picked}`, rank: this.rank, x: "step", points: POINTS });
       return { name, metric: `${stat}/${this.picked}`, points: s.points, nonfinite: s.nonfinite, yAxisIndex: i };
     }));
-    const opts = { title: `layer ${this.picked}`, series, axes: [{ name: "gradient norm" }, { name: "update ratio" }], x: "step" };
+    const opts = { title: `layer ${this.picked}`, series, axes: CURVES.map((f) => ({ name: f.title })), x: "step" };
     if (this.curve) this.curve.update(opts);
     else this.curve = line(this.curveEl, opts);
   }

@@ -3,27 +3,15 @@
 
 import { api } from "./api.js";
 import { PALETTE, line } from "./charts.js";
+import { isFamilyMetric, isLayerMetric, vocab } from "./vocabulary.js";
 
 /** Points per series the server sends: the overview, and the detail of a zoomed window. */
 export const POINTS = 2000;
 
-const GROUPS = [
-  { id: "loss", title: "loss", metrics: ["loss"] },
-  { id: "lr", title: "learning rate", metrics: ["lr"] },
-  { id: "grad_norm", title: "gradient norm", metrics: ["grad_norm"] },
-  { id: "throughput", title: "throughput (1/s)", metrics: ["samples_per_second", "tokens_per_second"], axes: [{ name: "samples/s" }, { name: "tokens/s" }] },
-  { id: "time", title: "step time vs data wait (s)", metrics: ["step_time", "data_time"] },
-  { id: "memory", title: "memory (GB)", metrics: ["host_rss_gb", "device_mem_gb", "device_mem_peak_gb"] },
-  { id: "device_util", title: "device utilization (%)", metrics: ["device_util", "device_mem_util"] },
-  { id: "loss_scale", title: "loss scale / overflow", metrics: ["loss_scale", "overflow"], axes: [{ name: "scale" }, { name: "overflow" }] },
-];
-const HIDDEN = new Set(["epoch"]);
-export const ENTROPY = "attention_entropy/";
-/** The largest attention logit per layer (mindwatch.mindspore.attention): a heat map like the entropy's. */
-export const MAX_LOGIT = "attention_max_logit/";
-/** Per-layer statistics (docs/layers.md): drawn by the layers view, not one chart each. */
-export const LAYER_PREFIXES = ["grad_norm/", "weight_norm/", "update_ratio/"];
-export const isLayerMetric = (m) => LAYER_PREFIXES.some((p) => m.startsWith(p));
+/** The chart groups of mindwatch.metrics; an axis list names one y axis per metric when scales differ. */
+const GROUPS = vocab.groups.map((g) => Object.assign({}, g, { axes: g.axes.length ? g.axes.map((name) => ({ name })) : undefined }));
+const HIDDEN = new Set(vocab.not_charted);
+export { isLayerMetric };
 
 /** The charts of a run with these metrics: the known groups that have data, then one chart per other metric. */
 export function chartGroups(metrics) {
@@ -34,7 +22,7 @@ export function chartGroups(metrics) {
   }).filter((g) => g.metrics.length);
   const used = new Set(GROUPS.flatMap((g) => g.metrics));
   for (const m of metrics) {
-    if (!used.has(m) && !HIDDEN.has(m) && !m.startsWith(ENTROPY) && !m.startsWith(MAX_LOGIT) && !isLayerMetric(m)) groups.push({ id: m, title: m, metrics: [m] });
+    if (!used.has(m) && !HIDDEN.has(m) && !isFamilyMetric(m)) groups.push({ id: m, title: m, metrics: [m] });
   }
   return groups;
 }

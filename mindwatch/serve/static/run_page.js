@@ -1,17 +1,16 @@
 // The run page: the charts of one run, kept live by the stream; zoom fetches the window's detail.
-// State: what the user chose (view), what the server said (info, alerts), what is drawn (cards, heat),
+// State: what the user chose (view), what the server said (info, alerts), what is drawn (cards, heats),
 // and the live stream with the timers that batch its redraws.
 
 import { api, openLive } from "./api.js";
 import { heatmap } from "./charts.js";
-import { count } from "./debug.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
 import { LayersView, hasLayers } from "./layers_view.js";
-import { ChartCard, ENTROPY, MAX_LOGIT, chartGroups } from "./run_charts.js";
+import { ChartCard, chartGroups } from "./run_charts.js";
+import { attentionFamilies, vocab } from "./vocabulary.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
-const HEAT_BUCKETS = 80;
 const DRAW_MS = 100;  // live points are drawn at most this often
 const DERIVED_MS = 1000;  // the heat map and the bands are binned on the server: fetched again at most this often
 const ZOOM_MS = 250;
@@ -25,8 +24,7 @@ export class RunPage {
     this.info = null;
     this.alerts = [];
     this.cards = [];
-    this.heat = null;
-    this.logitHeat = null;  // the max attention logit per layer, when the model reports it
+    this.heats = new Map();  // attention family prefix -> its heat map, when the model reports it
     this.layers = null;  // the layers view, when the run has per-layer statistics
     this.live = null;
     this.serverOffset = 0;  // our clock minus the server's
@@ -43,7 +41,7 @@ export class RunPage {
     document.title = `mindwatch: ${runId}`;
     main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress),
       this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
-    this.onResize = () => { this.cards.forEach((c) => c.resize()); if (this.heat) this.heat.resize(); if (this.logitHeat) this.logitHeat.resize(); if (this.layers) this.layers.resize(); };
+    this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
     this.build().catch((e) => this.showError(e.message));
@@ -60,7 +58,7 @@ export class RunPage {
   /** With many ranks: the ranks most often at the edge of the first band metric (step_time first: the stragglers). */
   async loadOutliers() {
     const bands = this.info.band_metrics || [];
-    const metric = ["step_time", "data_time"].find((m) => bands.includes(m)) || bands[0];
+    const metric = [...vocab.stragglers].reverse().find((m) => bands.includes(m)) || bands[0];
     this.outliers = metric ? (await api.outliers(this.runId, metric, OUTLIER_RANKS)).ranks : [];
   }
 
@@ -98,10 +96,8 @@ export class RunPage {
 
   async buildCharts() {
     this.cards.forEach((c) => c.dispose());
-    if (this.heat) this.heat.dispose();
-    this.heat = null;
-    if (this.logitHeat) this.logitHeat.dispose();
-    this.logitHeat = null;
+    this.heats.forEach((m) => m.dispose());
+    this.heats.clear();
     if (this.layers) this.layers.dispose();
     this.layers = null;
     this.grid.replaceChildren();
@@ -116,15 +112,10 @@ export class RunPage {
     // The first chart (loss) first: on a cold server each metric is read from the file in turn.
     if (this.cards.length) await this.loadCard(this.cards[0]);
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
-    if (this.info.metrics.some((m) => m.startsWith(ENTROPY))) {
-      const el = h("div", { class: "chart heat", id: "chart-attention-entropy" });
+    for (const f of attentionFamilies.filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
+      const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}` });
       this.grid.append(el);
-      this.heat = heatmap(el, await this.fetchHeat(), { title: "attention entropy per layer (nats)" });
-    }
-    if (this.info.metrics.some((m) => m.startsWith(MAX_LOGIT))) {
-      const el = h("div", { class: "chart heat", id: "chart-attention-max-logit" });
-      this.grid.append(el);
-      this.logitHeat = heatmap(el, await this.fetchLogits(), { title: "largest attention logit per layer" });
+      this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per layer` }));
     }
     if (hasLayers(this.info.metrics)) {
       this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0]);
@@ -138,8 +129,7 @@ export class RunPage {
     this.draw(card);
   }
 
-  fetchHeat() { return api.heatmap(this.runId, this.ranksShown()[0], HEAT_BUCKETS); }
-  fetchLogits() { return api.heatmap(this.runId, this.ranksShown()[0], HEAT_BUCKETS, MAX_LOGIT); }
+  fetchHeat(prefix) { return api.heatmap(this.runId, this.ranksShown()[0], prefix); }
 
   draw(card) { card.draw(this.view, this.alerts, this.restarts()); }
 
@@ -196,7 +186,6 @@ export class RunPage {
       error: () => liveDot(false),
       points: (d) => {
         const added = mergePoints(this.cards.flatMap((c) => c.defs), d, this.view.x);
-        count("pointsReceived", added);
         if (added) { this.scheduleDraw(); this.refreshDerived(); }
       },
       alert: (d) => {
@@ -217,15 +206,13 @@ export class RunPage {
   }
 
   refreshDerived() {
-    if (this.timers.derived || !(this.heat || this.logitHeat || this.layers || this.bandsShown())) return;
+    if (this.timers.derived || !(this.heats.size || this.layers || this.bandsShown())) return;
     this.timers.derived = setTimeout(async () => {
       try {
-        if (this.heat) this.heat.update(await this.fetchHeat());
-        if (this.logitHeat) this.logitHeat.update(await this.fetchLogits());
+        for (const [prefix, m] of this.heats) m.update(await this.fetchHeat(prefix));
         if (this.layers) await this.layers.refresh();
         if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
         this.drawAll();
-        count("derivedRefreshes");
       } catch (e) { /* the next points try again */ }
       this.timers.derived = null;
     }, DERIVED_MS);
@@ -249,8 +236,7 @@ export class RunPage {
     clearInterval(this.rescan);
     window.removeEventListener("resize", this.onResize);
     this.cards.forEach((c) => c.dispose());
-    if (this.heat) this.heat.dispose();
-    if (this.logitHeat) this.logitHeat.dispose();
+    this.heats.forEach((m) => m.dispose());
     if (this.layers) this.layers.dispose();
   }
 }

@@ -28,7 +28,7 @@ export function runControls(runId, ranks, view, on) {
     h("label", {}, "x ", h("select", { id: "xaxis", onchange: (e) => on.x(e.target.value) },
       h("option", { value: "step" }, "step"), h("option", { value: "time" }, "time"))),
     h("label", {}, rankSel, pick),
-    h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}&metric=loss` }, "compare…"),
+    h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}` }, "compare…"),
     h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
   ];
 }

@@ -10,10 +10,8 @@ const DEFAULT_COLUMNS = ["final_loss", "best_loss"];
 // the fixed columns: header, and the column the server sorts by ("" not sortable)
 const FIXED = [["", ""], ["run", "run"], ["project", "project"], ["tags", ""], ["state", "state"], ["progress", "steps"],
   ["last point", "last_time"], ["alerts", "alerts"], ["duration", "duration"]];
-const LABELS = { final_loss: "final loss", best_loss: "best loss", steps: "steps", total_steps: "planned steps", started_at: "started" };
-
-/** A chosen column's header: "lr" for config.optimizer.lr, "mode" for tag.mode, words for summary values. */
-const label = (col) => LABELS[col] || col.replace(/^config\./, "").replace(/^tag\./, "#");
+/** A chosen column's header: "lr" for config.optimizer.lr, "mode" for tag.mode, the server's words for summary values. */
+const label = (col, labels) => labels[col] || col.replace(/^config\./, "").replace(/^tag\./, "#");
 
 function cell(v) {
   if (v === null || v === undefined) return "–";
@@ -40,13 +38,13 @@ export class RunsPage {
     this.tagInput = h("input", { id: "filter-tag", placeholder: "tag, e.g. mode=graph", value: this.view.tag,
       oninput: (e) => { this.view.tag = e.target.value.trim(); this.render(); }, onchange: () => this.go({}) });
     this.filterInput = h("input", { id: "filter-expr", size: 40, value: this.view.filter,
-      placeholder: "filter, e.g. lr > 1e-3 and final(loss) < 2", onchange: (e) => this.go({ filter: e.target.value.trim() }) });
+      onchange: (e) => this.go({ filter: e.target.value.trim() }) });
     this.filterError = h("span", { class: "error", id: "filter-error" });
     this.columnInput = h("input", { id: "add-column", list: "column-names", placeholder: "add column: config key, tag, summary",
       onchange: (e) => { const c = e.target.value.trim(); if (c && !this.view.columns.includes(c)) this.go({ columns: this.view.columns.concat([c]) }); } });
     this.columnNames = h("datalist", { id: "column-names" });
     this.compareBtn = h("button", { id: "compare-btn", disabled: true, onclick: () => {
-      location.hash = `#/compare?runs=${[...this.selected].map(encodeURIComponent).join(",")}&metric=loss`;
+      location.hash = `#/compare?runs=${[...this.selected].map(encodeURIComponent).join(",")}`;
     } }, "Compare selected");
     this.head = h("tr");
     this.tbody = h("tbody");
@@ -104,6 +102,10 @@ export class RunsPage {
     this.total = d.total;
     this.serverOffset = Date.now() / 1000 - d.now;
     this.filterError.textContent = d.error || "";
+    if (d.labels) {
+      this.labels = d.labels;
+      this.filterInput.placeholder = d.filter_example;
+    }
     if (d.columns.length !== this.available.length) {
       this.available = d.columns;
       this.columnNames.replaceChildren(...d.columns.map((c) => h("option", { value: c })));
@@ -122,7 +124,7 @@ export class RunsPage {
   renderHead() {
     this.head.replaceChildren(
       ...FIXED.map(([text, key]) => h("th", {}, this.sortButton(key, text))),
-      ...this.view.columns.map((c) => h("th", { "data-column": c, title: c }, this.sortButton(c, label(c)),
+      ...this.view.columns.map((c) => h("th", { "data-column": c, title: c }, this.sortButton(c, label(c, this.labels || {})),
         h("a", { href: "javascript:void 0", class: "remove", title: "remove column",
           onclick: () => this.go({ columns: this.view.columns.filter((x) => x !== c) }) }, " ×"))));
   }

@@ -1,0 +1,272 @@
+"""The metric vocabulary: every built-in metric name and family, its unit, its chart and how it aggregates.
+
+Example::
+
+    from mindwatch import metrics
+
+    metrics.get("step_time").unit            # 's'
+    metrics.family_of("attention_entropy/blocks.0.attn")   # ('attention_entropy', 'blocks.0.attn')
+    metrics.get("grad_norm").same_on_every_rank             # True: all-reduced gradients
+    [g.id for g in metrics.CHART_GROUPS]     # ['loss', 'lr', 'grad_norm', 'throughput', ...]
+    metrics.vocabulary()                     # the JSON the dashboard's pages read from /api/vocabulary
+
+This is the one owner of a metric's meaning (the metric-name contract in docs/architecture.md): the
+config, the store, the sinks, the analysis, the report and the dashboard read names from here, and no
+other module holds a list of them. It is the bottom floor: it imports nothing of mindwatch. User
+metrics keep their own names and are not in here.
+
+A *family* is a metric recorded once per layer: ``<family>/<layer>`` (``grad_norm/blocks.0.mlp``,
+``attention_entropy/blocks.0.attn``); Prometheus exports a family as one metric with a ``layer`` label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+#: How a metric's values of one step combine across ranks: ``same`` (identical on every rank, e.g. after the
+#: gradient all-reduce: one rank speaks for the run), ``mean``, ``max`` (the slowest or fullest rank), ``sum``.
+Aggregation = Literal["same", "mean", "max", "sum"]
+#: What a family is recorded per: each measured layer, or each attention layer (``AttentionStats``).
+Per = Literal["step", "layer", "attention layer"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One built-in metric (``per="step"``) or family of metrics (``<name>/<layer>``)."""
+
+    name: str
+    #: What it is, in one line, with its unit in words.
+    doc: str
+    #: The unit as an axis reads it (``s``, ``GB``, ``%``, ``1/s``); empty for a pure number.
+    unit: str = ""
+    #: The chart group (:data:`CHART_GROUPS`) it is drawn in; families are drawn by their own view.
+    group: str = ""
+    per: Per = "step"
+    #: How it combines across ranks.
+    across_ranks: Aggregation = "mean"
+    #: Whether ``metrics:`` includes it when a config lists none.
+    default: bool = True
+    #: The ``monitor_config.metrics`` name that switches it on (its own name, or the family that brings it).
+    switch: str = ""
+    #: Drawn with a min..max band across ranks, and watched by rank 0's straggler rules.
+    band: bool = False
+    #: A short title for a view (the layers view's statistic picker, the report's heat maps).
+    title: str = ""
+    #: A per-layer statistic the report draws as a layers x steps heat map and the dashboard as a layer's curve.
+    heat: bool = False
+
+    @property
+    def same_on_every_rank(self) -> bool:
+        """Whether every rank records the same value (so an alert on it concerns the run, not a rank)."""
+        return self.across_ranks == "same"
+
+    @property
+    def prefix(self) -> str:
+        """``<name>/`` for a family; ``""`` for a per-step metric."""
+        return f"{self.name}/" if self.per != "step" else ""
+
+
+LOSS, LR, GRAD_NORM, LOSS_SCALE, OVERFLOW = "loss", "lr", "grad_norm", "loss_scale", "overflow"
+STEP_TIME, DATA_TIME, SAMPLES_PER_SECOND, TOKENS_PER_SECOND = "step_time", "data_time", "samples_per_second", "tokens_per_second"
+HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB = "host_rss_gb", "device_mem_gb", "device_mem_peak_gb"
+DEVICE_UTIL, DEVICE_MEM_UTIL = "device_util", "device_mem_util"
+ATTENTION_ENTROPY, ATTENTION_MAX_LOGIT = "attention_entropy", "attention_max_logit"
+WEIGHT_NORM, UPDATE_RATIO = "weight_norm", "update_ratio"
+
+#: The per-step metrics, in the order tables and reports list them.
+STEP_METRICS: tuple[Metric, ...] = (
+    Metric(LOSS, "the training loss", group="loss", switch=LOSS, band=True),
+    Metric(LR, "the learning rate the optimizer used this step", group="lr", across_ranks="same", switch=LR),
+    Metric(GRAD_NORM, "the global L2 norm of the gradients", group="grad_norm", across_ranks="same", switch=GRAD_NORM),
+    Metric(LOSS_SCALE, "the dynamic loss scale", group="loss_scale", across_ranks="same", switch=LOSS_SCALE),
+    Metric(
+        OVERFLOW,
+        "1 when the loss scale overflowed and the step was skipped",
+        group="loss_scale",
+        across_ranks="same",
+        switch=OVERFLOW,
+    ),
+    Metric(STEP_TIME, "wall time of one step, in seconds", "s", "time", across_ranks="max", switch=STEP_TIME, band=True),
+    Metric(
+        DATA_TIME, "time the step waited for its batch, in seconds", "s", "time", across_ranks="max", switch=DATA_TIME, band=True
+    ),
+    Metric(
+        SAMPLES_PER_SECOND, "samples per second", "1/s", "throughput", across_ranks="sum", switch=SAMPLES_PER_SECOND, band=True
+    ),
+    Metric(TOKENS_PER_SECOND, "tokens per second", "1/s", "throughput", across_ranks="sum", switch=TOKENS_PER_SECOND, band=True),
+    Metric(HOST_RSS_GB, "resident memory of the process, in GB", "GB", "memory", across_ranks="max", switch=HOST_RSS_GB),
+    Metric(DEVICE_MEM_GB, "device memory in use, in GB", "GB", "memory", across_ranks="max", switch=DEVICE_MEM_GB),
+    Metric(DEVICE_MEM_PEAK_GB, "peak device memory, in GB", "GB", "memory", across_ranks="max", switch=DEVICE_MEM_PEAK_GB),
+    Metric(DEVICE_UTIL, "device (AI core / SM) utilization, in percent", "%", "device_util", switch=DEVICE_UTIL),
+    Metric(DEVICE_MEM_UTIL, "device memory in use, in percent of the device's", "%", "device_util", switch=DEVICE_MEM_UTIL),
+)
+
+#: The per-layer statistics, in the order of a layer row (``layers.rank<R>/``, docs/run-directory.md).
+LAYER_FAMILIES: tuple[Metric, ...] = (
+    Metric(GRAD_NORM, "L2 norm of a layer's gradients", per="layer", across_ranks="same", title="gradient norm", heat=True),
+    Metric(WEIGHT_NORM, "L2 norm of a layer's weights", per="layer", across_ranks="same", title="weight norm"),
+    Metric(
+        UPDATE_RATIO,
+        "norm of a step's update over the weights' norm",
+        per="layer",
+        across_ranks="same",
+        title="update ratio",
+        heat=True,
+    ),
+)
+
+#: The attention statistics, in the order of ``AttentionStats``' values; ``metrics: [attention_entropy]`` brings both.
+ATTENTION_FAMILIES: tuple[Metric, ...] = (
+    Metric(
+        ATTENTION_ENTROPY,
+        "entropy of the attention probabilities over the keys, in nats",
+        "nats",
+        per="attention layer",
+        default=False,
+        switch=ATTENTION_ENTROPY,
+        title="attention entropy (nats)",
+    ),
+    Metric(
+        ATTENTION_MAX_LOGIT,
+        "the largest attention logit (the score before the softmax)",
+        per="attention layer",
+        default=False,
+        switch=ATTENTION_ENTROPY,
+        title="attention max logit",
+    ),
+)
+
+FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + ATTENTION_FAMILIES
+
+
+@dataclass(frozen=True)
+class ChartGroup:
+    """One chart card of the run page: the metrics (of :data:`STEP_METRICS`, in that order) it draws."""
+
+    id: str
+    title: str
+    #: One y-axis name per metric (the last repeats) when the metrics have scales of their own.
+    axes: tuple[str, ...] = ()
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(m.name for m in STEP_METRICS if m.group == self.id)
+
+
+#: The run page's chart cards, in page order; a metric of none of them gets a card of its own.
+CHART_GROUPS: tuple[ChartGroup, ...] = (
+    ChartGroup("loss", "loss"),
+    ChartGroup("lr", "learning rate"),
+    ChartGroup("grad_norm", "gradient norm"),
+    ChartGroup("throughput", "throughput (1/s)", ("samples/s", "tokens/s")),
+    ChartGroup("time", "step time vs data wait (s)"),
+    ChartGroup("memory", "memory (GB)"),
+    ChartGroup("device_util", "device utilization (%)"),
+    ChartGroup("loss_scale", "loss scale / overflow", ("scale", "overflow")),
+)
+
+#: Names ``monitor_config.metrics`` accepts besides the switches (users' words) and what each switches on.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "memory_usage": (HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB),
+    "memory": (HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB),
+    "global_rank": (),  # the rank is recorded with every step anyway
+    "rank": (),
+    "throughput": (SAMPLES_PER_SECOND, TOKENS_PER_SECOND),
+    "utilization": (DEVICE_UTIL, DEVICE_MEM_UTIL),
+    "global_norm": (GRAD_NORM,),
+    "learning_rate": (LR,),
+    ATTENTION_MAX_LOGIT: (ATTENTION_ENTROPY,),  # the attention statistics are measured together
+}
+
+#: The signals of a broken training: watched for non-finite values and spikes by default, counted from the start.
+TRAINING_SIGNALS: tuple[str, ...] = (LOSS, GRAD_NORM)
+#: What a train step's outputs may carry (``mindspore/outputs.py`` records these out of a layout).
+STEP_OUTPUTS: tuple[str, ...] = (LOSS, OVERFLOW, LOSS_SCALE, LR, GRAD_NORM)
+#: The times a slow rank shows in, the data wait first (rank 0's straggler rule; the page's outlier ranks).
+STRAGGLER_METRICS: tuple[str, ...] = (DATA_TIME, STEP_TIME)
+#: Record keys that are not charted.
+NOT_CHARTED: tuple[str, ...] = ("epoch",)
+
+_BY_NAME = {m.name: m for m in STEP_METRICS}
+_FAMILY = {m.name: m for m in FAMILIES}
+
+
+def get(name: str) -> Metric | None:
+    """The built-in per-step metric or family ``name`` (``"loss"``, ``"attention_entropy/blocks.0"``); None for a user's."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    family, slash, _ = name.partition("/")
+    return _FAMILY.get(family) if slash else None
+
+
+def family_of(name: str) -> tuple[str, str] | None:
+    """``("attention_entropy", "blocks.0.attn")`` for a built-in family member; None otherwise."""
+    family, slash, layer = name.partition("/")
+    return (family, layer) if slash and layer and family in _FAMILY else None
+
+
+def is_layer_metric(name: str) -> bool:
+    """Whether ``name`` is a per-layer statistic (``grad_norm/<layer>``, ...), not a metric of its own."""
+    found = family_of(name)
+    return found is not None and _FAMILY[found[0]].per == "layer"
+
+
+def layer_stat_names() -> tuple[str, ...]:
+    """The per-layer statistics in layer-row order: ``('grad_norm', 'weight_norm', 'update_ratio')``."""
+    return tuple(m.name for m in LAYER_FAMILIES)
+
+
+def attention_names() -> tuple[str, ...]:
+    """The attention statistics in ``AttentionStats``' order: ``('attention_entropy', 'attention_max_logit')``."""
+    return tuple(m.name for m in ATTENTION_FAMILIES)
+
+
+def banded() -> tuple[str, ...]:
+    """The metrics drawn as a band across ranks and watched for stragglers (loss, times, throughput)."""
+    return tuple(m.name for m in STEP_METRICS if m.band)
+
+
+def in_group(group: str) -> tuple[str, ...]:
+    """The metrics of a chart group: ``in_group("throughput")`` -> ``('samples_per_second', 'tokens_per_second')``."""
+    return tuple(m.name for m in STEP_METRICS if m.group == group)
+
+
+def config_names() -> frozenset[str]:
+    """Every name ``monitor_config.metrics`` accepts: the switches and the aliases."""
+    return frozenset({m.switch for m in STEP_METRICS + FAMILIES if m.switch} | set(ALIASES))
+
+
+def default_switches() -> tuple[str, ...]:
+    """What ``metrics`` means when a config lists none (every switch but the attention statistics)."""
+    return tuple(dict.fromkeys(m.switch for m in STEP_METRICS + FAMILIES if m.switch and m.default))
+
+
+def expand(names: list[str] | tuple[str, ...]) -> frozenset[str]:
+    """The switches ``names`` (config words) turn on, aliases expanded."""
+    out: set[str] = set()
+    for name in names:
+        out.update(ALIASES.get(name, (name,)))
+    return frozenset(out)
+
+
+def order_key(name: str) -> tuple[int, str]:
+    """Sort key: the vocabulary's order first, then the rest alphabetically."""
+    index = _ORDER.get(name, len(_ORDER))
+    return index, name
+
+
+_ORDER = {m.name: i for i, m in enumerate(STEP_METRICS)}
+
+
+def vocabulary() -> dict[str, Any]:
+    """The vocabulary as JSON for the dashboard's pages (``GET /api/vocabulary``)."""
+    return {
+        "metrics": [asdict(m) for m in STEP_METRICS],
+        "families": [asdict(m) | {"prefix": m.prefix} for m in FAMILIES],
+        "groups": [{"id": g.id, "title": g.title, "metrics": list(g.metrics), "axes": list(g.axes)} for g in CHART_GROUPS],
+        "layer_stats": list(layer_stat_names()),
+        "attention": [m.prefix for m in ATTENTION_FAMILIES],
+        "stragglers": list(STRAGGLER_METRICS),
+        "not_charted": list(NOT_CHARTED),
+    }

@@ -1,0 +1,63 @@
+"""The runs page, the report and ``mindwatch runs`` say the same about a run: best loss, ranks, state, max grad norm."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from mindwatch.analysis.summary import summarize_run
+from mindwatch.report.html import write_report
+from mindwatch.serve.app import create_app
+from mindwatch.store.catalog import listing
+from mindwatch.store.layout import write_json_atomic
+from mindwatch.store.reader import open_run
+from mindwatch.store.writer import RunWriter
+
+NAN = float("nan")
+#: rank -> the losses it writes; rank 1's lowest is lower than rank 0's, and rank 0 has a NaN.
+LOSSES = {0: [3.0, 2.0, NAN, 1.5, 1.8], 1: [2.9, 1.1, 0.9, 1.0, 1.2]}
+GRAD_NORMS = [2.0, 1.3e4, NAN, float("inf"), 5.0]
+
+
+def write_run(run_dir: Path, losses: dict[int, list[float]], state: str = "finished") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "meta.json", {"run_id": run_dir.name, "project": "p", "world_size": len(losses)})
+    t = time.time()
+    for rank, values in losses.items():
+        w = RunWriter(run_dir, rank=rank)
+        w.write([{"step": i + 1, "t": t + i, "rank": rank, "loss": v, "grad_norm": GRAD_NORMS[i]} for i, v in enumerate(values)])
+        w.close(state)
+
+
+def lowest_finite(values: list[float]) -> float:
+    return min(v for v in values if math.isfinite(v))
+
+
+def test_every_view_says_the_same_best_loss_ranks_and_state(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_run(logs / "p" / "two", LOSSES)
+    write_run(logs / "p" / "one", {0: LOSSES[1]}, state="stopped")
+    expected = {"two": (lowest_finite(LOSSES[0]), 2, "finished"), "one": (lowest_finite(LOSSES[1]), 1, "stopped")}
+    with TestClient(create_app(logs)) as c:  # type: ignore[arg-type]
+        page = {r["run_id"]: r for r in c.get("/api/runs").json()["runs"]}
+    for name, (best, ranks, state) in expected.items():
+        run = open_run(logs / "p" / name)
+        full, cheap = summarize_run(run), listing(run.path)
+        assert full.best_loss == cheap.best_loss == page[name]["best_loss"] == best  # the lowest rank's lowest finite loss
+        assert full.state == cheap.state == page[name]["state"] == state
+        assert full.world_size == cheap.world_size == page[name]["world_size"] == ranks
+        html = write_report([run], tmp_path / f"{name}.html")[0].read_text()
+        row = html[html.index(">ranks<") :][:200]
+        assert f">{ranks}</td>" in row.split("</tr>")[0], row  # "1" for a one-rank run, not the rank's number 0
+
+
+def test_the_largest_grad_norm_is_the_largest_finite_one(tmp_path: Path) -> None:
+    write_run(tmp_path / "p" / "run", {0: LOSSES[0]})
+    s = summarize_run(open_run(tmp_path / "p" / "run"))
+    finite = [v for v in GRAD_NORMS if math.isfinite(v)]
+    assert (s.max_grad_norm, s.max_grad_norm_step) == (max(finite), GRAD_NORMS.index(max(finite)) + 1)
+    assert json.dumps(s.to_dict(), allow_nan=False)  # nothing non-finite in the summary's numbers
