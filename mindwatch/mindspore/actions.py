@@ -34,6 +34,7 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert, Cooldown, make_alert
 from mindwatch.alerts.registry import configured_actions
 from mindwatch.alerts.rules import NonFiniteRule
@@ -198,7 +199,7 @@ class Interventions:
         asks for actions (so ``stop`` acts on the very step), else none (the worker checks)."""
         a = config.alerts
         if a.enabled and a.nonfinite.enabled and a.nonfinite.actions:
-            return tuple(m for m in ("loss", "grad_norm") if m in a.nonfinite.metrics)
+            return tuple(m for m in vocab.TRAINING_SIGNALS if m in a.nonfinite.metrics)
         return ()
 
     def prepare(self) -> None:

@@ -98,7 +98,7 @@ class LayerStats(nn.Cell):
         out = []
         for tensors in (weights, grads):
             rows = []
-            for group in self.hist_groups:
+            for group in self.hist_groups:  # type: ignore[union-attr]  # set by enable_histograms (graph code: no assert)
                 flat = ops.concat([ops.reshape(ops.cast(tensors[i], ms.float32), (-1,)) for i in group])
                 top = ops.reduce_max(ops.abs(flat))
                 counts = ops.histc(flat / ops.maximum(top, ops.full_like(top, 1e-30)), self.bins, -1.0, 1.0)

@@ -233,15 +233,18 @@ class Run:
                 rec[k] = float(v)
         grads = tuple(grads) if grads is not None else ()
         if tensors or grads:
-            values = self._reduce(list(tensors.values()), grads)
+            layers = recorder.layers if self._layer_stats is not None else None
+            per_tensor = layers is not None and (layers.measuring or layers.histograms)
+            values = self._reduce(list(tensors.values()), grads, per_tensor=per_tensor)
             for i, k in enumerate(tensors):
                 rec[k] = float(values[i])
             if grads:
                 grad_sq = values[len(tensors) :]
                 rec["grad_norm"] = math.sqrt(float(grad_sq.sum()))
-                layers = recorder.layers
-                if layers is not None and self._layer_stats is not None and layers.wanted(rec):
-                    squares, hist = self._layer_stats.measure(grad_sq, grads, layers.histograms)
+                if layers is not None and layers.wanted(rec):
+                    if not per_tensor:  # a NaN/Inf norm on an unmeasured step: the squares per tensor, to name the layer
+                        grad_sq = self._reduce([], grads)
+                    squares, hist = self._layer_stats.measure(grad_sq, grads, layers.histograms)  # type: ignore[union-attr]
                     layers.add(rec, squares, hist)
         attention = recorder.attention
         if attention is not None and attention.sampling:
@@ -267,4 +270,3 @@ class Run:
         attempts = meta.get("attempts") or []
         steps = [a.get("last_step") for a in attempts[:-1] if isinstance(a.get("last_step"), int)]
         return max(steps, default=0)
-

@@ -11,6 +11,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from mindwatch import metrics as vocab
+
 log = logging.getLogger("mindwatch")
 
 
@@ -74,11 +76,11 @@ def device_memory_sampler() -> Callable[[], dict[str, float]] | None:
         nonlocal peak
         used = runtime.memory_allocated()
         if used:
-            return {"device_mem_gb": used / 1e9, "device_mem_peak_gb": runtime.max_memory_allocated() / 1e9}
+            return {vocab.DEVICE_MEM_GB: used / 1e9, vocab.DEVICE_MEM_PEAK_GB: runtime.max_memory_allocated() / 1e9}
         if nvml is not None:
             info = nvml[0].nvmlDeviceGetMemoryInfo(nvml[1])
             peak = max(peak, info.used / 1e9)
-            return {"device_mem_gb": info.used / 1e9, "device_mem_peak_gb": peak}
+            return {vocab.DEVICE_MEM_GB: info.used / 1e9, vocab.DEVICE_MEM_PEAK_GB: peak}
         return {}
 
     return sample
@@ -121,7 +123,7 @@ class AttentionEntropy:
         self._handles = []
         for name, cell in cells:
             layer = _layer_name(name)
-            self._handles.append(cell.register_forward_hook(self._hook(f"attention_entropy/{layer}")))
+            self._handles.append(cell.register_forward_hook(self._hook(f"{vocab.ATTENTION_ENTROPY}/{layer}")))
 
     def _hook(self, key: str) -> Callable[..., None]:
         def hook(cell: nn.Cell, inputs: Any, output: Any) -> None:

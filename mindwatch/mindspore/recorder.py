@@ -30,6 +30,7 @@ from typing import Any
 
 import mindspore as ms
 
+from mindwatch import metrics as vocab
 from mindwatch.config import MonitorConfig
 from mindwatch.mindspore.actions import Interventions, StepBoundary
 from mindwatch.mindspore.attention import attention_stats_cells
@@ -70,7 +71,7 @@ class StepRecorder:
         self.rank = rank
         self.state = StepState()
         self.timer = StepTimer(cfg.batch_size, cfg.seq_length)
-        self.lr_probe = LrProbe(optimizer) if "lr" in cfg.enabled_metrics else None
+        self.lr_probe = LrProbe(optimizer) if vocab.LR in cfg.enabled_metrics else None
         probe = self.lr_probe or LrProbe(optimizer)
         self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank)
         self.actions.prepare()
@@ -91,13 +92,13 @@ class StepRecorder:
         who = discover()
         metrics = config.enabled_metrics
         samplers = []
-        if "host_rss_gb" in metrics:
+        if vocab.HOST_RSS_GB in metrics:
             samplers.append(host_memory_sampler())
-        if metrics & {"device_mem_gb", "device_mem_peak_gb"}:
+        if metrics & {vocab.DEVICE_MEM_GB, vocab.DEVICE_MEM_PEAK_GB}:
             dev = device_memory_sampler()
             if dev is not None:
                 samplers.append(dev)
-        if metrics & {"device_util", "device_mem_util"}:
+        if metrics & set(vocab.in_group("device_util")):
             util = device_util_sampler(str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0))
             if util is not None:
                 samplers.append(util)
@@ -135,7 +136,7 @@ class StepRecorder:
 
     def watch_entropy_hooks(self, network: Any) -> None:
         """Attention entropy through PyNative forward hooks, for models without AttentionStats."""
-        if self.attention is not None or "attention_entropy" not in self.config.enabled_metrics or network is None:
+        if self.attention is not None or vocab.ATTENTION_ENTROPY not in self.config.enabled_metrics or network is None:
             return
         if ms.get_context("mode") == ms.GRAPH_MODE:
             log.warning(
@@ -169,10 +170,10 @@ class StepRecorder:
 
     def record(self, rec: dict[str, Any], step: int, steps: int, now: float, boundary: StepBoundary) -> None:
         """Complete ``rec`` (global step ``step``, ``steps`` since the last recorded) and queue it; then act."""
-        if self.lr_probe is not None and "lr" not in rec:
+        if self.lr_probe is not None and vocab.LR not in rec:
             lr = self.lr_probe(step)
             if lr is not None:
-                rec["lr"] = lr
+                rec[vocab.LR] = lr
         self.timer.add(rec, steps, now)
         if self.entropy is not None and self.entropy.values:
             rec.update(self.entropy.take())

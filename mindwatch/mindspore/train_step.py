@@ -15,10 +15,13 @@ With ``layer_stats=True`` a last output holds the per-layer statistics of :mod:`
 
 from __future__ import annotations
 
+from typing import Any
+
 import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
+from mindwatch import metrics as vocab
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.layer_stats import LayerStats, squares
 
@@ -33,6 +36,13 @@ class _LayerStatsStep:
     measured update."""
 
     layer_stats: LayerStats | None
+    #: What the cells this mixes into have (nn.TrainOneStepCell and its loss-scale sibling).
+    weights: Any
+    network: Any
+    optimizer: Any
+    max_grad_norm: float | None
+    #: The outputs of the cell class itself; an instance adds what its measurements return.
+    mindwatch_outputs: tuple[str, ...] = ()
 
     def _setup_layer_stats(self, enabled: bool) -> None:
         self.layer_stats = LayerStats(self.weights) if enabled else None
@@ -86,6 +96,7 @@ class _LayerStatsStep:
 
     def enable_layer_histograms(self, groups, bins: int) -> None:
         """Histograms of each layer's weights and gradients as an output (before compilation; see LayerStats)."""
+        assert self.layer_stats is not None, "enable_layer_histograms needs a cell built with layer_stats=True"
         self.layer_stats.enable_histograms(groups, bins)
         self._declare_outputs()
 
@@ -159,7 +170,7 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
     that global norm (``grad_norm`` is the norm before clipping).
     """
 
-    mindwatch_outputs = ("loss", "grad_norm", "lr")
+    mindwatch_outputs = (vocab.LOSS, vocab.GRAD_NORM, vocab.LR)
 
     def __init__(
         self,
@@ -197,7 +208,7 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
     that overflow skip the update, as in MindSpore's own cell.
     """
 
-    mindwatch_outputs = ("loss", "overflow", "loss_scale", "lr", "grad_norm")
+    mindwatch_outputs = vocab.STEP_OUTPUTS
 
     def __init__(
         self,
