@@ -66,6 +66,8 @@ class RunSession:
     watchdog: Watchdog | None = None
     #: Multi-rank runs: agrees with the other ranks on the step each action is carried out at.
     coordinator: ActionCoordinator | None = None
+    #: The ranks agree on actions through the train step's collective (the adapter drains the Control's outbox).
+    collective: bool = False
 
     @classmethod
     def start(
@@ -81,11 +83,14 @@ class RunSession:
         versions: dict[str, str] | None = None,
         launch_key: str | None = None,
         launch_meta: dict[str, Any] | None = None,
+        collective: bool = False,
     ) -> RunSession:
         """Create (or join, for ranks > 0) the run directory and start the worker.
 
         ``launch_key``: the same string on every rank of one distributed launch (``RankInfo.launch_key``);
         ranks > 0 then join the directory rank 0 created (:mod:`mindwatch.store.rendezvous`).
+        ``collective``: the ranks agree on actions through the train step's own collective (the adapter
+        takes the requests from :attr:`control`), not through files in ``control/``.
         """
         setup_logging(config.log_level)
         began = time.time()  # status files the last attempt left are older (the other ranks join after rank 0 publishes)
@@ -108,8 +113,11 @@ class RunSession:
         monitor = Monitor(sinks, queue_size=config.queue_size, flush_secs=config.flush_secs, samplers=samplers or [])
         coordinated = world_size > 1 and config.distributed.coordination.enabled
         session = cls(config, run_dir, rank, world_size, writer, monitor, control=Control(coordinated=coordinated))
+        session.collective = collective
         session.watch(run_id, nonfinite_checked)
         if rank == 0:
+            if coordinated:
+                meta["coordination"] = "collective" if collective else "files"
             session.meta = meta
             session.write_meta()
         monitor.start()
@@ -117,6 +125,12 @@ class RunSession:
             session.watchdog.start()
         log.info("mindwatch: recording run %s (rank %d of %d) in %s", run_id, rank, world_size, run_dir)
         return session
+
+    @property
+    def speaks_for_the_run(self) -> bool:
+        """Whether this rank raises the alerts on values every rank shares (``grad_norm`` after the gradient
+        all-reduce, ``lr``, the per-layer norms): rank 0 does, once for the run; the others act on them only."""
+        return self.rank == 0 or self.world_size == 1
 
     @property
     def layout(self) -> RunLayout:
@@ -148,7 +162,14 @@ class RunSession:
             sinks.append(_AttemptStart(self))
         if alerts.enabled:
             rules = build_rules(cfg, rank=self.rank, nonfinite_checked=nonfinite_checked)
-            sinks.append(RuleEngine(rules, self.monitor.alert, control=self.control, cooldown_secs=alerts.cooldown_secs))
+            engine = RuleEngine(
+                rules,
+                self.monitor.alert,
+                control=self.control,
+                cooldown_secs=alerts.cooldown_secs,
+                run_wide=self.speaks_for_the_run,
+            )
+            sinks.append(engine)
             if alerts.stall.enabled:
                 self.watchdog = Watchdog(
                     self.emit_alert,
@@ -189,7 +210,7 @@ class RunSession:
             )
             sinks.append(watch)
             self.monitor.tickers.append(watch)
-        if self.control.coordinated:
+        if self.control.coordinated and not self.collective:
             self.coordinator = ActionCoordinator(
                 self.layout,
                 rank=self.rank,

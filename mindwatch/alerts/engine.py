@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert, Cooldown
 from mindwatch.alerts.rules.base import Record, Rule
 from mindwatch.monitor.control import Control
@@ -31,6 +32,10 @@ class RuleEngine:
     An alert that passes the cooldown gets ``suppressed`` (how many were held back since the
     last one), its actions are filed on ``control``, and it goes to ``emit`` (``Monitor.alert``).
     A rule that raises is disabled with a warning; monitoring goes on.
+
+    ``run_wide``: false on the ranks > 0 of a multi-rank run: an alert on a value every rank shares
+    (``grad_norm`` after the gradient all-reduce, ``lr``, the per-layer norms; ``metrics.py`` says which) is
+    then dropped here, because rank 0 raises the same one, once for the run.
     """
 
     def __init__(
@@ -40,7 +45,9 @@ class RuleEngine:
         *,
         control: Control | None = None,
         cooldown_secs: float = 300.0,
+        run_wide: bool = True,
     ) -> None:
+        self.run_wide = run_wide
         self.rules = list(rules)
         self.emit = emit
         self.control = control
@@ -61,6 +68,8 @@ class RuleEngine:
 
     def fire(self, alert: Alert) -> bool:
         """Emit ``alert`` unless its (rule, metric) is cooling down; returns whether it went out."""
+        if not self.run_wide and shared_by_every_rank(alert):
+            return False
         if not self.cooldown.admit(alert):
             return False
         if self.control is not None and alert.get("actions"):
@@ -74,3 +83,10 @@ class RuleEngine:
 
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         pass
+
+
+def shared_by_every_rank(alert: Alert) -> bool:
+    """Whether the alert is about a value that is the same on every rank (so one rank speaks for the run)."""
+    metric = alert.get("metric")
+    known = vocab.get(metric) if isinstance(metric, str) else None
+    return known is not None and known.same_on_every_rank

@@ -92,6 +92,11 @@ def _rate_parameter(lr: Any) -> ms.Parameter:
     )
 
 
+def prepare_optimizer(config: Any, optimizer: Any) -> bool:
+    """Before the graph compiles: wrap the optimizer's schedule when a rule may ask for ``lr_backoff``; True if it did."""
+    return optimizer is not None and "lr_backoff" in configured_actions(config) and wrap_schedules(optimizer)
+
+
 def checkpoint_files(callbacks: list[Any] | None, latest: str | None) -> list[Path]:
     """Checkpoint files the user's ``ModelCheckpoint`` callbacks wrote (and ``latest_ckpt_file``)."""
     dirs: set[Path] = set()
@@ -190,7 +195,11 @@ class Interventions:
         checked = self.nonfinite_checked(session.config)
         #: Whether the training thread checks loss / grad_norm for NaN itself.
         self.guard_nonfinite = bool(checked)
-        self._nonfinite = NonFiniteRule(checked, rank=rank, actions=a.nonfinite.actions)
+        # values every rank shares (grad_norm after the all-reduce) are checked first: every rank decides alike
+        shared = [m for m in checked if (known := vocab.get(m)) is not None and known.same_on_every_rank]
+        own = [m for m in checked if m not in shared]
+        self._nonfinite_shared = NonFiniteRule(shared, rank=rank, actions=a.nonfinite.actions) if shared else None
+        self._nonfinite_own = NonFiniteRule(own, rank=rank, actions=a.nonfinite.actions) if own else None
         self._cooldown = Cooldown(a.cooldown_secs)
 
     @staticmethod
@@ -204,16 +213,28 @@ class Interventions:
 
     def prepare(self) -> None:
         """Before the first step: make a schedule scalable when any rule may ask for ``lr_backoff``."""
-        if self.optimizer is not None and "lr_backoff" in configured_actions(self.session.config):
-            wrap_schedules(self.optimizer)
-            if self.lr_probe is not None:
-                self.lr_probe.invalidate()
+        if prepare_optimizer(self.session.config, self.optimizer) and self.lr_probe is not None:
+            self.lr_probe.invalidate()
 
     def nonfinite(self, rec: dict[str, Any]) -> None:
-        """A NaN/Inf in this step's record: raise the non-finite alert and request its actions for this very step."""
-        for alert in self._nonfinite.check(rec):
+        """A NaN/Inf in this step's record: raise the non-finite alert and request its actions for this very step.
+
+        A NaN/Inf in a value every rank shares (``grad_norm``) is seen by every rank on the same step: each acts at
+        once, with no agreement to wait for, and rank 0 alone raises the alert (once for the run). A rank's own
+        value (its loss) is raised by that rank and agreed with the others (every rank acts at one step).
+        """
+        session = self.session
+        shared = self._nonfinite_shared.check(rec) if self._nonfinite_shared is not None else []
+        for alert in shared:
             if self._cooldown.admit(alert):
-                self.session.emit_alert(alert)
+                session.control.request(alert, every_rank_alike=True)
+                if session.speaks_for_the_run:
+                    session.monitor.alert(alert)
+        if shared or self._nonfinite_own is None:
+            return
+        for alert in self._nonfinite_own.check(rec):
+            if self._cooldown.admit(alert):
+                session.emit_alert(alert)
 
     def carry_out(self, step: int, boundary: StepBoundary) -> None:
         """Do every request due after ``step`` (training thread, at a step boundary). Failures are warnings."""

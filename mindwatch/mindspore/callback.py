@@ -26,9 +26,11 @@ import numpy as np
 from mindspore.train import Callback
 
 from mindwatch.config import MonitorConfig, load_config
-from mindwatch.mindspore.actions import StepBoundary, checkpoint_files
+from mindwatch.mindspore.actions import StepBoundary, checkpoint_files, prepare_optimizer
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.outputs import MINDFORMERS_LAYOUTS, decode_outputs, output_layout
+from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
+from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.recorder import StepRecorder
 from mindwatch.session import ResumeError, RunSession, SaveDirUnavailable
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
@@ -65,6 +67,12 @@ class MonitorCallback(Callback):
         self._planned: int | None = None
         # perf_counter() of this step's begin and of the last step's end: the gap between them is the data wait
         self._step_begin = self._prev_step_end = 0.0
+        #: Data parallel with our train cell: the cross-rank signal its step sums (rank_signal.py), and its output.
+        self._signal: RankSignal | None = None
+        self._exchange: SignalExchange | None = None
+        self._signal_output = -1
+        #: A rank > 0 with the signal starts recording after its first step, in the run rank 0 announced in it.
+        self._deferred: tuple[Any, Any] | None = None
 
     # -- public ------------------------------------------------------------
     @property
@@ -87,11 +95,41 @@ class MonitorCallback(Callback):
         if not self.enabled:
             return
         self.recorder = None
+        self._exchange = self._signal = None
+        self._deferred = None
         cb = run_context.original_args()
         train_network = _param(cb, "train_network", None)
         optimizer = _param(cb, "optimizer", None) or getattr(train_network, "optimizer", None)
         self._planned = planned_steps(cb)
-        self.recorder = start_recorder(self.config, optimizer=optimizer, saved=train_network, total_steps=self._planned)
+        # MindSpore's callback params are a dict whose attribute access raises and catches an
+        # AttributeError first (~1 us each): read them as dict items on the hot path.
+        self._read_arg = dict.__getitem__ if isinstance(cb, dict) else getattr
+        self._setup_signal(train_network)
+        if self._signal is not None and self._signal.rank > 0:
+            # never wait at start for another host's file: learn the run from rank 0's first step
+            prepare_optimizer(self.config, optimizer)  # before the graph compiles, as on rank 0
+            self._deferred = (optimizer, train_network)
+            self._step_begin = self._prev_step_end = _perf()
+            return
+        self._begin(cb, optimizer, train_network, run_id=None)
+        if self._signal is not None and self.recorder is not None:
+            self._signal.announce(self.recorder.session.run_dir.name)
+
+    def _setup_signal(self, train_network: Any) -> None:
+        param = getattr(train_network, "mindwatch_signal", None)
+        declared = getattr(train_network, "mindwatch_outputs", None) or ()
+        if param is None or "signal" not in declared:
+            return
+        who = discover()
+        if who.world_size > 1:
+            self._signal = RankSignal(param, rank=who.rank, world_size=who.world_size)
+            self._signal_output = declared.index("signal")
+
+    def _begin(self, cb: Any, optimizer: Any, train_network: Any, run_id: str | None, began: float | None = None) -> None:
+        collective = self._signal is not None
+        self.recorder = start_recorder(
+            self.config, optimizer=optimizer, saved=train_network, total_steps=self._planned, run_id=run_id, collective=collective
+        )
         if self.recorder is None:
             self.enabled = False
             return
@@ -107,13 +145,13 @@ class MonitorCallback(Callback):
             self.recorder.finish("stopped", reason=f"mindwatch could not start: {e!r}")
             self.recorder = None
             return
-        # MindSpore's callback params are a dict whose attribute access raises and catches an
-        # AttributeError first (~1 us each): read them as dict items on the hot path.
-        self._read_arg = dict.__getitem__ if isinstance(cb, dict) else getattr
+        if self._signal is not None:
+            self._exchange = SignalExchange(self._signal, self.recorder.session)
         now = _perf()
-        self._step_begin = self._prev_step_end = now
-        self.recorder.timer.restart(now)
-        self.recorder.state.recorded = int(_param(cb, "cur_step_num", 0) or 0)
+        if began is None:
+            self._step_begin = self._prev_step_end = now
+        self.recorder.timer.restart(now if began is None else began)
+        self.recorder.state.recorded = int(_param(cb, "cur_step_num", 0) or 0) if began is None else 0
         if self.recorder.watchdog is not None:
             self.recorder.watchdog.started = now  # from here, compilation and the first batch have first_step_timeout
 
@@ -121,6 +159,8 @@ class MonitorCallback(Callback):
         if not self.enabled:
             return
         self._step_begin = _perf()
+        if self._exchange is not None:
+            self._exchange.before_step()
         cell = self._cell
         if cell is not None and cell.plans:
             state = self.recorder.state  # type: ignore[union-attr]
@@ -130,12 +170,18 @@ class MonitorCallback(Callback):
         if not self.enabled:
             return
         now = _perf()
+        if self._deferred is not None:
+            self._start_deferred(run_context.original_args())
+            if not self.enabled:
+                return
         recorder = self.recorder
         assert recorder is not None
         state = recorder.state
         cb = run_context.original_args()
         arg = self._read_arg
         step = arg(cb, "cur_step_num")
+        if self._exchange is not None:  # what every rank asked for, the same vector on every rank
+            self._exchange.after_step(arg(cb, "net_outputs")[self._signal_output].asnumpy(), step + state.offset)
         if recorder.watchdog is not None:
             recorder.watchdog.last_beat = now
         recorder.timer.data_wait += self._step_begin - self._prev_step_end
@@ -169,6 +215,20 @@ class MonitorCallback(Callback):
         # never swallow the user's exception: return None
 
     # -- internals ------------------------------------------------------------
+    def _start_deferred(self, cb: Any) -> None:
+        """A rank > 0 after its first step: join the run rank 0 announced in the signal (or record alone)."""
+        optimizer, train_network = self._deferred  # type: ignore[misc]
+        self._deferred = None
+        signal = self._signal
+        assert signal is not None
+        run_id = signal.run_id(self._read_arg(cb, "net_outputs")[self._signal_output].asnumpy())
+        if run_id is None:  # rank 0 records nothing (no callback there): a run of this rank's own
+            run_id = f"{self.config.run_name or time.strftime('run_%Y%m%d_%H%M%S')}_rank{signal.rank}"
+            log.warning("mindwatch: rank 0 announced no run; rank %d records into %s", signal.rank, run_id)
+        began = self._step_begin
+        self._begin(cb, optimizer, train_network, run_id=run_id, began=self._prev_step_end)
+        self._step_begin = began
+
     def _first_step(self, cb: Any) -> None:
         state = self.recorder.state  # type: ignore[union-attr]
         state.offset = step_offset(cb)
@@ -192,14 +252,24 @@ def merged_config(config: ConfigLike, overrides: dict[str, Any]) -> MonitorConfi
     return cfg
 
 
-def start_recorder(config: MonitorConfig, *, optimizer: Any, saved: Any, total_steps: int | None) -> StepRecorder | None:
+def start_recorder(
+    config: MonitorConfig,
+    *,
+    optimizer: Any,
+    saved: Any,
+    total_steps: int | None,
+    run_id: str | None = None,
+    collective: bool = False,
+) -> StepRecorder | None:
     """The recorder of a training that begins; None (with a warning) when monitoring cannot start, unless ``strict``.
 
     The monitor never takes the training down at start: only ``strict: true`` and ``resume: must`` (a request to
     stop here when the run is missing) raise.
     """
     try:
-        return StepRecorder.start(config, optimizer=optimizer, saved=saved, total_steps=total_steps)
+        return StepRecorder.start(
+            config, optimizer=optimizer, saved=saved, total_steps=total_steps, run_id=run_id, collective=collective
+        )
     except SaveDirUnavailable as e:
         if config.strict:
             raise

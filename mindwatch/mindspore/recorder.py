@@ -87,8 +87,21 @@ class StepRecorder:
         self.watchdog = session.watchdog
 
     @classmethod
-    def start(cls, config: MonitorConfig, *, optimizer: Any, saved: Any, total_steps: int | None = None) -> StepRecorder:
-        """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``)."""
+    def start(
+        cls,
+        config: MonitorConfig,
+        *,
+        optimizer: Any,
+        saved: Any,
+        total_steps: int | None = None,
+        run_id: str | None = None,
+        collective: bool = False,
+    ) -> StepRecorder:
+        """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``).
+
+        ``run_id``: the run to join (a rank > 0 that learnt rank 0's through the train step's collective);
+        ``collective``: the ranks agree on actions through that collective (``RunSession.start``).
+        """
         who = discover()
         metrics = config.enabled_metrics
         samplers = []
@@ -111,6 +124,8 @@ class StepRecorder:
             nonfinite_checked=Interventions.nonfinite_checked(config),
             launch_key=who.launch_key,
             launch_meta=who.as_meta(),
+            run_id=run_id,
+            collective=collective,
         )
         try:
             recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank)

@@ -18,12 +18,14 @@ from __future__ import annotations
 from typing import Any
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.layer_stats import LayerStats, squares
+from mindwatch.mindspore.rank_signal import signal_size
 
 
 def global_norm(grads: tuple) -> ms.Tensor:
@@ -45,6 +47,7 @@ class _LayerStatsStep:
     mindwatch_outputs: tuple[str, ...] = ()
 
     def _setup_layer_stats(self, enabled: bool) -> None:
+        self._setup_signal()
         self.layer_stats = LayerStats(self.weights) if enabled else None
         self._measure_next = False
         self._flags_on = (False, False)  # what the flag Parameters hold (read without a device sync)
@@ -56,6 +59,18 @@ class _LayerStatsStep:
         self.attention_values = ms.ParameterTuple([cell.values for _, cell in cells]) if cells else None
         self._declare_outputs()
 
+    def _setup_signal(self) -> None:
+        """In data parallel (the cell reduces its gradients), the cross-rank signal vector every step sums
+        (:mod:`mindwatch.mindspore.rank_signal`): the actions a rank asks for reach every rank after the same step."""
+        self.mindwatch_signal = None
+        if not getattr(self, "reducer_flag", False):
+            return
+        from mindspore.communication import get_group_size
+
+        size = signal_size(get_group_size())
+        self.mindwatch_signal = ms.Parameter(ms.Tensor(np.zeros(size, np.float32)), name="mindwatch_signal", requires_grad=False)
+        self._signal_sum = ops.AllReduce()
+
     def _declare_outputs(self) -> None:
         """``mindwatch_outputs``: the cell's own outputs, then what the switched-on measurements add, in order."""
         extra: tuple[str, ...] = ()
@@ -63,7 +78,15 @@ class _LayerStatsStep:
             extra += ("layer_stats",) + (("layer_histograms",) if self.layer_stats.hist_groups is not None else ())
         if self.attention_values is not None:
             extra += ("attention",)
+        if self.mindwatch_signal is not None:
+            extra += ("signal",)
         self.mindwatch_outputs = (*type(self).mindwatch_outputs, *extra)
+
+    def _signal(self):
+        """``(the signal vector summed over the ranks,)``, or ``()`` outside data parallel."""
+        if self.mindwatch_signal is None:
+            return ()
+        return (self._signal_sum(self.mindwatch_signal),)
 
     def measure_layers(self, layers: bool, histograms: bool = False) -> None:
         """Measure the weights and updates (``layers``) and take the histograms (``histograms``) on the next steps.
@@ -193,11 +216,14 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         grads = self.grad_reducer(grads)
         grads, grad_sq, norm, lr = self._norm_and_clip(grads)
         attention = self._attention(loss)
+        signal = self._signal()
+        nonfinite = ops.logical_not(ops.isfinite(norm))  # a NaN/Inf gradient is not applied (the weights stay finite)
         if self.layer_stats is None:
-            loss = ops.depend(loss, self.optimizer(grads))
-            return (loss, norm, lr) + attention
-        loss, measured = self._measured_outputs(loss, grads, grad_sq, False, measure)
-        return (loss, norm, lr) + measured + attention
+            if not nonfinite:
+                loss = ops.depend(loss, self.optimizer(grads))
+            return (loss, norm, lr) + attention + signal
+        loss, measured = self._measured_outputs(loss, grads, grad_sq, nonfinite, measure)
+        return (loss, norm, lr) + measured + attention + signal
 
 
 class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithLossScaleCell):
@@ -244,12 +270,13 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
         overflow = self.process_loss_scale(cond)
         grads, grad_sq, norm, lr = self._norm_and_clip(grads)
         attention = self._attention(loss)
+        signal = self._signal()
         if self.layer_stats is None:
             if not overflow:
                 loss = ops.depend(loss, self.optimizer(grads))
-            return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + attention
+            return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + attention + signal
         loss, measured = self._measured_outputs(loss, grads, grad_sq, overflow, measure)
-        return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured + attention
+        return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured + attention + signal
 
 
 _grad_scale = ops.MultitypeFuncGraph("mindwatch_grad_scale")

@@ -42,8 +42,12 @@ class Control:
         self._outbox: list[tuple[str, Alert]] = []
         self._seen: set[tuple[str, Any, Any]] = set()
 
-    def request(self, alert: Alert) -> None:
-        """Queue every action in ``alert["actions"]``; an action already requested for the same rule and step is ignored."""
+    def request(self, alert: Alert, *, every_rank_alike: bool = False) -> None:
+        """Queue every action in ``alert["actions"]``; an action already requested for the same rule and step is ignored.
+
+        ``every_rank_alike``: every rank requests the same at the same step (it comes from a value all ranks share,
+        such as a NaN ``grad_norm`` after the all-reduce), so the action is due at once, with no agreement to wait for.
+        """
         with self._lock:
             for action in alert.get("actions") or ():
                 if action not in ACTIONS:
@@ -52,7 +56,7 @@ class Control:
                 if key in self._seen:
                     continue
                 self._seen.add(key)
-                if self.coordinated:
+                if self.coordinated and not every_rank_alike:
                     self._outbox.append((action, alert))
                 else:
                     self._due.append((None, action, alert))

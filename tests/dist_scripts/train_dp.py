@@ -11,6 +11,10 @@ rank then waits in the gradient AllReduce).
 ``--spike-rank R --spike-at N --spike-secs S``: rank R's batch N alone takes S seconds (a data_time spike).
 ``--pace-secs S``: every batch on every rank takes S seconds (a steady step time).
 ``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
+``--nan-rank R --nan-at N``: rank R's labels of batch N are NaN (so the all-reduced gradients are NaN on every rank).
+``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch).
+``--ckpt-dir DIR --ckpt-every K``: a ``ModelCheckpoint`` saves every K steps into ``DIR/rank<R>``.
+``--max-grad-norm X``: clip the gradients to that global norm (in the train cell).
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
 ``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
 """
@@ -59,7 +63,12 @@ class Batches:
                 + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0)
             )
         x = self.rng.standard_normal(16).astype(np.float32)
-        return x, np.array([x @ self.w], np.float32)
+        y = np.array([x @ self.w], np.float32)
+        if (self.rank, batch) == (self.args.nan_rank, self.args.nan_at - 1):
+            y[:] = np.nan
+        if (self.rank, batch) == (self.args.scale_rank, self.args.scale_at - 1):
+            x = x * self.args.scale_by
+        return x, y
 
 
 def main() -> None:
@@ -80,6 +89,14 @@ def main() -> None:
     p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
     p.add_argument("--layer-stats", action="store_true", help="per-layer statistics in the train cell")
     p.add_argument("--loop", action="store_true", help="a loop of its own with start_run, not Model.train")
+    p.add_argument("--nan-rank", type=int, default=-1)
+    p.add_argument("--nan-at", type=int, default=-1, help="the step (1-based) whose labels are NaN")
+    p.add_argument("--scale-rank", type=int, default=-1)
+    p.add_argument("--scale-at", type=int, default=-1, help="the step (1-based) whose inputs are scaled")
+    p.add_argument("--scale-by", type=float, default=1.0)
+    p.add_argument("--ckpt-dir", default=None)
+    p.add_argument("--ckpt-every", type=int, default=5)
+    p.add_argument("--max-grad-norm", type=float, default=None)
     args = p.parse_args()
 
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
@@ -91,7 +108,10 @@ def main() -> None:
     net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 1))
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
     # the gradient norm is taken after the AllReduce: the same on every rank (the loss is each rank's own)
-    model = Model(TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), optimizer, layer_stats=args.layer_stats))
+    cell = TrainOneStepWithGradNorm(
+        nn.WithLossCell(net, nn.MSELoss()), optimizer, layer_stats=args.layer_stats, max_grad_norm=args.max_grad_norm
+    )
+    model = Model(cell)
     data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(BATCH)
     config = {
         "project": args.project,
@@ -107,7 +127,13 @@ def main() -> None:
         run_dir = train_loop(net, optimizer, data, config)
     else:
         cb = MonitorCallback(config)
-        model.train(1, data, callbacks=[cb], dataset_sink_mode=False)
+        callbacks = [cb]
+        if args.ckpt_dir:
+            from mindspore.train import CheckpointConfig, ModelCheckpoint
+
+            ckpt = CheckpointConfig(save_checkpoint_steps=args.ckpt_every, keep_checkpoint_max=1000)
+            callbacks.append(ModelCheckpoint(prefix="dp", directory=f"{args.ckpt_dir}/rank{rank}", config=ckpt))
+        model.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
         run_dir = cb.run_dir
     if args.save_params:
         np.savez(f"{args.save_params}.rank{rank}.npz", **{p.name: p.asnumpy() for p in net.trainable_params()})

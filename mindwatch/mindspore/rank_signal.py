@@ -1,0 +1,160 @@
+"""Across ranks through the training's own collective: a small vector every rank's step sums.
+
+Example::
+
+    signal = RankSignal(train_net.mindwatch_signal, rank=1, world_size=2)
+    signal.ask("stop", alert)                       # before a step: this rank asks for an action
+    for asked in signal.read(outputs[i].asnumpy()):  # after it: what every rank asked, the same on every rank
+        ...                                         # act on this very step: every rank read the same vector
+    signal.run_id(vector)                           # the run id rank 0 announced (its first step)
+
+Each rank owns :data:`SLOTS` slots of the vector (``rank * SLOTS ...``): the actions it asks for (one bit
+each) and the step of the alert that asked. Rank 0 also writes its run id into the last
+:data:`TOKEN_SLOTS` slots (one character code each), so that the other ranks learn which directory the run
+is in after the first step, without a shared file system and without waiting at start. Every rank's
+train cell sums the vector with an ``AllReduce`` inside its step (the slots do not overlap, so the sum is
+a gather), so every rank reads the same requests after the same step and acts on it: no margin, no
+polling. The vector is written with ``ops.assign`` between steps, only when it changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import ops
+
+from mindwatch.monitor.control import ACTIONS
+
+#: Slots per rank: the bits of the actions asked, the step of the alert that asked.
+SLOTS = 2
+#: Slots for rank 0's run id, one character code each.
+TOKEN_SLOTS = 64
+#: The bit of each action (float32 holds these sums exactly).
+ACTION_BITS = {action: 1 << i for i, action in enumerate(ACTIONS)}
+
+
+def signal_size(world_size: int) -> int:
+    """The length of the vector for ``world_size`` ranks."""
+    return world_size * SLOTS + TOKEN_SLOTS
+
+
+@dataclass(frozen=True)
+class Asked:
+    """An action one rank asked for, as every rank reads it after the same step."""
+
+    rank: int
+    action: str
+    #: The step of the alert that asked (to find it in alerts.jsonl).
+    alert_step: int
+
+
+class RankSignal:
+    """This rank's slots of the signal vector, and what a reduced vector says. Training thread only."""
+
+    def __init__(self, parameter: ms.Parameter, *, rank: int, world_size: int) -> None:
+        self.parameter = parameter
+        self.rank, self.world_size = rank, world_size
+        self._vector = np.zeros(signal_size(world_size), np.float32)
+        self._own = slice(rank * SLOTS, (rank + 1) * SLOTS)
+        #: The alerts behind this rank's bits, until every rank has read them.
+        self.asking: dict[str, dict[str, Any]] = {}
+        self._dirty = False
+
+    def announce(self, run_id: str) -> None:
+        """Rank 0: put the run id into the vector (the other ranks read it after the first step)."""
+        codes = [ord(c) for c in run_id[:TOKEN_SLOTS]]
+        token = self._vector[-TOKEN_SLOTS:]
+        token[:] = 0
+        token[: len(codes)] = codes
+        self._dirty = True
+
+    def ask(self, action: str, alert: dict[str, Any]) -> None:
+        """Ask every rank for ``action`` (sent with the next step)."""
+        if action not in ACTION_BITS:
+            return
+        self.asking[action] = alert
+        bits = int(self._vector[self._own][0]) | ACTION_BITS[action]
+        step = alert.get("step")
+        self._vector[self._own] = (bits, float(step) if isinstance(step, int) else 0.0)
+        self._dirty = True
+
+    def send(self) -> None:
+        """Before a step: write the vector if it changed (one small assign)."""
+        if self._dirty:
+            ops.assign(self.parameter, ms.Tensor(self._vector))
+            self._dirty = False
+
+    def read(self, reduced: np.ndarray) -> list[Asked]:
+        """After a step: every rank's requests in the summed vector; this rank's own are cleared (they were read)."""
+        asked: list[Asked] = []
+        slots = np.asarray(reduced[: self.world_size * SLOTS]).reshape(self.world_size, SLOTS)
+        for rank in np.flatnonzero(slots[:, 0]):
+            bits, step = int(round(float(slots[rank, 0]))), int(round(float(slots[rank, 1])))
+            asked.extend(Asked(int(rank), action, step) for action, bit in ACTION_BITS.items() if bits & bit)
+        if self._vector[self._own][0]:
+            self._vector[self._own] = 0.0
+            self._dirty = True
+        return asked
+
+    def run_id(self, reduced: np.ndarray) -> str | None:
+        """The run id rank 0 announced, or None (rank 0 does not record: it has no callback)."""
+        codes = [int(round(float(c))) for c in reduced[-TOKEN_SLOTS:]]
+        text = "".join(chr(c) for c in codes if 0 < c < 0x110000)
+        return text or None
+
+
+def find_alert(alerts_file: Any, asked: Asked) -> dict[str, Any] | None:
+    """The alert behind ``asked`` in a shared run directory's ``alerts.jsonl`` (None without a shared file system)."""
+    from mindwatch.store.jsonl import decode_line
+
+    try:
+        lines = alerts_file.read_bytes().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        alert = decode_line(line)
+        if (
+            alert is not None
+            and alert.get("rank") == asked.rank
+            and alert.get("step") == asked.alert_step
+            and asked.action in (alert.get("actions") or ())
+        ):
+            return alert
+    return None
+
+
+class SignalExchange:
+    """The Control's side of the signal: this rank's requests go out with the next step, and what every rank asked
+    comes back after it, filed on the Control for this very step boundary (the same on every rank)."""
+
+    def __init__(self, signal: RankSignal, session: Any) -> None:
+        self.signal = signal
+        self.session = session
+
+    def before_step(self) -> None:
+        """Send what this rank's rules asked for since the last step (a lock only when something waits)."""
+        control = self.session.control
+        if control.outgoing_waiting:
+            for action, alert in control.outgoing():
+                self.signal.ask(action, alert)
+        self.signal.send()
+
+    def after_step(self, reduced: np.ndarray, step: int) -> None:
+        """File the actions every rank asked for in this step's vector, due at this boundary."""
+        for asked in self.signal.read(reduced):
+            if asked.rank == self.signal.rank:
+                alert = self.signal.asking.pop(asked.action, None)
+            else:
+                alert = find_alert(self.session.layout.alerts, asked)
+            if alert is None:  # another node's alert (no shared file system): what the vector says
+                alert = {
+                    "rule": "rank_request",
+                    "rank": asked.rank,
+                    "step": asked.alert_step,
+                    "message": f"rank {asked.rank} asked for {asked.action} (its alert at step {asked.alert_step})",
+                }
+            info = {"at_step": step, "requested_by": asked.rank, "collective": True}
+            self.session.control.schedule(asked.action, {**alert, "coordination": info}, step)
