@@ -35,10 +35,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
 
+from mindwatch.store.jsonl import last_record
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.rendezvous import CLOCK_SLACK_SECS
 from mindwatch.store.states import FINAL_STATES
@@ -167,12 +169,24 @@ class RankLiveness:
                 beat = st.get("updated_at")
                 if not isinstance(beat, (int, float)) or time.time() - beat <= self.stale_secs:
                     continue
-            steps = [s for s in (st.get("last_step"), (last_steps or {}).get(rank)) if isinstance(s, int)]
+            recorded = (last_record(tail_of(self.layout.metrics(rank))) or {}).get("step")
+            steps = [s for s in (st.get("last_step"), (last_steps or {}).get(rank), recorded) if isinstance(s, int)]
             how = "exited" if local else "silent"
             lost = LostRank(rank, who.pid, who.host, max(steps) if steps else None, how, time.time())
             self.lost[rank] = lost
             out.append(lost)
         return out
+
+
+def tail_of(path: Path, size: int = 1 << 16) -> bytes:
+    """The last ``size`` bytes of a file (b"" when it cannot be read): where its last record is."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read()
+    except OSError:
+        return b""
 
 
 class ExitWatch:
