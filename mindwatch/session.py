@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,8 @@ class RunSession:
     coordinator: ActionCoordinator | None = None
     #: The ranks agree on actions through the train step's collective (the adapter drains the Control's outbox).
     collective: bool = False
+    #: Sends an urgent alert (``rank_lost``) to every notify channel from a process that outlives this one.
+    notify_now: Callable[[Alert], None] | None = None
 
     @classmethod
     def start(
@@ -183,16 +186,31 @@ class RunSession:
                 )
                 sinks.append(self.watchdog)
         notify = None
+        host = socket.gethostname()
+        context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
+        if cfg.dashboard_url:
+            context["dashboard"] = run_page_url(cfg.dashboard_url, cfg.project, run_id)
         if cfg.notify and self.rank == 0:  # rank 0 alone notifies; it forwards the other ranks' alerts
+            from mindwatch.sinks.handoff import hand_off
             from mindwatch.sinks.notify import NotifySink, build_channels
 
             channels = build_channels(cfg.notify)
             if channels:
-                host = socket.gethostname()
-                context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
-                if cfg.dashboard_url:
-                    context["dashboard"] = run_page_url(cfg.dashboard_url, cfg.project, run_id)
-                notify = NotifySink(channels, context=context, run_dir=self.run_dir, world_size=self.world_size)
+                notify = NotifySink(
+                    channels,
+                    context=context,
+                    run_dir=self.run_dir,
+                    world_size=self.world_size,
+                    handoff=lambda alert: hand_off(cfg.notify, context, alert),
+                )
+                self.notify_now = notify.urgent
+        elif cfg.notify and self.rank == 1 and self.world_size > 1:  # rank 1 names rank 0 when it dies
+            from mindwatch.sinks.handoff import hand_off
+
+            def notify_now(alert: Alert) -> None:
+                hand_off(cfg.notify, context, alert)
+
+            self.notify_now = notify_now
         if self.rank == 0 and self.world_size > 1:
             from mindwatch.alerts.crossrank import CrossRankWatch
 
@@ -207,9 +225,25 @@ class RunSession:
                 forward=forward,
                 on_lost=self.rank_lost,
                 stale_secs=max(10.0, 5 * cfg.flush_secs),
+                wake=self.monitor.wake,
             )
             sinks.append(watch)
             self.monitor.tickers.append(watch)
+        if self.rank == 1 and self.world_size > 1:
+            from mindwatch.alerts.crossrank import RankZeroWatch
+
+            zero = RankZeroWatch(
+                self.run_dir,
+                self.world_size,
+                self.emit_alert,
+                cfg.distributed,
+                rank=self.rank,
+                on_lost=self.rank_lost,
+                stale_secs=max(10.0, 5 * cfg.flush_secs),
+                wake=self.monitor.wake,
+            )
+            sinks.append(zero)
+            self.monitor.tickers.append(zero)
         if self.control.coordinated and not self.collective:
             self.coordinator = ActionCoordinator(
                 self.layout,
@@ -226,13 +260,18 @@ class RunSession:
         self.monitor.sinks.extend(sinks)
 
     def rank_lost(self, lost: Any, alert: Alert) -> None:
-        """Rank 0's worker saw a rank die: record it in rank 0's status; with ``on_rank_lost: stop``, stop every survivor."""
+        """This worker saw a rank die (rank 0 any rank, rank 1 rank 0): the notification first (the launcher may kill
+        this process within 0.1 s), then this rank's status; with ``on_rank_lost: stop``, stop every survivor."""
+        stop = self.config.distributed.on_rank_lost == "stop"
+        if stop:
+            alert["on_rank_lost"] = "stop"  # not in "actions": no step ahead can be agreed with a rank gone
+        if self.notify_now is not None:
+            self.notify_now(alert)
         self.writer.lost_ranks[str(lost.rank)] = lost.as_record()
         self.writer.flush()
-        if self.config.distributed.on_rank_lost != "stop":
+        if not stop:
             return
-        alert["on_rank_lost"] = "stop"  # not in "actions": no step ahead can be agreed with a rank gone
-        if self.coordinator is not None:
+        if self.coordinator is not None and self.rank == 0:
             self.coordinator.publish_now("stop", alert)  # comes back to this rank too, through decisions.jsonl
         else:
             self.stop_now(alert)

@@ -12,6 +12,10 @@ Every ``poll_secs`` it reads the new lines of every rank's ``metrics.rank<R>.jso
 ranks report a ``stall`` (the per-rank watchdog, which dumps its stacks into ``stacks/``), it waits
 until every rank's dump is there (or ``hang.wait`` seconds) and emits one ``hang`` alert that names
 the rank the others wait for (:mod:`mindwatch.alerts.hang`). Nothing here touches the training step.
+
+Rank 0 cannot name itself: :class:`RankZeroWatch`, on rank 1, watches rank 0 the same way
+(:class:`~mindwatch.alerts.liveness.RankLiveness`) and raises the ``rank_lost`` alert for it
+(``reported_by: 1``). Rank 1 alone does, so that one death is one alert, not one per survivor.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
-from mindwatch.alerts.liveness import LostRank, RankLiveness
+from mindwatch.alerts.liveness import ExitWatch, LostRank, RankLiveness
 from mindwatch.alerts.rules import value_of
 from mindwatch.analysis.units import format_ms
 from mindwatch.store.bandfiles import BandFileWriter, band_rows
@@ -129,7 +133,119 @@ class StragglerRule:
         )
 
 
-class CrossRankWatch:
+def lost_alert(gone: LostRank, *, reported_by: int) -> Alert:
+    """The ``rank_lost`` alert for a rank that died, raised by rank ``reported_by``."""
+    return make_alert(
+        RANK_LOST,
+        step=gone.last_step,
+        rank=gone.rank,
+        message=gone.message,
+        severity="error",
+        lost_rank=gone.rank,
+        pid=gone.pid,
+        host=gone.host,
+        how=gone.how,
+        reported_by=reported_by,
+    )
+
+
+class _Liveness:
+    """What rank 0's and rank 1's watches share: a liveness check on the worker, every ``liveness_secs`` and at
+    once when a watched local process exits (the exit watch wakes the worker), remote heartbeats less often."""
+
+    def __init__(
+        self,
+        layout: RunLayout,
+        world_size: int,
+        ranks: list[int],
+        config: DistributedSection,
+        *,
+        stale_secs: float,
+        wake: Callable[[], None] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.clock = clock
+        self.wake = wake
+        self.exits = ExitWatch(self._exited) if world_size > 1 else None
+        self.liveness = RankLiveness(layout, world_size, stale_secs=stale_secs, ranks=ranks, exits=self.exits)
+        self.liveness_secs = config.liveness_secs
+        #: Remote heartbeats are read (one status file a rank) this often: a quarter of the stale limit.
+        self.remote_secs = max(config.poll_secs, stale_secs / 4)
+        self._last_liveness = -1e18
+        self._last_remote = -1e18
+        self._due = False
+
+    def _exited(self, pid: int) -> None:  # on the exit watch's thread
+        self._due = True
+        if self.wake is not None:
+            self.wake()
+
+    def liveness_due(self) -> bool:
+        now = self.clock()
+        if self._due or now - self._last_liveness >= self.liveness_secs:
+            self._due = False
+            self._last_liveness = now
+            return True
+        return False
+
+    def remote_due(self) -> bool:
+        now = self.clock()
+        if now - self._last_remote >= self.remote_secs:
+            self._last_remote = now
+            return True
+        return False
+
+    def close_exits(self) -> None:
+        if self.exits is not None:
+            self.exits.close()
+
+
+class RankZeroWatch(_Liveness):
+    """Sink and ticker for rank 1: rank 0's liveness. ``on_lost(lost, alert)`` runs first (the notification),
+    then the alert goes to ``emit`` (alerts.jsonl)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        world_size: int,
+        emit: Callable[[Alert], None],
+        config: DistributedSection,
+        *,
+        rank: int = 1,
+        on_lost: Callable[[LostRank, Alert], None] | None = None,
+        stale_secs: float = 10.0,
+        wake: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(RunLayout(Path(run_dir)), world_size, [0], config, stale_secs=stale_secs, wake=wake, clock=clock)
+        self.rank = rank
+        self.emit = emit
+        self.on_lost = on_lost
+        self._last_step: int | None = None
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        pass
+
+    def flush(self) -> None:
+        self._check(remote=self.remote_due())
+
+    def tick(self) -> None:
+        if self.liveness_due():
+            self._check(remote=False)
+
+    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+        self.close_exits()
+
+    def _check(self, *, remote: bool) -> None:
+        for gone in self.liveness.check(remote=remote):
+            alert = lost_alert(gone, reported_by=self.rank)
+            log.error("mindwatch: %s (seen by rank %d)", gone.message, self.rank)
+            if self.on_lost is not None:
+                self.on_lost(gone, alert)
+            self.emit(alert)
+
+
+class CrossRankWatch(_Liveness):
     """Sink for rank 0: the straggler rule over all ranks' files, the hang diagnosis after a stall, and
     ``forward``: the other ranks' alerts (read from ``alerts.jsonl``) handed to rank 0's notify channels."""
 
@@ -147,9 +263,12 @@ class CrossRankWatch:
         stale_secs: float = 10.0,
         write_bands: bool = True,
         close_wait: float = 5.0,
+        wake: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.layout = RunLayout(Path(run_dir))
+        others = list(range(1, world_size))
+        super().__init__(self.layout, world_size, others, config, stale_secs=stale_secs, wake=wake, clock=clock)
         self.world_size = world_size
         self.emit = emit
         self.poll_secs = config.poll_secs
@@ -168,14 +287,8 @@ class CrossRankWatch:
         self.hang_wait = config.hang.wait
         self.hang_actions = list(config.hang.actions)
         self.bands = BandFileWriter(self.layout) if write_bands else None
-        self.liveness = RankLiveness(self.layout, world_size, stale_secs=stale_secs)
-        #: Remote heartbeats are read (one status file a rank) this often: a quarter of the stale limit.
-        self.remote_secs = max(config.poll_secs, stale_secs / 4)
-        self._last_remote = -1e18
-        self.liveness_secs = config.liveness_secs
         self.on_lost = on_lost
         self.last_steps: dict[int, int] = {}
-        self._last_liveness = -1e18
         self._alerts = JsonlTail(self.layout.alerts)
         for tail in [self._alerts, *self.tails.tails.values()]:
             tail.offset = _size(tail.path)  # a resumed run's old lines are not news
@@ -194,10 +307,9 @@ class CrossRankWatch:
         self.poll()
 
     def tick(self) -> None:
-        """Every worker loop: the liveness of the ranks on this host, every ``liveness_secs`` (a signal 0 per pid)."""
-        now = self.clock()
-        if now - self._last_liveness >= self.liveness_secs:
-            self._last_liveness = now
+        """Every worker loop: the liveness of the ranks on this host, every ``liveness_secs`` (a signal 0 per pid)
+        and at once when one of them exits."""
+        if self.liveness_due():
             self._check_liveness(remote=False)
 
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
@@ -206,8 +318,9 @@ class CrossRankWatch:
         while True:
             self.poll()
             if self._others_done() or self.clock() >= deadline:
-                return
+                break
             time.sleep(0.05)
+        self.close_exits()
 
     def _others_done(self) -> bool:
         # a rank writes its final status after its last alert is in alerts.jsonl
@@ -223,10 +336,7 @@ class CrossRankWatch:
     def poll(self) -> None:
         self._last_poll = self.clock()
         self._read_steps()
-        remote = self._last_poll - self._last_remote >= self.remote_secs
-        if remote:
-            self._last_remote = self._last_poll
-        self._check_liveness(remote=remote)
+        self._check_liveness(remote=self.remote_due())
         if self.hang_enabled or self.forward is not None:
             self._read_alerts()
 
@@ -273,18 +383,7 @@ class CrossRankWatch:
             last = max(s for s in (gone.last_step, self.last_steps.get(gone.rank), -1) if isinstance(s, int))
             gone = LostRank(gone.rank, gone.pid, gone.host, last if last >= 0 else None, gone.how, gone.t)
             self.liveness.lost[gone.rank] = gone
-            alert = make_alert(
-                RANK_LOST,
-                step=gone.last_step,
-                rank=gone.rank,
-                message=gone.message,
-                severity="error",
-                lost_rank=gone.rank,
-                pid=gone.pid,
-                host=gone.host,
-                how=gone.how,
-                reported_by=0,
-            )
+            alert = lost_alert(gone, reported_by=0)
             log.error("mindwatch: %s", gone.message)
             if self.on_lost is not None:
                 self.on_lost(gone, alert)

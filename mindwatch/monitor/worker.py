@@ -112,6 +112,10 @@ class Monitor:
         self._alerts.append(alert)
         self._wake.set()
 
+    def wake(self) -> None:
+        """From any thread: run the worker's loop (its tickers) now, not at its next batch or tick."""
+        self._wake.set()
+
     # -- lifecycle ------------------------------------------------------
     def start(self) -> Monitor:
         if self._thread is None:

@@ -24,9 +24,14 @@ token), signing secrets and SMTP passwords are never logged or written anywhere.
 
 The end-of-run message (``events: [end]``, on by default) says how the run ended: finished,
 failed (with the error), stopped (with the reason), or, in a multi-rank run, with ranks lost
-(rank 0 reads the other ranks' status files when it ends). A process killed outright
-(``kill -9``, out of memory) cannot send one; its stall alerts and the dashboard's ``stale``
-state are what remains.
+(rank 0 reads the other ranks' status files when it ends). Only a rank that never wrote a final
+state is called lost; one that ended otherwise than this rank (``failed`` while this one finished)
+is named with its state, and one that ended the same way (a coordinated stop) is not mentioned. A
+process killed outright (``kill -9``, out of memory) cannot send one; its stall alerts and the
+dashboard's ``stale`` state are what remains.
+
+:meth:`NotifySink.urgent` is for an alert that must leave before the launcher kills this process
+(``rank_lost``): it goes to a sender process of its own (:mod:`mindwatch.sinks.handoff`) at once.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
@@ -110,8 +115,14 @@ def alert_message(alert: Alert, context: dict[str, Any]) -> Message:
 
 def end_message(end: RunEnd, context: dict[str, Any]) -> Message:
     how = end.state
-    if end.lost_ranks:
-        how += f", rank{'s' if len(end.lost_ranks) > 1 else ''} {', '.join(map(str, sorted(end.lost_ranks)))} lost"
+    # a rank that wrote a final state is described by it ("failed after step 41: ..."): it ended, it is not lost
+    gone = sorted(r for r, what in end.lost_ranks.items() if not what.startswith(FINAL_STATES))
+    if gone:
+        how += f", rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} lost"
+    for state in FINAL_STATES:
+        ended = sorted(r for r, what in end.lost_ranks.items() if what.startswith(state))
+        if ended:
+            how += f", rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))} {state}"
     title = f"mindwatch: {context.get('project')}/{context.get('run')} {how}"
     lines = []
     if end.error:
@@ -472,6 +483,7 @@ class NotifySink:
     """Sink that sends alerts (at or above each channel's ``min_severity``) and the end of the run to the channels.
 
     ``run_dir`` and ``world_size``: where rank 0 looks, when the run ends, for ranks that did not finish.
+    ``handoff``: starts a sender process for an urgent alert (:meth:`urgent`); False when it could not.
     """
 
     def __init__(
@@ -483,8 +495,11 @@ class NotifySink:
         close_grace: float = 3.0,
         run_dir: str | Path | None = None,
         world_size: int = 1,
+        handoff: Callable[[Alert], bool] | None = None,
     ) -> None:
         self.context = dict(context or {})
+        self.handoff = handoff
+        self._handed_off: list[Alert] = []  # sent by a sender process already: not again when they come as alerts
         self.close_grace = close_grace
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.world_size = world_size
@@ -505,8 +520,20 @@ class NotifySink:
         """Per channel label: how many messages were sent, given up on, dropped (queue full)."""
         return {s.channel.label: {"sent": s.sent, "failed": s.failed, "dropped": s.dropped} for s in self._senders}
 
+    def urgent(self, alert: Alert) -> None:
+        """Send ``alert`` now, from a process that outlives this one (the launcher is about to kill it); when
+        the same alert reaches :meth:`alert` later (through alerts.jsonl's sinks) it is counted, not sent again."""
+        if self.handoff is not None and self.handoff(alert):
+            self._handed_off.append(alert)
+            return
+        self.alert(alert)
+        self._handed_off.append(alert)
+        self._alerts -= 1
+
     def alert(self, alert: Alert) -> None:
         self._alerts += 1
+        if any(alert is sent for sent in self._handed_off):
+            return
         for s in self._senders:
             if "alerts" in s.channel.events and severity_at_least(alert, s.channel.min_severity):
                 self._put(s, ("alert", alert))
@@ -542,10 +569,10 @@ class NotifySink:
             duration=time.time() - self.started,
             error=error,
             reason=reason,
-            lost_ranks=self._lost_ranks(),
+            lost_ranks=self._lost_ranks(state),
         )
 
-    def _lost_ranks(self) -> dict[int, str]:
+    def _lost_ranks(self, ending: str) -> dict[int, str]:
         if self.run_dir is None or self.world_size <= 1:
             return {}
         layout, out = RunLayout(self.run_dir), {}
@@ -557,8 +584,8 @@ class NotifySink:
                 out[rank] = f"died at step {d.get('last_step')} (pid {d.get('pid')} on host {d.get('host')})"
                 continue
             state = rank_state(st) if st is not None else "missing"
-            if state == "finished":
-                continue
+            if state == "finished" or (state == ending and state in FINAL_STATES):
+                continue  # it ended as this rank did (a coordinated stop): nothing to tell
             after = f" after step {st['last_step']}" if st and isinstance(st.get("last_step"), int) else ""
             why = f": {st.get('error') or st.get('reason')}" if st and (st.get("error") or st.get("reason")) else ""
             out[rank] = {

@@ -10,6 +10,7 @@ Run by tests/test_distributed.py::
 rank then waits in the gradient AllReduce).
 ``--spike-rank R --spike-at N --spike-secs S``: rank R's batch N alone takes S seconds (a data_time spike).
 ``--pace-secs S``: every batch on every rank takes S seconds (a steady step time).
+``--late-rank R --late-secs S``: rank R starts training S seconds after the others (a rank that comes back late).
 ``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
 ``--nan-rank R --nan-at N``: rank R's labels of batch N are NaN (so the all-reduced gradients are NaN on every rank).
 ``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch).
@@ -84,6 +85,8 @@ def main() -> None:
     p.add_argument("--spike-at", type=int, default=-1)
     p.add_argument("--spike-secs", type=float, default=0.0)
     p.add_argument("--pace-secs", type=float, default=0.0)
+    p.add_argument("--late-rank", type=int, default=-1)
+    p.add_argument("--late-secs", type=float, default=0.0)
     p.add_argument("--save-params", default=None)
     p.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
@@ -123,6 +126,8 @@ def main() -> None:
     }
     for key, value in json.loads(args.config).items():  # one level deep: {"alerts": {...}} keeps stall_timeout
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
+    if rank == args.late_rank:
+        time.sleep(args.late_secs)
     if args.loop:
         run_dir = train_loop(net, optimizer, data, config)
     else:
