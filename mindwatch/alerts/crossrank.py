@@ -394,8 +394,10 @@ class CrossRankWatch(_Liveness):
             rank = alert.get("rank")
             if not isinstance(rank, int):
                 continue
-            if self.forward is not None and alert.get("reported_by", rank) != 0:
-                self.forward(alert)  # rank 0 alone sends notifications: the other ranks' alerts go out from here
+            # rank 0 alone sends notifications: the other ranks' alerts go out from here; not their interventions,
+            # which every rank carries out at one step (rank 0 tells of its own: one message for the run)
+            if self.forward is not None and alert.get("reported_by", rank) != 0 and alert.get("rule") != "intervention":
+                self.forward(alert)
             if not self.hang_enabled:
                 continue
             if alert.get("rule") == STALL:

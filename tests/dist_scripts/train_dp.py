@@ -100,6 +100,7 @@ def main() -> None:
     p.add_argument("--ckpt-dir", default=None)
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--max-grad-norm", type=float, default=None)
+    p.add_argument("--save-dir-per-rank", action="store_true", help="each rank records under SAVE_DIR/rank<R> (no shared folder)")
     args = p.parse_args()
 
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
@@ -118,7 +119,7 @@ def main() -> None:
     data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(BATCH)
     config = {
         "project": args.project,
-        "save_dir": args.save_dir,
+        "save_dir": f"{args.save_dir}/rank{rank}" if args.save_dir_per_rank else args.save_dir,
         "interval": 0.2,
         "flush_secs": 0.5,
         "alerts": {"stall_timeout": 4.0},

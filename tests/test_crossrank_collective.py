@@ -1,0 +1,135 @@
+"""Across ranks through the train step's own collective (real msrun, 2 workers, our train cell).
+
+A NaN that every rank sees (the all-reduced gradients) stops every rank on its step with finite weights;
+one bad batch is one alert and one message; ranks without a shared save_dir train from step 1 and still
+act together. Each launch costs ~30 s here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+from test_distributed import Launch, Webhooks, msrun, only_run_dir, raw_records
+
+import mindwatch
+
+pytestmark = pytest.mark.slow
+
+
+def launch(tmp: Path, *args: str, config: dict, steps: int = 80, mode: str = "graph") -> None:
+    job = Launch()
+    try:
+        msrun(
+            job,
+            tmp / "logs",
+            "--save-dir",
+            str(tmp / "out"),
+            "--steps",
+            str(steps),
+            "--mode",
+            mode,
+            "--config",
+            json.dumps(config),
+            *args,
+        )
+        codes = job.wait(300)
+        assert codes == [0], f"msrun failed ({codes}):\n{(tmp / 'logs' / 'msrun.out').read_text()[-3000:]}"
+    finally:
+        job.kill()
+
+
+def steps_of(run_dir: Path, rank: int) -> list[int]:
+    return [rec["step"] for rec in raw_records(run_dir / f"metrics.rank{rank}.jsonl")]
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_a_nan_in_one_ranks_labels_stops_every_rank_on_that_step_and_every_checkpoint_is_finite(
+    tmp_path: Path, mode: str
+) -> None:
+    hooks = Webhooks()
+    try:
+        config = {
+            "interval": 60,
+            "alerts": {"nonfinite": {"actions": ["stop", "checkpoint"]}},
+            "notify": [{"type": "webhook", "url": hooks.url}],
+        }
+        ckpt = tmp_path / "ckpt"
+        launch(
+            tmp_path, "--nan-rank", "1", "--nan-at", "40", "--ckpt-dir", str(ckpt), "--ckpt-every", "5", config=config, mode=mode
+        )
+    finally:
+        hooks.close()
+    run_dir = only_run_dir(tmp_path / "out" / "dist")
+    for rank in (0, 1):
+        assert steps_of(run_dir, rank)[-1] == 40, f"rank {rank} ran on past the NaN step"
+        status = json.loads((run_dir / f"status.rank{rank}.json").read_text())
+        assert status["state"] == "stopped" and status["last_step"] == 40
+    saved = sorted(ckpt.rglob("*.ckpt")) + sorted((run_dir / "checkpoints").glob("*.ckpt"))
+    assert len(saved) >= 2 * 8 + 2, saved  # every 5 steps up to 40 on both ranks, the end's, and each rank's anomaly one
+    for path in saved:
+        for name, value in ms.load_checkpoint(str(path)).items():
+            assert np.isfinite(value.asnumpy()).all(), f"{path.name}: {name} is not finite"
+    nonfinite = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "nonfinite"]
+    assert [(a["rank"], a["step"], a["metric"]) for a in nonfinite] == [(0, 40, "grad_norm")], "one alert for the run"
+    posted = [
+        (body.get("rule"), body.get("rank"), body.get("actions")) for _, body in hooks.posts if body.get("event") == "alert"
+    ]
+    assert sorted(posted, key=str) == sorted(
+        [("nonfinite", 0, ["stop", "checkpoint"]), ("intervention", 0, ["stop"]), ("intervention", 0, ["checkpoint"])], key=str
+    ), "one message for the NaN, one for each action the run took"
+
+
+def test_one_bad_batch_on_one_rank_is_one_alert_and_one_message(tmp_path: Path) -> None:
+    hooks = Webhooks()
+    try:
+        config = {
+            "interval": 60,
+            "alerts": {"spike": {"metrics": ["grad_norm"], "count": 1, "warmup": 10}},
+            "notify": [{"type": "webhook", "url": hooks.url}],
+        }
+        launch(tmp_path, "--scale-rank", "1", "--scale-at", "50", "--scale-by", "30", "--max-grad-norm", "1.0", config=config)
+    finally:
+        hooks.close()
+    run_dir = only_run_dir(tmp_path / "out" / "dist")
+    spikes = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "spike"]
+    assert [(a["rank"], a["step"]) for a in spikes] == [(0, 50)], spikes
+    posted = [body for _, body in hooks.posts if body.get("event") == "alert"]
+    assert [(b["rule"], b["rank"], b["step"]) for b in posted] == [("spike", 0, 50)], f"one message for one bad batch: {posted}"
+    for rank in (0, 1):  # the norm all-reduced: both ranks recorded the same spike
+        grad = {rec["step"]: rec["grad_norm"] for rec in raw_records(run_dir / f"metrics.rank{rank}.jsonl")}
+        assert grad[50] > 5 * np.median([grad[s] for s in range(30, 50)])
+
+
+def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_together(tmp_path: Path) -> None:
+    """Each rank records under its own folder (a multi-node job without a shared file system); rank 1's data_time
+    limit alone asks for a stop."""
+    config = {
+        "callback": {"params": {"warn_on_value": {"data_time": 0.5}}},
+        "alerts": {"thresholds": {"actions": ["stop"]}},
+        "distributed": {"rendezvous_timeout": 300},
+    }
+    launch(
+        tmp_path,
+        *("--save-dir-per-rank", "--pace-secs", "0.02", "--spike-rank", "1", "--spike-at", "60", "--spike-secs", "1.5"),
+        config=config,
+        steps=160,
+    )
+    dirs = {rank: only_run_dir(tmp_path / "out" / f"rank{rank}" / "dist") for rank in (0, 1)}
+    assert dirs[0].name == dirs[1].name, "one run id on every node"
+    first = {rank: raw_records(dirs[rank] / f"metrics.rank{rank}.jsonl")[0] for rank in (0, 1)}
+    assert first[0]["step"] == first[1]["step"] == 1
+    assert abs(first[1]["t"] - first[0]["t"]) < 5.0, "rank 1 did not wait at start for a file it cannot see"
+    last = {rank: steps_of(dirs[rank], rank)[-1] for rank in (0, 1)}
+    assert last[0] == last[1] < 160, "both ranks stopped at one step, before the data ran out"
+    for rank in (0, 1):
+        status = json.loads((dirs[rank] / f"status.rank{rank}.json").read_text())
+        assert status["state"] == "stopped" and status["last_step"] == last[rank]
+    limit = [a for a in raw_records(dirs[1] / "alerts.jsonl") if a["rule"] == "threshold"]
+    assert limit and limit[0]["rank"] == 1
+    assert "rank 1 asked for stop" in json.loads((dirs[0] / "status.rank0.json").read_text())["reason"]
+    assert json.loads((dirs[0] / "meta.json").read_text())["coordination"] == "collective"
+    assert mindwatch.open_run(dirs[1]).state == "stopped"
