@@ -104,9 +104,10 @@ def test_one_bad_batch_on_one_rank_is_one_alert_and_one_message(tmp_path: Path) 
         assert grad[50] > 5 * np.median([grad[s] for s in range(30, 50)])
 
 
-def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_together(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", [False, True])
+def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_together(tmp_path: Path, loop: bool) -> None:
     """Each rank records under its own folder (a multi-node job without a shared file system); rank 1's data_time
-    limit alone asks for a stop."""
+    limit alone asks for a stop. Through Model.train with our train cell, and through a loop of its own (``--loop``)."""
     config = {
         "callback": {"params": {"warn_on_value": {"data_time": 0.5}}},
         "alerts": {"thresholds": {"actions": ["stop"]}},
@@ -115,6 +116,7 @@ def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_togethe
     launch(
         tmp_path,
         *("--save-dir-per-rank", "--pace-secs", "0.02", "--spike-rank", "1", "--spike-at", "60", "--spike-secs", "1.5"),
+        *(("--loop", "--mode", "pynative") if loop else ()),
         config=config,
         steps=160,
     )

@@ -92,6 +92,7 @@ def test_a_stop_that_rank_1_asks_for_stops_both_ranks_at_one_step(tmp_path: Path
         assert status["state"] == "stopped" and status["last_step"] == last
         assert status["reason"] == f"stopped by mindwatch: {alert['message']}"
     assert mindwatch.open_run(run_dir).state == "stopped"
+    assert json.loads((run_dir / "meta.json").read_text())["coordination"] == "collective", "through the step's collective"
     assert ended - alert["t"] < 10.0, f"the job ended {ended - alert['t']:.1f} s after the alert"
 
 

@@ -40,10 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import mindspore as ms
+import numpy as np
 
 from mindwatch.mindspore.actions import StepBoundary, network_and_optimizer
 from mindwatch.mindspore.callback import ConfigLike, merged_config, start_recorder
 from mindwatch.mindspore.layer_stats import LayerGrouping
+from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
+from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.recorder import StepRecorder
 from mindwatch.mindspore.reduction import LoopLayerStats, StepReduction
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
@@ -88,16 +91,38 @@ class Run:
         self._epoch = 0
         self._step = 0
         self._reduce = StepReduction()
+        self._signal: RankSignal | None = None
         self._layer_stats: LoopLayerStats | None = None
         self._boundary = StepBoundary(self._request_stop)
         self.recorder: StepRecorder | None = None
+        #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py).
+        self._exchange: SignalExchange | None = None
         if not config.enable:
             return
-        self.recorder = start_recorder(
-            config, optimizer=optimizer, saved=network_and_optimizer(network, optimizer), total_steps=total_steps
-        )
+        who = discover()
+        signal = None
+        if who.world_size > 1 and config.distributed.coordination.enabled:
+            signal = RankSignal(None, rank=who.rank, world_size=who.world_size)
+        run_id = None
+        if signal is not None and who.rank > 0:  # never wait for another host's file: rank 0 says which run
+            run_id = signal.run_id(_sum(signal.tensor())) or f"{config.run_name or 'run'}_rank{who.rank}"
+        saved = network_and_optimizer(network, optimizer)
+        try:
+            self.recorder = start_recorder(
+                config, optimizer=optimizer, saved=saved, total_steps=total_steps, run_id=run_id, collective=signal is not None
+            )
+        finally:
+            if signal is not None and who.rank == 0:  # the other ranks wait in the sum for the run id (or none)
+                if self.recorder is not None:
+                    signal.announce(self.recorder.session.run_dir.name)
+                _sum(signal.tensor())
+                signal.announce("")
+        #: Kept even when this rank records nothing: every rank must take part in every step's sum.
+        self._signal = signal
         if self.recorder is None:
             return
+        if signal is not None:
+            self._exchange = SignalExchange(signal, self.recorder.session)
         try:
             self._setup()
         except Exception as e:
@@ -172,7 +197,9 @@ class Run:
         in the order of ``optimizer.parameters``) and scalars of your own (``tokens=...``). ``step``: the global
         step (default: one more than the last, counting from 1 or from the resumed run's last step)."""
         recorder = self.recorder
-        if recorder is None:
+        if recorder is None or recorder.state.closed:
+            if self._signal is not None:  # the other ranks sum the signal every step: take part, or they wait
+                _sum(self._signal.tensor())
             return
         now = _perf()
         if recorder.watchdog is not None:
@@ -182,6 +209,9 @@ class Run:
         state = recorder.state
         n = number - state.recorded
         try:
+            if self._exchange is not None:  # what every rank asked for: one small AllReduce, the same on every rank
+                self._exchange.before_step()
+                self._exchange.after_step(_sum(self._exchange.signal.tensor()), number)
             if recorder.due(n):
                 rec = self._read(number, loss, grads, metrics)
                 state.recorded = number
@@ -270,3 +300,16 @@ class Run:
         attempts = meta.get("attempts") or []
         steps = [a.get("last_step") for a in attempts[:-1] if isinstance(a.get("last_step"), int)]
         return max(steps, default=0)
+
+
+_ALL_REDUCE: Any = None
+
+
+def _sum(vector: ms.Tensor) -> np.ndarray:
+    """The signal vector summed over every rank (one ``AllReduce``)."""
+    global _ALL_REDUCE
+    if _ALL_REDUCE is None:
+        from mindspore import ops
+
+        _ALL_REDUCE = ops.AllReduce()
+    return _ALL_REDUCE(vector).asnumpy()

@@ -54,7 +54,8 @@ class Asked:
 class RankSignal:
     """This rank's slots of the signal vector, and what a reduced vector says. Training thread only."""
 
-    def __init__(self, parameter: ms.Parameter, *, rank: int, world_size: int) -> None:
+    def __init__(self, parameter: ms.Parameter | None, *, rank: int, world_size: int) -> None:
+        #: The train cell's Parameter the step sums (None: a loop, which sums :meth:`tensor` with one call).
         self.parameter = parameter
         self.rank, self.world_size = rank, world_size
         self._vector = np.zeros(signal_size(world_size), np.float32)
@@ -83,9 +84,13 @@ class RankSignal:
 
     def send(self) -> None:
         """Before a step: write the vector if it changed (one small assign)."""
-        if self._dirty:
+        if self._dirty and self.parameter is not None:
             ops.assign(self.parameter, ms.Tensor(self._vector))
             self._dirty = False
+
+    def tensor(self) -> ms.Tensor:
+        """The vector as a Tensor (a loop sums it itself)."""
+        return ms.Tensor(self._vector)
 
     def read(self, reduced: np.ndarray) -> list[Asked]:
         """After a step: every rank's requests in the summed vector; this rank's own are cleared (they were read)."""
