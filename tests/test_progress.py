@@ -17,11 +17,11 @@ from starlette.testclient import TestClient
 
 import mindwatch
 from mindwatch.analysis.progress import Progress, StepRate, steps_per_second
+from mindwatch.analysis.summary import list_run as listing
 from mindwatch.config import load_config
 from mindwatch.mindspore import MonitorCallback
 from mindwatch.serve.app import create_app
 from mindwatch.session import RunSession
-from mindwatch.store.catalog import listing
 from mindwatch.terminal.runs import print_runs
 from mindwatch.terminal.tail import tail
 

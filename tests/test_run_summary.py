@@ -9,10 +9,10 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from mindwatch.analysis.summary import list_run as listing
 from mindwatch.analysis.summary import summarize_run
 from mindwatch.report.html import write_report
 from mindwatch.serve.app import create_app
-from mindwatch.store.catalog import listing
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.reader import open_run
 from mindwatch.store.writer import RunWriter

@@ -33,7 +33,7 @@ from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.progress import Progress
-from mindwatch.analysis.summary import RunSummary, ordered_metrics, rank_count, summarize_run
+from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
 from mindwatch.analysis.units import format_duration
 from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
@@ -308,7 +308,7 @@ def _banner(s: RunSummary, label: str) -> str:
     text = {
         "failed": f"{label} failed" + (f": {s.error}" if s.error else ""),
         "lost": f"{label} lost a rank" + (f": {s.error}" if s.error else ""),
-        "running": f"{label} is still running: this report shows it as of {_time(s.ended_at)}",
+        "running": f"{label} is still running: this report shows it as of {_time(s.ended_at or s.last_time)}",
         "stale": f"{label} stopped writing without a final state (killed, lost or hung) after step {s.last_step}",
         "stalled": f"{label} stalled after step {s.last_step}",
         "stopped": f"{label} was stopped" + (f": {s.error}" if s.error else ""),
@@ -328,7 +328,7 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
         ("steps", [_e(_steps(s)) for s in summaries]),
         ("records", [_e(str(s.records)) for s in summaries]),
-        ("ranks", [_e(rank_count(s.world_size, s.ranks)) for s in summaries]),
+        ("ranks", [_e(s.rank_text) for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
         ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),
