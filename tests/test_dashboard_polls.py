@@ -91,3 +91,21 @@ def test_a_rewritten_status_file_is_read_once_and_shows_at_once(
     assert "out of memory" in status["error"] and "out of memory" in listing["error"]
     assert opened["status.rank1.json"] == 2  # once for the view, once for the runs page's listing
     assert opened["status.rank0.json"] == opened["meta.json"] == 0, opened
+
+
+def test_the_page_and_the_report_say_the_same_sentence_for_a_failed_run(
+    live_run: tuple[Path, list[RunWriter]], tmp_path: Path
+) -> None:
+    from mindwatch.report.html import render_report
+    from mindwatch.store.reader import open_run
+
+    logdir, writers = live_run
+    for w in writers:
+        w.close("failed", error="RuntimeError: corrupt shard 7")
+    view = Catalog(logdir).open("p/live")
+    view.refresh()
+    with view.lock:
+        banner = view.status_summary()["banner"]
+    assert banner.startswith("Failed at step 10: RuntimeError: corrupt shard 7. Data stopped ")
+    report = render_report([open_run(logdir / "p" / "live")])
+    assert "Failed at step 10: RuntimeError: corrupt shard 7. Data stopped " in report

@@ -33,6 +33,7 @@ from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.progress import Progress
+from mindwatch.analysis.state_text import state_sentence
 from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
 from mindwatch.analysis.units import format_duration
 from mindwatch.assets import asset_text, echarts_js
@@ -90,7 +91,7 @@ def render_report(runs: list[Run]) -> str:
             f'<p class="sub">generated {_time(_now())} by mindwatch {__version__} from {_e(str(main.path))}'
             + (f" · compared with {_e(', '.join(labels[1:]))}" if len(runs) > 1 else "")
             + "</p>",
-            *(_banner(s, lab) for s, lab in zip(summaries, labels, strict=True)),
+            *(_banner(s, lab, _now()) for s, lab in zip(summaries, labels, strict=True)),
             "<h2>Summary</h2>",
             _summary_table(summaries, labels),
             "<h2>Curves</h2>",
@@ -302,18 +303,11 @@ def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:
 
 
 # -- HTML pieces ----------------------------------------------------------------------------------
-def _banner(s: RunSummary, label: str) -> str:
+def _banner(s: RunSummary, label: str, now: float) -> str:
     if s.state == "finished":
         return ""
-    text = {
-        "failed": f"{label} failed" + (f": {s.error}" if s.error else ""),
-        "lost": f"{label} lost a rank" + (f": {s.error}" if s.error else ""),
-        "running": f"{label} is still running: this report shows it as of {_time(s.ended_at or s.last_time)}",
-        "stale": f"{label} stopped writing without a final state (killed, lost or hung) after step {s.last_step}",
-        "stalled": f"{label} stalled after step {s.last_step}",
-        "stopped": f"{label} was stopped" + (f": {s.error}" if s.error else ""),
-    }.get(s.state, f"{label}: state {s.state}")
-    return f'<div class="banner {_e(s.state)}">{_e(text)}</div>'
+    text = state_sentence(s.state, last_step=s.last_step, now=now, error=s.error, last_time=s.last_time)
+    return f'<div class="banner {_e(s.state)}">{_e(label)}: {_e(text)}</div>'
 
 
 def _steps(s: RunSummary) -> str:

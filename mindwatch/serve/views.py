@@ -23,6 +23,7 @@ from collections import OrderedDict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mindwatch.analysis.state_text import state_sentence
 from mindwatch.analysis.summary import listed
 from mindwatch.store.cache import ColumnCache
 from mindwatch.store.catalog import RunHead, find_runs
@@ -91,6 +92,7 @@ class RunView(Run):
         summary = listed(self, now)
         beats = [s["updated_at"] for s in self.statuses.values() if isinstance(s.get("updated_at"), (int, float))]
         reasons = [s["reason"] for s in self.statuses.values() if s.get("reason")]
+        heartbeat_at, reason = (max(beats) if beats else None), (reasons[0] if reasons else None)
         return {
             "state": summary.state,
             "ranks": {
@@ -99,10 +101,19 @@ class RunView(Run):
             },
             "last_step": summary.last_step,
             "last_time": summary.last_time,
-            "heartbeat_at": max(beats) if beats else None,
+            "heartbeat_at": heartbeat_at,
             "error": summary.error,
-            "reason": reasons[0] if reasons else None,
+            "reason": reason,
             "now": now,
+            "banner": state_sentence(
+                summary.state,
+                last_step=summary.last_step,
+                now=now,
+                error=summary.error,
+                reason=reason,
+                last_time=summary.last_time,
+                heartbeat_at=heartbeat_at,
+            ),
         }
 
 
