@@ -45,6 +45,7 @@ class StopAt(Callback):
             run_context.request_stop()
 
 
+@pytest.mark.slow  # a training of 10 s or more: `-m "not slow"` stays a quick loop
 def test_the_console_line_shows_steps_out_of_planned_and_an_eta_near_the_real_remaining_time(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
