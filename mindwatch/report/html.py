@@ -30,8 +30,8 @@ import numpy as np
 from mindwatch import __version__
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
-from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
+from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.state_text import state_sentence
 from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
@@ -156,21 +156,18 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
                     s = run.series(metric, rank=rank)
                     if not len(s):
                         continue
-                    idx = keep_extremes(s.step, s.value, MAX_POINTS)
-                    thinned |= len(idx) < len(s)
+                    line = line_points(s.step, s.value, MAX_POINTS)
+                    thinned |= line.thinned
                     parts = [label] if len(runs) > 1 else []
                     if name.endswith("*"):
                         parts.append(metric[len(name) - 1 :])
                     if len(run.ranks) > 1:
                         parts.append(f"rank {rank}")
-                    bad = s.step[~np.isfinite(s.value)]
                     series.append(
                         {
                             "label": " ".join(parts) or metric,
-                            "data": [
-                                [int(x), _finite(y)] for x, y in zip(s.step[idx].tolist(), s.value[idx].tolist(), strict=True)
-                            ],
-                            "nonfinite": [int(x) for x in bad[:100].tolist()],
+                            "data": line.points,
+                            "nonfinite": [int(at) for at, _ in line.nonfinite[:100]],
                         }
                     )
         if not series:
