@@ -43,6 +43,7 @@ from mindwatch.sinks.console import ConsoleSummary
 from mindwatch.store.attempts import continue_meta, new_attempt
 from mindwatch.store.layout import RunLayout, is_run_dir, new_run_id, read_json, write_json_atomic
 from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id
+from mindwatch.store.sink import hook
 from mindwatch.store.writer import RunWriter
 
 log = logging.getLogger("mindwatch")
@@ -148,8 +149,7 @@ class RunSession:
     def plan(self, total_steps: int | None) -> None:
         """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress."""
         for sink in self.monitor.sinks:
-            if hasattr(sink, "total_steps"):  # the console line and the end-of-run message
-                sink.total_steps = total_steps
+            hook(sink, "plan")(total_steps)  # the console line and the end-of-run message use it
         if self.rank == 0 and self.meta:
             self.meta["total_steps"] = total_steps
             self.write_meta()

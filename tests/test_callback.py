@@ -63,6 +63,7 @@ class HostGradNorm(Callback):
         self.norms[cb.cur_step_num] = math.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in grads.values()))
 
 
+@pytest.mark.slow  # a training of 10 s or more: `-m "not slow"` stays a quick loop
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_records_what_the_training_did(mode: str, tmp_path: Path) -> None:
     set_mode(mode)

@@ -256,6 +256,7 @@ def test_a_nan_in_one_layer_is_named_first(tmp_path: Path) -> None:
     assert "mid" in nonfinite[0]["message"]
 
 
+@pytest.mark.slow  # a training of 10 s or more: `-m "not slow"` stays a quick loop
 def test_the_report_compares_the_layers_and_maps_them(tmp_path: Path) -> None:
     import json
     import re

@@ -130,6 +130,7 @@ def test_a_loop_that_stops_calling_step_stalls_and_resumes(tmp_path: Path) -> No
     assert "stall" in rules and "resumed" in rules and rules.index("stall") < rules.index("resumed")
 
 
+@pytest.mark.slow  # a training of 10 s or more: `-m "not slow"` stays a quick loop
 def test_lr_backoff_and_checkpoint_in_a_loop(tmp_path: Path) -> None:
     """Both asked by a rule on the worker: the optimizer (inside the compiled step) uses half the rate from the next
     step, and the checkpoint holds the weights of the step it was taken at."""
@@ -167,6 +168,7 @@ def test_lr_backoff_and_checkpoint_in_a_loop(tmp_path: Path) -> None:
     assert "moments" not in saved and "learning_rate" in saved  # SGD's state with the weights
 
 
+@pytest.mark.slow  # a training of 10 s or more: `-m "not slow"` stays a quick loop
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_model_train_and_the_loop_record_the_same_names_and_values(tmp_path: Path, mode: str) -> None:
     config = {"interval": 60, "layers": {"every": 2, "histogram_every": None}}

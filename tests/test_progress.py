@@ -17,11 +17,11 @@ from starlette.testclient import TestClient
 
 import mindwatch
 from mindwatch.analysis.progress import Progress, StepRate, steps_per_second
+from mindwatch.analysis.summary import list_run as listing
 from mindwatch.config import load_config
 from mindwatch.mindspore import MonitorCallback
 from mindwatch.serve.app import create_app
 from mindwatch.session import RunSession
-from mindwatch.store.catalog import listing
 from mindwatch.terminal.runs import print_runs
 from mindwatch.terminal.tail import tail
 
@@ -45,6 +45,7 @@ class StopAt(Callback):
             run_context.request_stop()
 
 
+@pytest.mark.slow  # a training of 10 s or more: `-m "not slow"` stays a quick loop
 def test_the_console_line_shows_steps_out_of_planned_and_an_eta_near_the_real_remaining_time(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

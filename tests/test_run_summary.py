@@ -9,10 +9,10 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from mindwatch.analysis.summary import list_run as listing
 from mindwatch.analysis.summary import summarize_run
 from mindwatch.report.html import write_report
 from mindwatch.serve.app import create_app
-from mindwatch.store.catalog import listing
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.reader import open_run
 from mindwatch.store.writer import RunWriter
@@ -61,3 +61,20 @@ def test_the_largest_grad_norm_is_the_largest_finite_one(tmp_path: Path) -> None
     finite = [v for v in GRAD_NORMS if math.isfinite(v)]
     assert (s.max_grad_norm, s.max_grad_norm_step) == (max(finite), GRAD_NORMS.index(max(finite)) + 1)
     assert json.dumps(s.to_dict(), allow_nan=False)  # nothing non-finite in the summary's numbers
+
+
+def test_the_dashboard_and_the_report_draw_the_same_curve(tmp_path: Path) -> None:
+    import re
+
+    from mindwatch.report.html import render_report
+
+    logs = tmp_path / "logs"
+    write_run(logs / "p" / "one", {0: LOSSES[0]})
+    expected = [[i + 1, v if math.isfinite(v) else None] for i, v in enumerate(LOSSES[0])]  # what was written
+    with TestClient(create_app(logs)) as c:  # type: ignore[arg-type]
+        api = c.get("/api/series", params={"run": "p/one", "metric": "loss"}).json()
+    html = render_report([open_run(logs / "p" / "one")])
+    data = json.loads(re.search(r'<script id="mindwatch-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    (loss,) = [m for m in data["metrics"] if m["name"] == "loss"]
+    assert api["points"] == loss["series"][0]["data"] == expected
+    assert api["nonfinite"] == [[3, "nan"]] and loss["series"][0]["nonfinite"] == [3]

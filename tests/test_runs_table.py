@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from mindwatch.analysis.summary import list_run as listing
 from mindwatch.checks.evaluate import evaluate
 from mindwatch.checks.language import RuleError, parse_rule
 from mindwatch.checks.listing import RunFilter, flatten, run_columns
 from mindwatch.serve.app import create_app
-from mindwatch.store.catalog import listing
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.reader import open_run
 from mindwatch.store.writer import RunWriter

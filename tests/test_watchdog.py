@@ -9,6 +9,7 @@ from pathlib import Path
 
 import mindspore as ms
 import numpy as np
+import pytest
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Model
@@ -71,6 +72,7 @@ class StatusSpy:
         return self.states
 
 
+@pytest.mark.slow  # a training of 10 s or more: `-m "not slow"` stays a quick loop
 def test_a_hung_data_pipeline_is_a_stall_with_stacks_then_resumed(tmp_path: Path) -> None:
     set_mode("graph")
     ms.set_seed(0)

@@ -1,27 +1,39 @@
-"""The numbers a person looks at first after a run: steps, duration, loss, grad norm, throughput, alerts.
+"""A run in numbers, one class for every view: the runs page, ``mindwatch runs``, ``check``, the report.
 
 Example::
 
     import mindwatch
-    from mindwatch.analysis.summary import summarize_run
+    from mindwatch.analysis.summary import list_run, summarize_run
 
-    s = summarize_run(mindwatch.open_run("monitor_output/gpt/run_20261129_074500"))
+    list_run("monitor_output/gpt/run_20261129_074500").best_loss      # the listing: no metrics read
+    s = summarize_run(mindwatch.open_run("monitor_output/gpt/run_20261129_074500"))   # the full form
     s.final_loss, s.best_loss, s.max_grad_norm, s.samples_per_second_p50, s.data_wait_share
 
-Definitions (docs/reports.md repeats them):
+A :class:`RunSummary` comes in two forms. The **listing** (:func:`list_run` from the files,
+:func:`listed` from what an opened run or a :class:`~mindwatch.store.catalog.RunHead` holds) reads
+meta.json, the status files, each metrics file's last record and the alert count; the **full**
+form (:func:`summarize_run`) adds what needs the series. Definitions (docs/reports.md repeats them):
 
-- ``final_loss``/``best_loss``: last value and smallest finite value of ``loss`` on the lowest rank;
-- ``max_grad_norm``: largest ``grad_norm`` over every rank (``inf``/NaN count as larger than any number);
+- ``last_step``/``last_time``: the newest of the status files and the last records
+  (:func:`mindwatch.store.catalog.last_step`);
+- ``final_loss``: the lowest rank's last ``loss``; ``best_loss``: the smallest finite ``loss`` of the
+  lowest rank that has one (the status file's running ``best_loss`` in a listing, the series in full);
+- ``ranks``: the ranks that wrote a file, ``world_size`` meta.json's (:func:`rank_count` says both);
+- ``state``: :func:`mindwatch.store.states.run_state`; ``error`` a lost rank's message, else the first error;
+- ``max_grad_norm``: largest finite ``grad_norm`` over every rank (NaN/Inf are the non-finite rule's);
 - throughput percentiles and the data-wait share skip each rank's first record, which holds the
   graph compilation; ``data_wait_share = sum(data_time) / sum(step_time)``;
-- ``duration``: from ``started_at`` in meta.json to ``ended_at``, else to the last record's time.
+- ``duration``: from ``started_at`` to ``ended_at``, else to ``last_time``, else to now.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,8 +41,9 @@ from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.progress import total_steps_of
 from mindwatch.store.attempts import time_lost
+from mindwatch.store.catalog import RunHead, last_step, last_time
 from mindwatch.store.reader import Run
-from mindwatch.store.states import lost_message
+from mindwatch.store.states import lost_message, rank_states, run_state
 
 
 def ordered_metrics(names: list[str] | set[str]) -> list[str]:
@@ -38,44 +51,132 @@ def ordered_metrics(names: list[str] | set[str]) -> list[str]:
     return sorted(names, key=vocab.order_key)
 
 
+def _full(default: Any = None) -> Any:
+    """A field only the full form fills (a listing leaves it out of ``to_dict()``)."""
+    if callable(default):
+        return field(default_factory=default, metadata={"full": True})
+    return field(default=default, metadata={"full": True})
+
+
 @dataclass
 class RunSummary:
-    """One run in numbers; ``None`` where the run did not record what a number needs."""
+    """One run in numbers; ``None`` where the run did not record what a number needs (or the listing does not read)."""
 
+    path: str
     run_id: str
     project: str
-    path: str
     state: str
     error: str | None = None
-    ranks: list[int] = field(default_factory=list)
+    tags: Any = field(default_factory=list)
     world_size: int = 1
-    metrics: list[str] = field(default_factory=list)
-    records: int = 0
+    ranks: list[int] = field(default_factory=list)
     last_step: int | None = None
+    last_time: float | None = None
     #: The step the training was planned to end at (meta.json ``total_steps``); None when unknown.
     total_steps: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
-    duration: float | None = None
-    #: Trainings into this run (a resumed run has more than one) and the seconds between them.
-    attempts: int = 1
-    time_lost: float | None = None
+    alert_count: int = 0
     final_loss: float | None = None
     best_loss: float | None = None
-    best_loss_step: int | None = None
-    first_nonfinite_loss_step: int | None = None
-    max_grad_norm: float | None = None
-    max_grad_norm_step: int | None = None
-    samples_per_second_p50: float | None = None
-    samples_per_second_p5: float | None = None
-    tokens_per_second_p50: float | None = None
-    tokens_per_second_p5: float | None = None
-    data_wait_share: float | None = None
-    alerts: dict[str, int] = field(default_factory=dict)
-    tags: Any = field(default_factory=list)
+    #: meta.json's config snapshot (secrets masked).
+    config: dict[str, Any] = field(default_factory=dict)
+    #: True for :func:`summarize_run`'s form, False for a listing.
+    full: bool = False
+    metrics: list[str] = _full(list)
+    records: int = _full(0)
+    #: Trainings into this run (a resumed run has more than one) and the seconds between them.
+    attempts: int = _full(1)
+    time_lost: float | None = _full()
+    best_loss_step: int | None = _full()
+    first_nonfinite_loss_step: int | None = _full()
+    max_grad_norm: float | None = _full()
+    max_grad_norm_step: int | None = _full()
+    samples_per_second_p50: float | None = _full()
+    samples_per_second_p5: float | None = _full()
+    tokens_per_second_p50: float | None = _full()
+    tokens_per_second_p5: float | None = _full()
+    data_wait_share: float | None = _full()
+    #: Alerts per severity, most severe first.
+    alerts: dict[str, int] = _full(dict)
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.ended_at or self.last_time or time.time()
+        return max(0.0, end - self.started_at)
+
+    @property
+    def rank_text(self) -> str:
+        """How many ranks, as every view says it (:func:`rank_count`)."""
+        return rank_count(self.world_size, self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as plain values plus ``duration``; a listing leaves out the full form's fields."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if self.full or not f.metadata.get("full")}
+        out.pop("full")
+        out["duration"] = self.duration
+        return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in out.items()}
+
+
+class RunFacts(Protocol):
+    """What a listing is made from: an opened :class:`~mindwatch.store.reader.Run` or a
+    :class:`~mindwatch.store.catalog.RunHead`."""
+
+    path: Path
+    meta: dict[str, Any]
+    statuses: dict[int, dict[str, Any]]
+    last_record: dict[int, dict[str, Any]]
+
+    @property
+    def alert_count(self) -> int: ...
+
+
+def listed(run: RunFacts, now: float | None = None) -> RunSummary:
+    """The listing of a run from what ``run`` already holds: no file is read."""
+    meta, statuses = run.meta, run.statuses
+    errors = [s["error"] for s in statuses.values() if s.get("error")]
+    lowest = next((rec for _, rec in sorted(run.last_record.items()) if "loss" in rec), None)
+    bests = [b for _, s in sorted(statuses.items()) if _number(b := s.get("best_loss")) is not None]
+    starts = [s["started_at"] for s in statuses.values() if isinstance(s.get("started_at"), (int, float))]
+    started = meta.get("started_at") if isinstance(meta.get("started_at"), (int, float)) else min(starts, default=None)
+    ended = meta.get("ended_at")
+    ranks = sorted(set(statuses) | set(run.last_record))
+    return RunSummary(
+        path=str(run.path),
+        run_id=str(meta.get("run_id", run.path.name)),
+        project=str(meta.get("project", run.path.parent.name)),
+        state=run_state(rank_states(statuses, now).values()),
+        error=lost_message(statuses) or (errors[0] if errors else None),
+        tags=meta.get("tags", []),
+        world_size=int(meta.get("world_size", max(len(ranks), 1))),
+        ranks=ranks,
+        last_step=last_step(statuses, run.last_record),
+        last_time=last_time(statuses, run.last_record),
+        total_steps=total_steps_of(meta),
+        started_at=started or None,
+        ended_at=ended if isinstance(ended, (int, float)) else None,
+        alert_count=run.alert_count,
+        final_loss=_number(lowest.get("loss")) if lowest is not None else None,
+        best_loss=_number(bests[0]) if bests else None,
+        config=config if isinstance(config := meta.get("config"), dict) else {},
+    )
+
+
+def list_run(path: str | os.PathLike[str], now: float | None = None) -> RunSummary:
+    """The listing of the run directory at ``path`` (cheap: meta, status files, last records, alert count)."""
+    return listed(RunHead(path).refresh(), now)
+
+
+def _number(v: Any) -> float | None:
+    """A JSON value as a float: NaN and Inf arrive as the strings "nan", "inf", "-inf"."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def rank_count(world_size: int, ranks: list[int]) -> str:
@@ -102,19 +203,6 @@ def lowest_rank_with(run: Run, metric: str) -> int | None:
     return next((r for r in run.ranks if len(run.series(metric, rank=r))), None)
 
 
-def run_times(run: Run) -> tuple[float | None, float | None]:
-    """``(started_at, ended_at)``: meta.json's, else the status files', else the last record's time."""
-    started = run.meta.get("started_at")
-    if not isinstance(started, (int, float)):
-        starts = [s["started_at"] for s in run.statuses.values() if isinstance(s.get("started_at"), (int, float))]
-        started = min(starts) if starts else None
-    ended = run.meta.get("ended_at")
-    if not isinstance(ended, (int, float)):
-        ts = [r["t"] for r in run.last_record.values() if isinstance(r.get("t"), (int, float))]
-        ended = max(ts) if ts else None
-    return started, ended
-
-
 def alert_counts(alerts: list[dict[str, Any]]) -> dict[str, int]:
     """Alerts per severity, every severity present (0 when none), most severe first."""
     counts = Counter(str(a.get("severity", "warning")) for a in alerts)
@@ -122,34 +210,20 @@ def alert_counts(alerts: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def summarize_run(run: Run) -> RunSummary:
-    """The summary of an opened run (finished, failed, killed or still running)."""
-    started, ended = run_times(run)
-    errors = [s["error"] for s in run.statuses.values() if s.get("error")]
-    s = RunSummary(
-        run_id=run.id,
-        project=str(run.meta.get("project", run.path.parent.name)),
-        path=str(run.path),
-        state=run.state,
-        error=lost_message(run.statuses) or (errors[0] if errors else None),
-        ranks=run.ranks,
-        world_size=int(run.meta.get("world_size", max(len(run.ranks), 1))),
-        metrics=run.metrics,
-        records=sum(_record_count(run, r) for r in run.ranks),
-        last_step=run.last_step,
-        total_steps=total_steps_of(run.meta),
-        started_at=started,
-        ended_at=ended,
-        duration=max(0.0, ended - started) if started is not None and ended is not None else None,
-        alerts=alert_counts(run.alerts),
-        tags=run.meta.get("tags", []),
-        attempts=max(1, len(run.attempts)),
-        time_lost=time_lost(run.attempts) if len(run.attempts) > 1 else None,
-    )
+    """The full summary of an opened run (finished, failed, killed or still running)."""
+    s = listed(run)
+    s.full = True
+    s.metrics = run.metrics
+    s.records = sum(_record_count(run, r) for r in run.ranks)
+    s.alerts = alert_counts(run.alerts)
+    s.attempts = max(1, len(run.attempts))
+    s.time_lost = time_lost(run.attempts) if len(run.attempts) > 1 else None
     loss_rank = lowest_rank_with(run, "loss")
     if loss_rank is not None:
         loss = run.series("loss", rank=loss_rank)
         s.final_loss = float(loss.value[-1])
         finite = np.isfinite(loss.value)
+        s.best_loss = None
         if finite.any():
             i = int(np.argmin(np.where(finite, loss.value, np.inf)))
             s.best_loss, s.best_loss_step = float(loss.value[i]), int(loss.step[i])

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from mindwatch.analysis.summary import lowest_rank_with, run_times, run_values
+from mindwatch.analysis.summary import listed, lowest_rank_with, run_values
 from mindwatch.checks.language import Binary, Call, CheckRule, Compare, Constant, Name, Node, RuleError, Unary, parse_rule
+from mindwatch.store.catalog import last_step
 from mindwatch.store.reader import Run
 
 
@@ -186,18 +187,17 @@ class Evaluator:
             return float(n)
         if name == "steps":
             if rank is not None:
-                rec = run.last_record.get(rank)
-                status = run.statuses.get(rank, {})
-                candidates = [x for x in ((rec or {}).get("step"), status.get("last_step")) if isinstance(x, int)]
-                return float(max(candidates)) if candidates else Missing(f"rank {rank} recorded no step")
-            return float(run.last_step) if run.last_step is not None else Missing("no step recorded")
+                step = last_step({rank: run.statuses.get(rank, {})}, {rank: run.last_record.get(rank, {})})
+                return float(step) if step is not None else Missing(f"rank {rank} recorded no step")
+            step = listed(run).last_step
+            return float(step) if step is not None else Missing("no step recorded")
         if name == "duration":
-            started, ended = run_times(run)
-            if started is None or ended is None:
+            summary = listed(run)
+            if summary.started_at is None or (summary.ended_at or summary.last_time) is None:
                 return Missing("no start or end time")
-            return float(max(0.0, ended - started))
+            return float(summary.duration or 0.0)
         if name == "state":
-            return run.state
+            return listed(run).state
         metric = node.metric or ""
         if name in ("first", "final"):
             r = rank if rank is not None else lowest_rank_with(run, metric)

@@ -61,7 +61,7 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def run_columns(listing: Mapping[str, Any]) -> dict[str, Any]:
-    """Every column of one run from its listing (:func:`mindwatch.store.catalog.listing` ``.to_dict()`` plus ``id``)."""
+    """Every column of one run from its listing (:func:`mindwatch.analysis.summary.list_run` ``.to_dict()`` plus ``id``)."""
     row: dict[str, Any] = {
         "run": listing.get("run_id"),
         "project": listing.get("project"),

@@ -8,6 +8,7 @@
 Nothing here imports MindSpore, the dashboard or the report.
 """
 
-from mindwatch.monitor.worker import Monitor, Record, Sampler, Sink
+from mindwatch.monitor.worker import Monitor, Record, Sampler
+from mindwatch.store.sink import BaseSink, Sink
 
-__all__ = ["Monitor", "Record", "Sampler", "Sink"]
+__all__ = ["BaseSink", "Monitor", "Record", "Sampler", "Sink"]

@@ -22,7 +22,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
+
+from mindwatch.store.sink import HOOKS, Sink, hook
 
 log = logging.getLogger("mindwatch")
 
@@ -38,23 +40,6 @@ TICKER_BATCH_SECS = 0.05
 
 #: The longest an idle worker sleeps when it has tickers (they poll files of the other ranks).
 TICK_SECS = 0.1
-
-
-class Sink(Protocol):
-    """Something that consumes records on the worker thread."""
-
-    def write(self, records: list[Record]) -> None:
-        """New records, in step order; called once per batch (at most every ``batch_secs``)."""
-
-    def flush(self) -> None:
-        """Every ``flush_secs``: make what was written durable, beat the heartbeat."""
-
-    def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
-        """Once, when the run ends in ``state``."""
-
-
-# A sink may also define ``alert(self, alert: dict) -> None``: called on the worker thread for each
-# alert (the alerts.jsonl contract in docs/architecture.md), e.g. to count it or to send a webhook.
 
 
 #: A sampler returns extra metrics (memory, ...) merged into the newest record; run on the worker.
@@ -108,7 +93,7 @@ class Monitor:
             self._wake.set()
 
     def alert(self, alert: Record) -> None:
-        """Hand an alert to every sink that has ``alert()``; from any thread, delivered on the worker thread."""
+        """Hand an alert to every sink's ``alert()`` hook; from any thread, delivered on the worker thread."""
         self._alerts.append(alert)
         self._wake.set()
 
@@ -195,8 +180,7 @@ class Monitor:
                 except Exception as e:  # a broken probe must not stop monitoring
                     self._warn_once(id(sampler), f"mindwatch: sampler {sampler!r} failed: {e!r}")
         for sink in self.sinks:
-            if hasattr(sink, "dropped"):
-                sink.dropped = self.dropped
+            self._call(sink, "records_dropped", self.dropped)
             self._call(sink, "write", batch)
         self._deliver_alerts()  # what the rules raised on this batch, without waiting for the next one
 
@@ -204,12 +188,11 @@ class Monitor:
         while self._alerts:
             alert = self._alerts.popleft()
             for sink in self.sinks:
-                if hasattr(sink, "alert"):
-                    self._call(sink, "alert", alert)
+                self._call(sink, "alert", alert)
 
     def _call(self, sink: Sink, method: str, *args: Any) -> None:
         try:
-            getattr(sink, method)(*args)
+            (hook(sink, method) if method in HOOKS else getattr(sink, method))(*args)
         except Exception as e:
             self._warn_once(id(sink), f"mindwatch: {type(sink).__name__}.{method} failed: {e!r}; training continues")
 

@@ -30,10 +30,11 @@ import numpy as np
 from mindwatch import __version__
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
-from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
+from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import Progress
-from mindwatch.analysis.summary import RunSummary, ordered_metrics, rank_count, summarize_run
+from mindwatch.analysis.state_text import state_sentence
+from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
 from mindwatch.analysis.units import format_duration
 from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
@@ -90,7 +91,7 @@ def render_report(runs: list[Run]) -> str:
             f'<p class="sub">generated {_time(_now())} by mindwatch {__version__} from {_e(str(main.path))}'
             + (f" · compared with {_e(', '.join(labels[1:]))}" if len(runs) > 1 else "")
             + "</p>",
-            *(_banner(s, lab) for s, lab in zip(summaries, labels, strict=True)),
+            *(_banner(s, lab, _now()) for s, lab in zip(summaries, labels, strict=True)),
             "<h2>Summary</h2>",
             _summary_table(summaries, labels),
             "<h2>Curves</h2>",
@@ -155,21 +156,18 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
                     s = run.series(metric, rank=rank)
                     if not len(s):
                         continue
-                    idx = keep_extremes(s.step, s.value, MAX_POINTS)
-                    thinned |= len(idx) < len(s)
+                    line = line_points(s.step, s.value, MAX_POINTS)
+                    thinned |= line.thinned
                     parts = [label] if len(runs) > 1 else []
                     if name.endswith("*"):
                         parts.append(metric[len(name) - 1 :])
                     if len(run.ranks) > 1:
                         parts.append(f"rank {rank}")
-                    bad = s.step[~np.isfinite(s.value)]
                     series.append(
                         {
                             "label": " ".join(parts) or metric,
-                            "data": [
-                                [int(x), _finite(y)] for x, y in zip(s.step[idx].tolist(), s.value[idx].tolist(), strict=True)
-                            ],
-                            "nonfinite": [int(x) for x in bad[:100].tolist()],
+                            "data": line.points,
+                            "nonfinite": [int(at) for at, _ in line.nonfinite[:100]],
                         }
                     )
         if not series:
@@ -302,18 +300,11 @@ def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:
 
 
 # -- HTML pieces ----------------------------------------------------------------------------------
-def _banner(s: RunSummary, label: str) -> str:
+def _banner(s: RunSummary, label: str, now: float) -> str:
     if s.state == "finished":
         return ""
-    text = {
-        "failed": f"{label} failed" + (f": {s.error}" if s.error else ""),
-        "lost": f"{label} lost a rank" + (f": {s.error}" if s.error else ""),
-        "running": f"{label} is still running: this report shows it as of {_time(s.ended_at)}",
-        "stale": f"{label} stopped writing without a final state (killed, lost or hung) after step {s.last_step}",
-        "stalled": f"{label} stalled after step {s.last_step}",
-        "stopped": f"{label} was stopped" + (f": {s.error}" if s.error else ""),
-    }.get(s.state, f"{label}: state {s.state}")
-    return f'<div class="banner {_e(s.state)}">{_e(text)}</div>'
+    text = state_sentence(s.state, last_step=s.last_step, now=now, error=s.error, last_time=s.last_time)
+    return f'<div class="banner {_e(s.state)}">{_e(label)}: {_e(text)}</div>'
 
 
 def _steps(s: RunSummary) -> str:
@@ -328,7 +319,7 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
         ("steps", [_e(_steps(s)) for s in summaries]),
         ("records", [_e(str(s.records)) for s in summaries]),
-        ("ranks", [_e(rank_count(s.world_size, s.ranks)) for s in summaries]),
+        ("ranks", [_e(s.rank_text) for s in summaries]),
         ("started", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
         ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),

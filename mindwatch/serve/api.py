@@ -29,6 +29,7 @@ from mindwatch import metrics as vocab
 from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_rows
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
+from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import run_progress
 from mindwatch.checks.listing import COLUMN_LABELS, FILTER_EXAMPLE, SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
 from mindwatch.serve.cursor import cursor_of
@@ -114,19 +115,6 @@ def _num(v: float) -> float | str:
     if math.isfinite(v):
         return v
     return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-
-
-def _points(x: np.ndarray, y: np.ndarray) -> tuple[list[list[Any]], list[list[Any]]]:
-    """``[[x, y], ...]`` with null for non-finite y, plus ``[[x, "nan"|"inf"|"-inf"], ...]`` for those."""
-    finite = np.isfinite(y)
-    xs = x.tolist()
-    ys = np.where(finite, y, 0.0).tolist()
-    pts = [[a, b] for a, b in zip(xs, ys, strict=True)]
-    bad = []
-    for i in np.flatnonzero(~finite).tolist():
-        pts[i][1] = None
-        bad.append([xs[i], _num(float(y[i]))])
-    return pts, bad
 
 
 # -- queries (plain functions: the live stream and the benchmark reuse them) ----------------------
@@ -242,8 +230,7 @@ def series(
             if hi is not None:
                 keep &= xs <= hi
             xs, value = xs[keep], value[keep]
-        idx = keep_extremes(xs, value, points)
-        pts, bad = _points(xs[idx], value[idx])
+        drawn = line_points(xs, value, points)
         return {
             "run": view.id,
             "metric": metric,
@@ -251,8 +238,8 @@ def series(
             "x": x,
             "total": total,
             "in_window": int(len(xs)),
-            "points": pts,
-            "nonfinite": bad,
+            "points": drawn.points,
+            "nonfinite": [[at, _num(v)] for at, v in drawn.nonfinite],
             "cursor": cursor_of(view),
         }
 

@@ -23,8 +23,10 @@ from collections import OrderedDict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mindwatch.analysis.state_text import state_sentence
+from mindwatch.analysis.summary import listed
 from mindwatch.store.cache import ColumnCache
-from mindwatch.store.catalog import find_runs, listing
+from mindwatch.store.catalog import RunHead, find_runs
 from mindwatch.store.reader import Run
 from mindwatch.store.states import FINAL_STATES
 
@@ -82,11 +84,15 @@ class RunView(Run):
             return new
 
     def status_summary(self, now: float | None = None) -> dict[str, Any]:
-        """What the run page's banner needs: overall state, per-rank states, last step/time, error."""
+        """What the run page's banner needs: overall state, per-rank states, last step/time, error.
+
+        Made from what the view holds (its last refresh): the same rules as the runs page, no file read.
+        """
         now = now or time.time()
-        summary = listing(self.layout.root, now)  # the same state rules as the runs page
+        summary = listed(self, now)
         beats = [s["updated_at"] for s in self.statuses.values() if isinstance(s.get("updated_at"), (int, float))]
         reasons = [s["reason"] for s in self.statuses.values() if s.get("reason")]
+        heartbeat_at, reason = (max(beats) if beats else None), (reasons[0] if reasons else None)
         return {
             "state": summary.state,
             "ranks": {
@@ -95,10 +101,19 @@ class RunView(Run):
             },
             "last_step": summary.last_step,
             "last_time": summary.last_time,
-            "heartbeat_at": max(beats) if beats else None,
+            "heartbeat_at": heartbeat_at,
             "error": summary.error,
-            "reason": reasons[0] if reasons else None,
+            "reason": reason,
             "now": now,
+            "banner": state_sentence(
+                summary.state,
+                last_step=summary.last_step,
+                now=now,
+                error=summary.error,
+                reason=reason,
+                last_time=summary.last_time,
+                heartbeat_at=heartbeat_at,
+            ),
         }
 
 
@@ -126,6 +141,7 @@ class Catalog:
         self._scanned = 0.0
         self._views: OrderedDict[str, RunView] = OrderedDict()
         self._listings: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}  # ended runs: (files signature, listing)
+        self._heads: dict[str, RunHead] = {}  # each listed run's files, read again only when they change
         self._lock = threading.Lock()
 
     def run_ids(self, force: bool = False) -> dict[str, Path]:
@@ -144,16 +160,23 @@ class Catalog:
         """One dict per run for the runs page (cheap: meta, status files, last records and alert count only).
 
         A run in a final state is listed again only when one of its files changed (a resume, a
-        late alert): 5,000 ended runs cost a directory read each, not four files parsed.
+        late alert): 5,000 ended runs cost a directory read each, not four files parsed. A live run's
+        files are read again only when they change (:class:`~mindwatch.store.catalog.RunHead`).
         """
         out = []
-        for run_id, path in self.run_ids().items():
+        run_ids = self.run_ids()
+        for gone in set(self._heads) - set(run_ids):
+            del self._heads[gone]
+        for run_id, path in run_ids.items():
             signature = _files_signature(path)
             cached = self._listings.get(run_id)
             if cached is not None and cached[0] == signature:
                 out.append(cached[1])
                 continue
-            s = listing(path, now).to_dict()
+            head = self._heads.get(run_id)
+            if head is None or head.path != path:
+                head = self._heads[run_id] = RunHead(path)
+            s = listed(head.refresh(), now).to_dict()
             s["id"] = run_id
             s.pop("path", None)  # the server's file system layout is not the client's business
             if s["state"] in FINAL_STATES:  # a live run's state moves with the clock (stalled, stale): no cache

@@ -12,13 +12,14 @@ import logging
 from typing import Any
 
 from mindwatch.alerts.alert import LOG_LEVELS, RESUMED, STALL, Alert, format_alert
+from mindwatch.store.sink import BaseSink
 from mindwatch.store.states import FINAL_STATES
 from mindwatch.store.writer import RunWriter
 
 log = logging.getLogger("mindwatch")
 
 
-class AlertLog:
+class AlertLog(BaseSink):
     """Sink that appends each alert to ``alerts.jsonl``, logs it, and keeps the status in step with stalls.
 
     A ``stall`` alert sets the rank's status to ``stalled``, ``resumed`` back to ``running``

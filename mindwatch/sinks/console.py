@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from mindwatch.analysis.progress import Progress, StepRate
+from mindwatch.store.sink import BaseSink
 
 log = logging.getLogger("mindwatch")
 
@@ -44,7 +45,7 @@ def format_summary(rec: dict[str, Any], progress: Progress | None = None, runnin
     return "mindwatch " + " | ".join(parts)
 
 
-class ConsoleSummary:
+class ConsoleSummary(BaseSink):
     """Logs :func:`format_summary` of the newest record at most every ``interval`` seconds."""
 
     def __init__(self, interval: float = 30.0, logger: logging.Logger = log, total_steps: int | None = None) -> None:
@@ -67,6 +68,9 @@ class ConsoleSummary:
         if now - self._last >= self.interval:
             self._last = now
             self.logger.info(format_summary(self._newest, self.progress()))
+
+    def plan(self, total_steps: int | None) -> None:
+        self.total_steps = total_steps
 
     def progress(self) -> Progress:
         """Where the newest record is out of :attr:`total_steps`, and the current rate."""

@@ -61,6 +61,7 @@ from mindwatch.alerts.alert import Alert, severity_at_least, step_text
 from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.units import format_duration
 from mindwatch.store.layout import RunLayout, read_json
+from mindwatch.store.sink import BaseSink
 from mindwatch.store.states import FINAL_STATES, rank_state
 
 log = logging.getLogger("mindwatch")
@@ -479,7 +480,7 @@ class _Sender:
         return text
 
 
-class NotifySink:
+class NotifySink(BaseSink):
     """Sink that sends alerts (at or above each channel's ``min_severity``) and the end of the run to the channels.
 
     ``run_dir`` and ``world_size``: where rank 0 looks, when the run ends, for ranks that did not finish.
@@ -529,6 +530,9 @@ class NotifySink:
         self.alert(alert)
         self._handed_off.append(alert)
         self._alerts -= 1
+
+    def plan(self, total_steps: int | None) -> None:
+        self.total_steps = total_steps
 
     def alert(self, alert: Alert) -> None:
         self._alerts += 1

@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from mindwatch import metrics as vocab
 from mindwatch.store.jsonl import metric_values
+from mindwatch.store.sink import BaseSink
 from mindwatch.system import host_memory_total_gb
 
 log = logging.getLogger("mindwatch")
@@ -63,7 +64,7 @@ def metric_name(name: str) -> tuple[str, dict[str, str]]:
     return PREFIX + (sane if not sane[:1].isdigit() else "_" + sane), {}
 
 
-class PrometheusSink:
+class PrometheusSink(BaseSink):
     """Serves one rank's newest values on ``http://<host>:<port>/metrics``.
 
     Example::

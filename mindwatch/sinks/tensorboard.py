@@ -40,6 +40,7 @@ from mindwatch.store.jsonl import metric_values
 from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LAYER_STATS, LayerHistograms, LayerRow, is_layer_metric
 from mindwatch.store.layout import RunLayout
 from mindwatch.store.reader import JsonlTail
+from mindwatch.store.sink import BaseSink
 
 log = logging.getLogger("mindwatch")
 
@@ -256,7 +257,7 @@ class EventFile:
         self._fh.close()
 
 
-class TensorBoardSink:
+class TensorBoardSink(BaseSink):
     """The live sink: records and alerts of one rank into ``<run_dir>/tensorboard/rank<R>/``.
 
     Example::

@@ -1,26 +1,25 @@
-"""Find the runs under a log directory and summarise each without reading its metrics.
+"""Find the runs under a log directory and read what a listing of them needs, without reading their metrics.
 
 Example::
 
-    from mindwatch.store.catalog import find_runs, listing
+    from mindwatch.store.catalog import RunHead, find_runs, last_step
     for path in find_runs("monitor_output"):
-        s = listing(path)
-        print(s.project, s.run_id, s.state, s.last_step)
+        head = RunHead(path).refresh()
+        print(head.meta.get("run_id"), last_step(head.statuses, head.last_record), head.alert_count)
 
-Used by ``mindwatch runs``, the dashboard's runs page and reports.
+A :class:`RunHead` is what :func:`mindwatch.analysis.summary.list_run` (``mindwatch runs``, the
+dashboard's runs page) makes a listing from; an opened :class:`~mindwatch.store.reader.Run` holds
+the same facts (``meta``, ``statuses``, ``last_record``, ``alert_count``).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mindwatch.store.jsonl import decode_line
-from mindwatch.store.layout import RunLayout, is_run_dir, read_json
-from mindwatch.store.states import lost_message, rank_states, run_state
+from mindwatch.store.jsonl import read_last_record
+from mindwatch.store.layout import JsonFile, RunLayout, is_run_dir
 
 
 def find_runs(logdir: str | os.PathLike[str], max_depth: int = 3) -> list[Path]:
@@ -50,111 +49,77 @@ def find_runs(logdir: str | os.PathLike[str], max_depth: int = 3) -> list[Path]:
     return found
 
 
-@dataclass
-class RunListing:
-    """What a list of runs shows about one run."""
+def last_step(statuses: dict[int, dict[str, Any]], last_records: dict[int, dict[str, Any]]) -> int | None:
+    """The run's last step: the newest of the status files' ``last_step`` and the metrics files' last records.
 
-    path: str
-    run_id: str
-    project: str
-    state: str
-    tags: Any = field(default_factory=list)
-    world_size: int = 1
-    ranks: list[int] = field(default_factory=list)
-    last_step: int | None = None
-    last_time: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    alert_count: int = 0
-    error: str | None = None
-    #: The step the training ends at (meta.json ``total_steps``); None when unknown.
-    total_steps: int | None = None
-    #: The loss of the lowest rank's last record, and the lowest finite loss of the lowest rank that has one (its
-    #: status file's ``best_loss``): the definitions :func:`mindwatch.analysis.summary.summarize_run` uses.
-    final_loss: float | None = None
-    best_loss: float | None = None
-    #: meta.json's config snapshot (secrets masked).
-    config: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def duration(self) -> float | None:
-        if self.started_at is None:
-            return None
-        end = self.ended_at or self.last_time or time.time()
-        return max(0.0, end - self.started_at)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "duration": self.duration}
+    The heartbeat lags the metrics by up to ``flush_secs`` (and forever after a kill -9): the newer of the two counts.
+    """
+    steps = [s["last_step"] for s in statuses.values() if type(s.get("last_step")) is int]
+    steps += [r["step"] for r in last_records.values() if type(r.get("step")) is int]
+    return max(steps) if steps else None
 
 
-def listing(path: str | os.PathLike[str], now: float | None = None) -> RunListing:
-    """Summary of one run from ``meta.json``, the status files and the alert count (cheap: no metrics read)."""
-    layout = RunLayout(Path(path))
-    meta = read_json(layout.meta) or {}
-    ranks = layout.ranks()
-    statuses = {r: s for r in ranks if (s := read_json(layout.status(r))) is not None}
-    state = run_state(rank_states(statuses, now).values())
-    # the heartbeat lags the metrics by up to flush_secs (and forever after a kill -9): take the newer of the two
-    last_by_rank = {r: rec for r in ranks if (rec := last_record(layout.metrics(r))) is not None}
-    lasts = list(last_by_rank.values())
-    last_steps = [s["last_step"] for s in statuses.values() if isinstance(s.get("last_step"), int)]
-    last_steps += [rec["step"] for rec in lasts if isinstance(rec.get("step"), int)]
-    last_times = [s["last_step_time"] for s in statuses.values() if isinstance(s.get("last_step_time"), (int, float))]
-    last_times += [rec["t"] for rec in lasts if isinstance(rec.get("t"), (int, float))]
-    errors = [s["error"] for s in statuses.values() if s.get("error")]
-    final = next((rec.get("loss") for _, rec in sorted(last_by_rank.items()) if "loss" in rec), None)
-    bests = [b for _, s in sorted(statuses.items()) if isinstance(b := s.get("best_loss"), (int, float))]
-    started = meta.get("started_at") or min((s.get("started_at") or 0 for s in statuses.values()), default=None)
-    return RunListing(
-        path=str(layout.root),
-        run_id=str(meta.get("run_id", layout.root.name)),
-        project=str(meta.get("project", layout.root.parent.name)),
-        state=state,
-        tags=meta.get("tags", []),
-        world_size=int(meta.get("world_size", max(len(statuses), 1))),
-        ranks=sorted(statuses),
-        last_step=max(last_steps) if last_steps else None,
-        last_time=max(last_times) if last_times else None,
-        started_at=started or None,
-        ended_at=meta.get("ended_at"),
-        alert_count=_count_lines(layout.alerts),
-        error=lost_message(statuses) or (errors[0] if errors else None),
-        final_loss=_number(final),
-        best_loss=bests[0] if bests else None,
-        config=config if isinstance(config := meta.get("config"), dict) else {},
-        total_steps=total if isinstance(total := meta.get("total_steps"), int) and not isinstance(total, bool) else None,
-    )
+def last_time(statuses: dict[int, dict[str, Any]], last_records: dict[int, dict[str, Any]]) -> float | None:
+    """When the run's last step ended, by the same rule as :func:`last_step`."""
+    times = [float(s["last_step_time"]) for s in statuses.values() if _is_number(s.get("last_step_time"))]
+    times += [float(r["t"]) for r in last_records.values() if _is_number(r.get("t"))]
+    return max(times) if times else None
 
 
-def _number(v: Any) -> float | None:
-    """A JSON value as a float: NaN and Inf arrive as the strings "nan", "inf", "-inf"."""
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 16), b""))
-    except OSError:
-        return 0
+class RunHead:
+    """meta.json, the status files, each metrics file's last record and the alert count of one run directory.
 
+    ``refresh()`` reads a file again only when it changed (inode, size or mtime), and counts only the
+    alert lines appended since: a live page may call it every poll.
+    """
 
-def last_record(path: Path, tail_bytes: int = 1 << 14) -> dict[str, Any] | None:
-    """The last complete record of a JSONL file, reading only its end."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - tail_bytes))
-            data = f.read(tail_bytes)
-    except OSError:
-        return None
-    for line in reversed(data.split(b"\n")):
-        rec = decode_line(line) if line.strip() else None
-        if rec is not None:
-            return rec
-    return None
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.layout = RunLayout(self.path)
+        self.meta: dict[str, Any] = {}
+        self.statuses: dict[int, dict[str, Any]] = {}
+        self.last_record: dict[int, dict[str, Any]] = {}
+        self.alert_count = 0
+        self._meta = JsonFile(self.layout.meta)
+        self._status: dict[int, JsonFile] = {}
+        self._metrics: dict[int, tuple[int, int, int]] = {}  # rank -> the metrics file's signature at its last read
+        self._alerts_read = 0  # bytes of alerts.jsonl counted
+
+    def refresh(self) -> RunHead:
+        """Read what changed since the last call; returns ``self``."""
+        self.meta = self._meta.read() or self.meta
+        for rank in self.layout.ranks():
+            status = self._status.setdefault(rank, JsonFile(self.layout.status(rank))).read()
+            if status is not None:
+                self.statuses[rank] = status
+            path = self.layout.metrics(rank)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._metrics.get(rank) != signature:
+                self._metrics[rank] = signature
+                if (rec := read_last_record(path)) is not None:
+                    self.last_record[rank] = rec
+        self._count_alerts()
+        return self
+
+    def _count_alerts(self) -> None:
+        try:
+            size = os.stat(self.layout.alerts).st_size
+            if size == self._alerts_read:
+                return
+            with open(self.layout.alerts, "rb") as f:
+                if size < self._alerts_read:  # replaced: count again
+                    self._alerts_read = self.alert_count = 0
+                f.seek(self._alerts_read)
+                for chunk in iter(lambda: f.read(1 << 16), b""):
+                    self.alert_count += chunk.count(b"\n")
+                    self._alerts_read += len(chunk)
+        except OSError:
+            return

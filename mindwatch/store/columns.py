@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mindwatch.store.columnfiles import NOT_STORED, ColumnFiles, read_column_files
-from mindwatch.store.jsonl import COORDINATES, JsonlTail, decode_line, decode_value, encode_line, last_record
+from mindwatch.store.jsonl import COORDINATES, JsonlTail, decode_line, decode_value, encode_line, read_last_record
 from mindwatch.store.layerfiles import LayerFiles, LayerHistograms, layers_dir
 
 if TYPE_CHECKING:
@@ -253,14 +253,7 @@ class RankColumns:
 
     def last_record(self, max_bytes: int = 1 << 16) -> dict[str, Any] | None:
         """The last record read so far that has an integer step, decoded in full (None beyond ``max_bytes``)."""
-        end = self._tail.offset
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(max(0, end - max_bytes))
-                data = f.read(end - max(0, end - max_bytes))
-        except OSError:
-            return None
-        return last_record(data)
+        return read_last_record(self.path, end=self._tail.offset, max_bytes=max_bytes)
 
     # -- columns ----------------------------------------------------------
     def column(self, metric: str) -> tuple[np.ndarray, np.ndarray]:

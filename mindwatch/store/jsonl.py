@@ -75,6 +75,18 @@ def last_record(data: bytes) -> dict[str, Any] | None:
     return None
 
 
+def read_last_record(path: Path, end: int | None = None, max_bytes: int = 1 << 16) -> dict[str, Any] | None:
+    """The :func:`last_record` of a JSONL file, reading only its last ``max_bytes`` before ``end`` (default: its size)."""
+    try:
+        with open(path, "rb") as f:
+            stop = f.seek(0, os.SEEK_END) if end is None else end
+            f.seek(max(0, stop - max_bytes))
+            data = f.read(stop - max(0, stop - max_bytes))
+    except OSError:
+        return None
+    return last_record(data)
+
+
 def metric_values(record: dict[str, Any]) -> Iterator[tuple[str, float]]:
     """``(name, value)`` of every metric in a record: coordinates skipped, values decoded, non-numbers dropped."""
     for key, raw in record.items():

@@ -111,3 +111,31 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+class JsonFile:
+    """A JSON object file read again only when it changed (its inode, size or mtime): cheap to ask every poll.
+
+    Example::
+
+        status = JsonFile(layout.status(0))
+        status.read()      # parsed once; later calls stat the file and return the same dict until it is rewritten
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.value: dict[str, Any] | None = None
+        self._signature: tuple[int, int, int] | None = None
+
+    def read(self) -> dict[str, Any] | None:
+        """The file's object (see :func:`read_json`); the one read before while the file is unchanged."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._signature, self.value = None, None
+            return None
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if signature != self._signature:
+            self.value = read_json(self.path)
+            self._signature = signature if self.value is not None else None  # half-written: try again next time
+        return self.value

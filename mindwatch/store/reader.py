@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mindwatch.store.catalog import last_step
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import COORDINATES, JsonlTail
 from mindwatch.store.layerfiles import LayerHistograms
-from mindwatch.store.layout import RunLayout, read_json
+from mindwatch.store.layout import JsonFile, RunLayout
 from mindwatch.store.states import FINAL_STATES, lost_ranks, rank_state, rank_states, run_state
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class Run:
         self.columns: dict[int, RankColumns] = {}  # each rank's metrics file, read incrementally
         self.last_record: dict[int, dict[str, Any]] = {}  # each rank's last record with a step
         self._alert_tail = JsonlTail(self.layout.alerts)
+        self._meta = JsonFile(self.layout.meta)
+        self._status: dict[int, JsonFile] = {}  # read again only when a rank rewrites its status
         self._series: dict[tuple[int, str], tuple[int, int, Series]] = {}
         self._alerts_marked_for = 0  # attempts the alerts' marks were computed for
         if read:
@@ -89,11 +92,11 @@ class Run:
     def refresh(self) -> dict[int, int]:
         """Re-read meta and status, read appended lines and alerts; returns how many lines each rank added."""
         if self.readable(self.layout.meta):
-            self.meta = read_json(self.layout.meta) or self.meta
+            self.meta = self._meta.read() or self.meta
         new: dict[int, int] = {}
         for rank in self.layout.ranks():
             status, metrics = self.layout.status(rank), self.layout.metrics(rank)
-            if self.readable(status) and (st := read_json(status)) is not None:
+            if self.readable(status) and (st := self._status.setdefault(rank, JsonFile(status)).read()) is not None:
                 self.statuses[rank] = st
             if not metrics.exists() or not self.readable(metrics):
                 continue
@@ -113,6 +116,11 @@ class Run:
             if fresh or len(self.attempts) != self._alerts_marked_for:
                 self._mark_alerts()
         return new
+
+    @property
+    def alert_count(self) -> int:
+        """Alerts read so far."""
+        return len(self.alerts)
 
     @property
     def attempts(self) -> list[dict[str, Any]]:
@@ -189,9 +197,8 @@ class Run:
 
     @property
     def last_step(self) -> int | None:
-        steps: list[int] = [s["last_step"] for s in self.statuses.values() if isinstance(s.get("last_step"), int)]
-        steps += [r["step"] for r in self.last_record.values() if isinstance(r.get("step"), int)]
-        return max(steps) if steps else None
+        """The newest step any rank recorded (see :func:`mindwatch.store.catalog.last_step`)."""
+        return last_step(self.statuses, self.last_record)
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, state={self.state!r}, ranks={self.ranks}, metrics={self.metrics})"

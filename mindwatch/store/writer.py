@@ -26,6 +26,7 @@ from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
 from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerFilesWriter, layers_dir
 from mindwatch.store.layout import RunLayout, read_json, write_json_atomic
+from mindwatch.store.sink import BaseSink
 from mindwatch.store.states import FINAL_STATES
 
 log = logging.getLogger("mindwatch")
@@ -33,7 +34,7 @@ log = logging.getLogger("mindwatch")
 _LAYER_KEYS = (LAYER_KEY, HISTOGRAM_KEY)
 
 
-class RunWriter:
+class RunWriter(BaseSink):
     """Writes ``metrics.rank<R>.jsonl`` (and its column files), ``status.rank<R>.json``, appends to ``alerts.jsonl``."""
 
     def __init__(
@@ -51,7 +52,7 @@ class RunWriter:
         self.best_loss: float | None = None  # the lowest finite loss written: the runs page's "best loss" without a scan
         self.records_written = 0
         self.records_lost = 0
-        self.dropped = 0  # set by the Monitor: records the full queue turned away
+        self.dropped = 0  # records the Monitor's full queue turned away (records_dropped)
         self._fh: Any = None
         self._unsynced = False  # records written to the OS since the last fsync
         self._last_warning = 0.0
@@ -135,6 +136,10 @@ class RunWriter:
         self._close_file()
         if self.layers is not None:
             self.layers.close()
+
+    def records_dropped(self, count: int) -> None:
+        """The Monitor's count of records its full queue turned away (``records_dropped`` in the status file)."""
+        self.dropped = count
 
     # -- alerts and status ----------------------------------------------
     def append_alert(self, alert: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ Example::
 
 The steps column reads ``185/1,500 (12 %)`` when the run recorded its plan, and a running run
 shows an ETA at its mean rate since it started. Reads only ``meta.json``, the status files and the alert count of each run
-(:func:`mindwatch.store.catalog.listing`), so it is fast on many long runs.
+(:func:`mindwatch.analysis.summary.list_run`), so it is fast on many long runs.
 """
 
 from __future__ import annotations
@@ -18,20 +18,21 @@ import os
 from typing import Any
 
 from mindwatch.analysis.progress import Progress, steps_per_second
+from mindwatch.analysis.summary import RunSummary, list_run
 from mindwatch.analysis.units import format_duration
-from mindwatch.store.catalog import RunListing, find_runs, listing
+from mindwatch.store.catalog import find_runs
 
 #: rich styles of run states, shared with ``mindwatch tail``.
 STATE_STYLE = {"finished": "bold green", "failed": "bold red", "stalled": "bold red", "stale": "bold red", "stopped": "yellow"}
 
 
-def list_runs(logdir: str | os.PathLike[str]) -> list[RunListing]:
+def list_runs(logdir: str | os.PathLike[str]) -> list[RunSummary]:
     """Summaries of every run under ``logdir``, oldest first."""
-    summaries = [listing(p) for p in find_runs(logdir)]
+    summaries = [list_run(p) for p in find_runs(logdir)]
     return sorted(summaries, key=lambda s: (s.started_at or 0.0, s.path))
 
 
-def listed_progress(s: RunListing) -> Progress:
+def listed_progress(s: RunSummary) -> Progress:
     """A listed run's progress; the rate is the mean since it started (the listing reads no metrics)."""
     rate = None
     if s.last_step is not None and s.started_at is not None and s.last_time is not None:

@@ -26,8 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mindwatch.analysis.progress import run_progress
-from mindwatch.analysis.summary import ordered_metrics
-from mindwatch.store.catalog import find_runs, listing
+from mindwatch.analysis.summary import list_run, ordered_metrics
+from mindwatch.store.catalog import find_runs
 from mindwatch.store.layerfiles import is_layer_metric
 from mindwatch.store.layout import is_run_dir
 from mindwatch.store.reader import Run, open_run
@@ -65,7 +65,7 @@ def resolve_run(path: str | os.PathLike[str]) -> Path:
     runs = find_runs(p)
     if not runs:
         raise FileNotFoundError(f"no runs under {p}: give a run directory (<save_dir>/<project>/<run_id>)")
-    return max(runs, key=lambda r: (listing(r).started_at or 0.0, str(r)))
+    return max(runs, key=lambda r: (list_run(r).started_at or 0.0, str(r)))
 
 
 def fmt(v: float | None) -> str:

@@ -21,7 +21,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -135,6 +135,24 @@ class Streak:
         self.seen += 1
         self.history.add(v)
         return fired
+
+
+SettingsT = TypeVar("SettingsT", bound=RuleSettings)
+
+
+def settings_from(kind: type[SettingsT], settings: SettingsT | None, values: Mapping[str, Any]) -> SettingsT:
+    """A rule's settings: ``settings`` as the config validated them, else ``values`` validated by ``kind``.
+
+    Example::
+
+        settings_from(SpikeSettings, None, {"factor": 4.0})    # the other fields: SpikeSettings' defaults
+
+    A rule's defaults and limits are its settings class's, written once; ``SpikeRule("loss", factor=4)``
+    in a test or a notebook is checked the same way as ``alerts.spike.factor: 4`` in a config.
+    """
+    if settings is not None and values:
+        raise TypeError(f"pass {kind.__name__} or keywords, not both (got settings and {sorted(values)})")
+    return settings if settings is not None else kind(**values)
 
 
 class RuleBase:

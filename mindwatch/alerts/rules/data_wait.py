@@ -7,10 +7,12 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from mindwatch.alerts.alert import Alert
-from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, data_share
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, data_share, settings_from
 from mindwatch.schema import RuleSettings
 
 
@@ -26,9 +28,12 @@ class DataWaitRule(RuleBase):
 
     name = "data_wait"
 
-    def __init__(self, *, limit: float = 0.5, warmup: int = 5, count: int = 5, rank: int = 0, actions=()) -> None:
-        super().__init__(rank, actions)
-        self.limit, self.warmup, self.count = limit, warmup, count
+    def __init__(self, settings: DataWaitSettings | None = None, *, rank: int = 0, **values: Any) -> None:
+        """``settings`` as ``alerts.data_wait`` validated them; keywords (``DataWaitRule(limit=0.4)``) are
+        validated the same way."""
+        s = settings_from(DataWaitSettings, settings, values)
+        super().__init__(rank, s.actions)
+        self.limit, self.warmup, self.count = s.limit, s.warmup, s.count
         self.seen = 0
         self.run = 0
 
@@ -53,7 +58,7 @@ class DataWaitRule(RuleBase):
 
 
 def _build(s: DataWaitSettings, ctx: RuleContext) -> list[DataWaitRule]:
-    return [DataWaitRule(limit=s.limit, warmup=s.warmup, count=s.count, rank=ctx.rank, actions=s.actions)]
+    return [DataWaitRule(s, rank=ctx.rank)]
 
 
 SPEC = RuleSpec("data_wait", DataWaitSettings, _build, doc="`data_time / step_time` above `limit` for `count` records in a row")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 from pydantic import Field
 
 from mindwatch.alerts.alert import Alert
-from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, value_of
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, settings_from, value_of
 from mindwatch.schema import RuleSettings
 
 
@@ -36,13 +37,14 @@ class DivergenceRule(RuleBase):
 
     name = "divergence"
 
-    def __init__(
-        self, metric: str = "loss", *, window: int = 50, min_rise: float = 0.2, min_t: float = 4.0, rank: int = 0, actions=()
-    ) -> None:
-        super().__init__(rank, actions)
-        self.metric, self.min_rise, self.min_t = metric, min_rise, min_t
-        self.values: deque[float] = deque(maxlen=window)
-        n = window
+    def __init__(self, settings: DivergenceSettings | None = None, *, rank: int = 0, **values: Any) -> None:
+        """``settings`` as ``alerts.divergence`` validated them; keywords (``DivergenceRule(window=50)``) are
+        validated the same way."""
+        s = settings_from(DivergenceSettings, settings, values)
+        super().__init__(rank, s.actions)
+        self.metric, self.min_rise, self.min_t = s.metric, s.min_rise, s.min_t
+        self.values: deque[float] = deque(maxlen=s.window)
+        n = s.window
         self._xm = (n - 1) / 2
         self._sxx = sum((i - self._xm) ** 2 for i in range(n))
 
@@ -75,7 +77,7 @@ class DivergenceRule(RuleBase):
 
 
 def _build(s: DivergenceSettings, ctx: RuleContext) -> list[DivergenceRule]:
-    return [DivergenceRule(s.metric, window=s.window, min_rise=s.min_rise, min_t=s.min_t, rank=ctx.rank, actions=s.actions)]
+    return [DivergenceRule(s, rank=ctx.rank)]
 
 
 SPEC = RuleSpec(

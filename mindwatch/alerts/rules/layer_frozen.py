@@ -7,9 +7,11 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
-from mindwatch.alerts.rules.base import LayerFloorRule, RuleContext, RuleSpec
+from mindwatch.alerts.rules.base import LayerFloorRule, RuleContext, RuleSpec, settings_from
 from mindwatch.schema import RuleSettings
 
 
@@ -25,12 +27,15 @@ class LayerFrozenRule(LayerFloorRule):
     name, stat = "layer_frozen", "update_ratio"
     meaning = "its weights are not changing"
 
-    def __init__(self, *, floor: float = 1e-8, count: int = 3, rank: int = 0, actions=()) -> None:
-        super().__init__(floor=floor, count=count, rank=rank, actions=actions)
+    def __init__(self, settings: LayerFrozenSettings | None = None, *, rank: int = 0, **values: Any) -> None:
+        """``settings`` as ``alerts.layer_frozen`` validated them; keywords (``LayerFrozenRule(floor=1e-9)``) are
+        validated the same way."""
+        s = settings_from(LayerFrozenSettings, settings, values)
+        super().__init__(floor=s.floor, count=s.count, rank=rank, actions=s.actions)
 
 
 def _build(s: LayerFrozenSettings, ctx: RuleContext) -> list[LayerFrozenRule]:
-    return [LayerFrozenRule(floor=s.floor, count=s.count, rank=ctx.rank, actions=s.actions)]
+    return [LayerFrozenRule(s, rank=ctx.rank)]
 
 
 SPEC = RuleSpec(

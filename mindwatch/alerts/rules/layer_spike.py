@@ -7,10 +7,12 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pydantic import Field
 
-from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec
+from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec, settings_from
 from mindwatch.schema import RuleSettings
 
 
@@ -29,9 +31,12 @@ class LayerSpikeRule(LayerRule):
     name, stat = "layer_spike", "grad_norm"
     skip_overflow = True
 
-    def __init__(self, *, factor: float = 10.0, window: int = 20, warmup: int = 5, count: int = 1, rank: int = 0, actions=()):
-        super().__init__(count=count, rank=rank, actions=actions)
-        self.factor, self.window, self.warmup = factor, window, warmup
+    def __init__(self, settings: LayerSpikeSettings | None = None, *, rank: int = 0, **values: Any) -> None:
+        """``settings`` as ``alerts.layer_spike`` validated them; keywords (``LayerSpikeRule(factor=8)``) are
+        validated the same way."""
+        s = settings_from(LayerSpikeSettings, settings, values)
+        super().__init__(count=s.count, rank=rank, actions=s.actions)
+        self.factor, self.window, self.warmup = s.factor, s.window, s.warmup
         self.history = np.zeros((0, 0))
         self.seen = 0
         self.median = np.zeros(0)
@@ -55,7 +60,7 @@ class LayerSpikeRule(LayerRule):
 
 
 def _build(s: LayerSpikeSettings, ctx: RuleContext) -> list[LayerSpikeRule]:
-    return [LayerSpikeRule(factor=s.factor, window=s.window, warmup=s.warmup, count=s.count, rank=ctx.rank, actions=s.actions)]
+    return [LayerSpikeRule(s, rank=ctx.rank)]
 
 
 SPEC = RuleSpec(

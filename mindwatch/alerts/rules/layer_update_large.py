@@ -7,10 +7,12 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pydantic import Field
 
-from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec
+from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec, settings_from
 from mindwatch.schema import RuleSettings
 
 
@@ -25,9 +27,12 @@ class LayerUpdateLargeRule(LayerRule):
 
     name, stat = "layer_update_large", "update_ratio"
 
-    def __init__(self, *, limit: float = 0.5, count: int = 1, rank: int = 0, actions=()) -> None:
-        super().__init__(count=count, rank=rank, actions=actions)
-        self.limit = limit
+    def __init__(self, settings: LayerUpdateLargeSettings | None = None, *, rank: int = 0, **values: Any) -> None:
+        """``settings`` as ``alerts.layer_update_large`` validated them; keywords (``LayerUpdateLargeRule(limit=0.2)``) are
+        validated the same way."""
+        s = settings_from(LayerUpdateLargeSettings, settings, values)
+        super().__init__(count=s.count, rank=rank, actions=s.actions)
+        self.limit = s.limit
 
     def judge(self, values: np.ndarray) -> np.ndarray:
         return np.isfinite(values) & (values > self.limit)
@@ -40,7 +45,7 @@ class LayerUpdateLargeRule(LayerRule):
 
 
 def _build(s: LayerUpdateLargeSettings, ctx: RuleContext) -> list[LayerUpdateLargeRule]:
-    return [LayerUpdateLargeRule(limit=s.limit, count=s.count, rank=ctx.rank, actions=s.actions)]
+    return [LayerUpdateLargeRule(s, rank=ctx.rank)]
 
 
 SPEC = RuleSpec(

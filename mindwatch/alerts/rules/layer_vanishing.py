@@ -7,9 +7,11 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
-from mindwatch.alerts.rules.base import LayerFloorRule, RuleContext, RuleSpec
+from mindwatch.alerts.rules.base import LayerFloorRule, RuleContext, RuleSpec, settings_from
 from mindwatch.schema import RuleSettings
 
 
@@ -26,12 +28,15 @@ class LayerVanishingRule(LayerFloorRule):
     name, stat = "layer_vanishing", "grad_norm"
     meaning = "its gradient vanished"
 
-    def __init__(self, *, floor: float = 1e-7, count: int = 3, rank: int = 0, actions=()) -> None:
-        super().__init__(floor=floor, count=count, rank=rank, actions=actions)
+    def __init__(self, settings: LayerVanishingSettings | None = None, *, rank: int = 0, **values: Any) -> None:
+        """``settings`` as ``alerts.layer_vanishing`` validated them; keywords (``LayerVanishingRule(floor=1e-9)``) are
+        validated the same way."""
+        s = settings_from(LayerVanishingSettings, settings, values)
+        super().__init__(floor=s.floor, count=s.count, rank=rank, actions=s.actions)
 
 
 def _build(s: LayerVanishingSettings, ctx: RuleContext) -> list[LayerVanishingRule]:
-    return [LayerVanishingRule(floor=s.floor, count=s.count, rank=ctx.rank, actions=s.actions)]
+    return [LayerVanishingRule(s, rank=ctx.rank)]
 
 
 SPEC = RuleSpec(

@@ -8,11 +8,12 @@ Example::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import Field
 
 from mindwatch.alerts.alert import Alert
-from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, value_of
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, settings_from, value_of
 from mindwatch.schema import RuleSettings
 from mindwatch.system import host_memory_total_gb
 
@@ -30,17 +31,14 @@ class MemoryRule(RuleBase):
     name = "memory"
 
     def __init__(
-        self,
-        *,
-        fraction: float = 0.9,
-        host_total_gb: float | None = None,
-        device_total_gb: float | None = None,
-        rank: int = 0,
-        actions=(),
+        self, settings: MemorySettings | None = None, *, host_total_gb: float | None = None, rank: int = 0, **values: Any
     ) -> None:
-        super().__init__(rank, actions)
-        self.fraction = fraction
-        self.totals = {"host_rss_gb": host_total_gb, "device_mem_gb": device_total_gb}
+        """``settings`` as ``alerts.memory`` validated them; keywords (``MemoryRule(fraction=0.8)``) are validated the
+        same way. ``host_total_gb``: the host's memory (the settings' ``device_total_gb`` is the device's)."""
+        s = settings_from(MemorySettings, settings, values)
+        super().__init__(rank, s.actions)
+        self.fraction = s.fraction
+        self.totals = {"host_rss_gb": host_total_gb, "device_mem_gb": s.device_total_gb}
 
     def check(self, rec: Record) -> list[Alert]:
         out = []
@@ -55,15 +53,8 @@ class MemoryRule(RuleBase):
 
 
 def _build(s: MemorySettings, ctx: RuleContext) -> list[MemoryRule]:
-    return [
-        MemoryRule(
-            fraction=s.fraction,
-            host_total_gb=host_memory_total_gb(),
-            device_total_gb=s.device_total_gb or ctx.device_total_gb,
-            rank=ctx.rank,
-            actions=s.actions,
-        )
-    ]
+    device = s.model_copy(update={"device_total_gb": s.device_total_gb or ctx.device_total_gb})  # what the device reports
+    return [MemoryRule(device, host_total_gb=host_memory_total_gb(), rank=ctx.rank)]
 
 
 SPEC = RuleSpec(

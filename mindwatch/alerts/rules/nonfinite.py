@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from pydantic import Field
 
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
-from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, value_of
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, settings_from, value_of
 from mindwatch.schema import RuleSettings
 
 
@@ -29,9 +30,14 @@ class NonFiniteRule(RuleBase):
     name = "nonfinite"
     severity = "error"
 
-    def __init__(self, metrics: Iterable[str] = vocab.TRAINING_SIGNALS, *, rank: int = 0, actions=()) -> None:
-        super().__init__(rank, actions)
-        self.metrics = tuple(metrics)
+    def __init__(
+        self, metrics: Iterable[str] | None = None, settings: NonFiniteSettings | None = None, *, rank: int = 0, **values: Any
+    ) -> None:
+        """``metrics``: those of ``settings`` this rule watches (default: all of them); ``settings`` as ``alerts.nonfinite``
+        validated them, or keywords (``NonFiniteRule(actions=["stop"])``) validated the same way."""
+        s = settings_from(NonFiniteSettings, settings, values)
+        super().__init__(rank, s.actions)
+        self.metrics = tuple(s.metrics if metrics is None else metrics)
 
     def check(self, rec: Record) -> list[Alert]:
         for metric in self.metrics:
@@ -50,7 +56,7 @@ class NonFiniteRule(RuleBase):
 
 def _build(s: NonFiniteSettings, ctx: RuleContext) -> list[NonFiniteRule]:
     left = [m for m in s.metrics if m not in ctx.nonfinite_checked]
-    return [NonFiniteRule(left, rank=ctx.rank, actions=s.actions)] if left else []
+    return [NonFiniteRule(left, s, rank=ctx.rank)] if left else []
 
 
 SPEC = RuleSpec(

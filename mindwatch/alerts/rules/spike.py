@@ -8,12 +8,13 @@ Example::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import Field
 
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
-from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, Streak, value_of
+from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, Streak, settings_from, value_of
 from mindwatch.schema import RuleSettings
 
 
@@ -33,12 +34,12 @@ class SpikeRule(RuleBase):
 
     name = "spike"
 
-    def __init__(
-        self, metric: str, *, factor: float = 3.0, window: int = 50, warmup: int = 20, count: int = 3, rank: int = 0, actions=()
-    ) -> None:
-        super().__init__(rank, actions)
-        self.metric, self.factor, self.count = metric, factor, count
-        self.streak = Streak(window, warmup, count)
+    def __init__(self, metric: str, settings: SpikeSettings | None = None, *, rank: int = 0, **values: Any) -> None:
+        """One of ``settings.metrics``; ``settings`` as ``alerts.spike`` validated them, or keywords validated the same way."""
+        s = settings_from(SpikeSettings, settings, values)
+        super().__init__(rank, s.actions)
+        self.metric, self.factor, self.count = metric, s.factor, s.count
+        self.streak = Streak(s.window, s.warmup, s.count)
 
     def check(self, rec: Record) -> list[Alert]:
         v = value_of(rec, self.metric)
@@ -53,10 +54,7 @@ class SpikeRule(RuleBase):
 
 
 def _build(s: SpikeSettings, ctx: RuleContext) -> list[SpikeRule]:
-    return [
-        SpikeRule(m, factor=s.factor, window=s.window, warmup=s.warmup, count=s.count, rank=ctx.rank, actions=s.actions)
-        for m in s.metrics
-    ]
+    return [SpikeRule(m, s, rank=ctx.rank) for m in s.metrics]
 
 
 SPEC = RuleSpec("spike", SpikeSettings, _build, doc="a metric above `factor` x its rolling median for `count` records in a row")

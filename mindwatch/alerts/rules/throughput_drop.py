@@ -12,11 +12,22 @@ while the loss looked fine is the case this rule exists for.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import Field
 
 from mindwatch.alerts.alert import Alert
-from mindwatch.alerts.rules.base import Record, RollingMedian, RuleBase, RuleContext, RuleSpec, Streak, data_share, value_of
+from mindwatch.alerts.rules.base import (
+    Record,
+    RollingMedian,
+    RuleBase,
+    RuleContext,
+    RuleSpec,
+    Streak,
+    data_share,
+    settings_from,
+    value_of,
+)
 from mindwatch.schema import RuleSettings
 
 
@@ -38,24 +49,17 @@ class ThroughputDropRule(RuleBase):
     name = "throughput_drop"
 
     def __init__(
-        self,
-        metric: str = "samples_per_second",
-        *,
-        util_metric: str = "device_util",
-        fraction: float = 0.5,
-        window: int = 50,
-        warmup: int = 20,
-        count: int = 3,
-        loss_factor: float = 3.0,
-        rank: int = 0,
-        actions=(),
+        self, settings: ThroughputDropSettings | None = None, *, loss_factor: float = 3.0, rank: int = 0, **values: Any
     ) -> None:
-        super().__init__(rank, actions)
-        self.metric, self.fraction, self.loss_factor = metric, fraction, loss_factor
-        self.streak = Streak(window, warmup, count)
-        self.util_metric = util_metric
-        self.util_streak = Streak(window, warmup, count)
-        self.loss = RollingMedian(window)
+        """``settings`` as ``alerts.throughput_drop`` validated them; keywords (``ThroughputDropRule(count=3)``) are
+        validated the same way. ``loss_factor``: a loss above this x its rolling median is not "normal"."""
+        s = settings_from(ThroughputDropSettings, settings, values)
+        super().__init__(rank, s.actions)
+        self.metric, self.fraction, self.loss_factor = s.metric, s.fraction, loss_factor
+        self.streak = Streak(s.window, s.warmup, s.count)
+        self.util_metric = s.util_metric
+        self.util_streak = Streak(s.window, s.warmup, s.count)
+        self.loss = RollingMedian(s.window)
 
     def check(self, rec: Record) -> list[Alert]:
         loss = value_of(rec, "loss")
@@ -83,18 +87,7 @@ class ThroughputDropRule(RuleBase):
 
 
 def _build(s: ThroughputDropSettings, ctx: RuleContext) -> list[ThroughputDropRule]:
-    return [
-        ThroughputDropRule(
-            s.metric,
-            util_metric=s.util_metric,
-            fraction=s.fraction,
-            window=s.window,
-            warmup=s.warmup,
-            count=s.count,
-            rank=ctx.rank,
-            actions=s.actions,
-        )
-    ]
+    return [ThroughputDropRule(s, rank=ctx.rank)]
 
 
 SPEC = RuleSpec(

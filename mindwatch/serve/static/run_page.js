@@ -163,7 +163,7 @@ export class RunPage {
 
   showStatus(st) {
     $("#run-state").replaceChildren(...stateBadge(st));
-    const text = bannerText(st, Date.now() / 1000 - this.serverOffset);
+    const text = bannerText(st);
     this.banner.hidden = !text;
     this.banner.className = `banner banner-${st.state}`;
     this.banner.textContent = text;

@@ -1,6 +1,6 @@
 // The run page's panels that only show data: the toolbar, the state banner, the side bar (alerts, tags, config).
 
-import { $, ago, badge, h, tagList } from "./dom.js";
+import { $, badge, h, tagList } from "./dom.js";
 
 /** Above this many ranks the overlay draws the band and the top outlier ranks, not a line per rank. */
 export const MANY_RANKS = 16;
@@ -58,17 +58,9 @@ export function stateBadge(st) {
   return [badge(st.state), st.last_step !== null ? h("span", { class: "muted" }, ` step ${st.last_step}`) : ""];
 }
 
-/** What the banner says about a run in this state ("" while it runs); now is the server's clock. */
-export function bannerText(st, now) {
-  const last = st.last_time ? `${ago(now - st.last_time)} ago` : "never";
-  return {
-    finished: `Finished: the run ended normally at step ${st.last_step}. No more data will arrive.`,
-    failed: `Failed at step ${st.last_step}: ${st.error || "see the training log"}. Data stopped ${last}.`,
-    stopped: `Stopped at step ${st.last_step}${st.reason ? ": " + st.reason : ""}.`,
-    lost: `A rank died: ${st.error || "a rank stopped without a final state"}.`,
-    stalled: `Stalled: the process is alive but no step finished for a while (last point ${last})${st.reason ? ": " + st.reason : ""}.`,
-    stale: `Stale: no heartbeat for ${st.heartbeat_at ? ago(now - st.heartbeat_at) : "a long time"} and no final state: the process probably died (kill -9, out of memory, lost node). Last point ${last}.`,
-  }[st.state] || "";
+/** What the banner says about a run in this state ("" while it runs): the server's sentence (analysis/state_text.py). */
+export function bannerText(st) {
+  return st.state === "running" ? "" : st.banner || "";
 }
 
 /** A duration for the ETA: "45 s", "12 min 5 s", "3 h 20 min". */

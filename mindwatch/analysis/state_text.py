@@ -1,0 +1,47 @@
+"""What a run's state says in words: one sentence per state, for the dashboard's banner and the report's.
+
+Example::
+
+    from mindwatch.analysis.state_text import state_sentence
+    state_sentence("failed", last_step=120, error="RuntimeError: out of memory", last_time=t, now=time.time())
+    # 'Failed at step 120: RuntimeError: out of memory. Data stopped 2m 05s ago.'
+
+The dashboard sends the sentence with the run's status (``status_summary()["banner"]``) and the
+page only shows it; the report puts the run's label before it.
+"""
+
+from __future__ import annotations
+
+from mindwatch.analysis.units import format_duration
+
+
+def _ago(t: float | None, now: float) -> str:
+    return f"{format_duration(max(0.0, now - t))} ago" if t is not None else "never"
+
+
+def state_sentence(
+    state: str,
+    *,
+    last_step: int | None,
+    now: float,
+    error: str | None = None,
+    reason: str | None = None,
+    last_time: float | None = None,
+    heartbeat_at: float | None = None,
+) -> str:
+    """The sentence for a run in ``state`` (see :mod:`mindwatch.store.states`); ``now`` is the clock ``last_time`` is read by."""
+    last = _ago(last_time, now)
+    why = f": {reason}" if reason else ""
+    sentences = {
+        "running": f"The run is still running: step {last_step}, last point {last}.",
+        "finished": f"Finished: the run ended normally at step {last_step}. No more data will arrive.",
+        "failed": f"Failed at step {last_step}: {error or 'see the training log'}. Data stopped {last}.",
+        "stopped": f"Stopped at step {last_step}{why}.",
+        "lost": f"The run lost a rank: {error or 'a rank stopped without a final state'}.",
+        "stalled": f"Stalled: the process is alive but no step finished for a while (last point {last}){why}.",
+        "stale": (
+            f"Stale: no heartbeat for {_ago(heartbeat_at, now).removesuffix(' ago') if heartbeat_at else 'a long time'}"
+            f" and no final state: the process probably died (kill -9, out of memory, lost node). Last point {last}."
+        ),
+    }
+    return sentences.get(state, f"State {state} at step {last_step}.")
