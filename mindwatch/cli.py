@@ -36,7 +36,12 @@ def _demo(sub: argparse._SubParsersAction) -> None:
 
 def _serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="the live dashboard for the runs under LOGDIR")
-    p.add_argument("logdir", metavar="LOGDIR", help="a save_dir (or a project or run directory under it)")
+    p.add_argument(
+        "logdir",
+        metavar="LOGDIR",
+        nargs="+",
+        help="a save_dir (or a project or run directory under it); several: each node's save_dir, a run in several read as one",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; others need --token)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     p.add_argument("--token", default=None, help="require this token (default: $MINDWATCH_TOKEN); needed off loopback")
@@ -61,12 +66,21 @@ def _report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", nargs="+", default=[], metavar="RUN", help="other runs drawn on the same charts")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
     p.add_argument("--pdf", action="store_true", help="also print it to a PDF next to the HTML (headless Chromium)")
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another folder of the same run: its ranks on another node's save_dir (repeatable)",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.report.html import write_report
+        from mindwatch.store.reader import open_run
 
         try:
-            written = write_report([args.run, *args.compare], args.output, pdf=args.pdf)
+            first = open_run(args.run, *args.also) if args.also else args.run
+            written = write_report([first, *args.compare], args.output, pdf=args.pdf)
         except (FileNotFoundError, RuntimeError) as e:
             print(f"mindwatch report: {e}", file=sys.stderr)
             return 2
@@ -83,11 +97,18 @@ def _check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rule", action="append", default=[], help='e.g. "max(grad_norm, last=100) < 1e5" (repeatable)')
     p.add_argument("--rules-file", help="YAML list (or checks: list) or one rule per line")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another folder of the same run: its ranks on another node's save_dir (repeatable)",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.checks.evaluate import check_command
 
-        return check_command(args.run, args.rule, args.rules_file, as_json=args.json)
+        return check_command(args.run, args.rule, args.rules_file, as_json=args.json, also=args.also)
 
     p.set_defaults(func=run)
 

@@ -135,3 +135,16 @@ def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_togethe
     assert "rank 1 asked for stop" in json.loads((dirs[0] / "status.rank0.json").read_text())["reason"]
     assert json.loads((dirs[0] / "meta.json").read_text())["coordination"] == "collective"
     assert mindwatch.open_run(dirs[1]).state == "stopped"
+    both = mindwatch.open_run(dirs[0], dirs[1])  # the two nodes' folders read as one run
+    assert both.ranks == [0, 1] and both.state == "stopped" and both.meta["world_size"] == 2
+    assert both.series("data_time", rank=1).step.tolist() == steps_of(dirs[1], 1)
+    assert any(a["rule"] == "threshold" and a["rank"] == 1 for a in both.alerts)
+    from starlette.testclient import TestClient
+
+    from mindwatch.serve.app import create_app
+
+    with TestClient(create_app([tmp_path / "out" / "rank0", tmp_path / "out" / "rank1"], cache=None)) as client:
+        runs = client.get("/api/runs").json()
+        listed = runs["runs"] if isinstance(runs, dict) else runs
+        assert [r["id"] for r in listed] == [f"dist/{dirs[0].name}"], "one run over both folders"
+        assert listed[0]["ranks"] in (2, [0, 1])

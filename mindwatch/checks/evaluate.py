@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,15 +321,17 @@ def print_results(results: list[CheckResult], run: Run, console: Any = None) -> 
     console.print(f"{len(results) - failed} passed, {failed} failed" if failed else f"all {len(results)} rules passed")
 
 
-def check_command(run_path: str, rules: list[str], rules_file: str | None = None, as_json: bool = False) -> int:
-    """``mindwatch check``: 0 all pass, 1 any fails, 2 a bad rule, no rules or no run."""
+def check_command(
+    run_path: str, rules: list[str], rules_file: str | None = None, as_json: bool = False, also: Sequence[str] = ()
+) -> int:
+    """``mindwatch check``: 0 all pass, 1 any fails, 2 a bad rule, no rules or no run. ``also``: more folders of the run."""
     import json
     import sys
 
     from mindwatch.store.reader import open_run
 
     try:
-        run = open_run(run_path)
+        run = open_run(run_path, *also)
     except FileNotFoundError as e:
         print(f"mindwatch check: {e}", file=sys.stderr)
         return 2

@@ -92,6 +92,7 @@ class Run:
         self._step = 0
         self._reduce = StepReduction()
         self._signal: RankSignal | None = None
+        self._sum_every = config.distributed.coordination.loop_every
         self._layer_stats: LoopLayerStats | None = None
         self._boundary = StepBoundary(self._request_stop)
         self.recorder: StepRecorder | None = None
@@ -198,7 +199,8 @@ class Run:
         step (default: one more than the last, counting from 1 or from the resumed run's last step)."""
         recorder = self.recorder
         if recorder is None or recorder.state.closed:
-            if self._signal is not None:  # the other ranks sum the signal every step: take part, or they wait
+            self._step = self._step + 1 if step is None else int(step)
+            if self._signal is not None and self._step % self._sum_every == 0:  # the other ranks sum it: take part
                 _sum(self._signal.tensor())
             return
         now = _perf()
@@ -209,7 +211,7 @@ class Run:
         state = recorder.state
         n = number - state.recorded
         try:
-            if self._exchange is not None:  # what every rank asked for: one small AllReduce, the same on every rank
+            if self._exchange is not None and number % self._sum_every == 0:  # one small AllReduce: the same on every rank
                 self._exchange.before_step()
                 self._exchange.after_step(_sum(self._exchange.signal.tensor()), number)
             if recorder.due(n):

@@ -69,7 +69,8 @@ class _LayerStatsStep:
 
         size = signal_size(get_group_size())
         self.mindwatch_signal = ms.Parameter(ms.Tensor(np.zeros(size, np.float32)), name="mindwatch_signal", requires_grad=False)
-        self._signal_sum = ops.AllReduce()
+        # in the gradients' fusion group: it rides on their all-reduce where the backend fuses them
+        self._signal_sum = ops.AllReduce().add_prim_attr("fusion", 1)
 
     def _declare_outputs(self) -> None:
         """``mindwatch_outputs``: the cell's own outputs, then what the switched-on measurements add, in order."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -75,13 +75,18 @@ def _served_files(echarts: Path) -> dict[str, tuple[Path, str, str]]:
 
 
 def create_app(
-    logdir: str | os.PathLike[str], token: str | None = None, poll_secs: float = 0.1, cache: ColumnCache | None = None
+    logdir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    token: str | None = None,
+    poll_secs: float = 0.1,
+    cache: ColumnCache | None = None,
 ) -> ASGIApp:
-    """The dashboard for the runs under ``logdir``; with ``token``, every request must carry it.
+    """The dashboard for the runs under ``logdir`` (or several: each node's save_dir, one run read as one);
+    with ``token``, every request must carry it.
 
     ``cache`` keeps the columns of long runs on disk for the next start (see :mod:`mindwatch.store.cache`).
     """
-    catalog = Catalog(Path(logdir), cache=cache)
+    logdirs = [Path(logdir)] if isinstance(logdir, (str, os.PathLike)) else [Path(d) for d in logdir]
+    catalog = Catalog(logdirs, cache=cache)
     api = Api(catalog)
     hub = LiveHub(catalog, poll_secs=poll_secs)
     files = _served_files(echarts_js())  # echarts_js fails at start, with the fix in the message, not on a page view
@@ -168,7 +173,11 @@ def check_binding(host: str, token: str | None) -> None:
 
 
 def serve(
-    logdir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8765, token: str | None = None, cache: bool = True
+    logdir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    cache: bool = True,
 ) -> int:
     """Run the dashboard until Ctrl-C."""
     import uvicorn
@@ -179,6 +188,8 @@ def serve(
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"mindwatch serve: {e}") from None
     shown = f"[{host}]" if ":" in host else host
-    print(f"mindwatch serve: dashboard for {Path(logdir).resolve()} at http://{shown}:{port}/", flush=True)
+    dirs = [logdir] if isinstance(logdir, (str, os.PathLike)) else list(logdir)
+    shown_dirs = ", ".join(str(Path(d).resolve()) for d in dirs)
+    print(f"mindwatch serve: dashboard for {shown_dirs} at http://{shown}:{port}/", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)
     return 0

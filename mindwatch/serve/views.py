@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -58,11 +59,19 @@ class RunView(Run):
     inside LOGDIR, named by its catalog id (``project/run``), and read at the first refresh.
     """
 
-    def __init__(self, run_id: str, path: Path, root: Path, cache: ColumnCache | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        path: Path,
+        root: Path | tuple[Path, ...],
+        cache: ColumnCache | None = None,
+        also: tuple[Path, ...] = (),
+    ) -> None:
         self._run_id = run_id
-        self.root = root
+        #: The log directories served: no file outside them is read.
+        self.roots = root if isinstance(root, tuple) else (root,)
         self.lock = threading.Lock()  # refresh and queries run in worker threads
-        super().__init__(path, cache=cache, read=False)
+        super().__init__(path, also=also, cache=cache, read=False)
 
     @property
     def id(self) -> str:
@@ -70,7 +79,8 @@ class RunView(Run):
 
     def readable(self, path: Path) -> bool:
         try:
-            return path.resolve().is_relative_to(self.root)
+            real = path.resolve()
+            return any(real.is_relative_to(root) for root in self.roots)
         except OSError:
             return False
 
@@ -127,14 +137,25 @@ def _files_signature(path: Path) -> tuple[Any, ...]:
 
 
 class Catalog:
-    """Run directories under ``logdir`` (re-scanned at most every ``rescan_secs``) and their open views."""
+    """Run directories under ``logdir`` (re-scanned at most every ``rescan_secs``) and their open views.
 
-    def __init__(self, logdir: Path, rescan_secs: float = 1.0, max_open: int = 64, cache: ColumnCache | None = None) -> None:
-        self.logdir = Path(logdir)
+    ``logdir`` may be several folders (each node's ``save_dir`` of a multi-node job without a shared file
+    system): a run found under several of them at the same ``project/run`` is one run, its ranks read
+    from the folder that holds them.
+    """
+
+    def __init__(
+        self, logdir: Path | Sequence[Path], rescan_secs: float = 1.0, max_open: int = 64, cache: ColumnCache | None = None
+    ) -> None:
+        self.logdirs = [Path(logdir)] if isinstance(logdir, (str, Path)) else [Path(d) for d in logdir]
+        self.logdir = self.logdirs[0]
         self.cache = cache
-        if not self.logdir.is_dir():
-            raise FileNotFoundError(f"log directory not found: {self.logdir}; pass the save_dir of your monitor_config")
-        self.root = self.logdir.resolve()
+        for d in self.logdirs:
+            if not d.is_dir():
+                raise FileNotFoundError(f"log directory not found: {d}; pass the save_dir of your monitor_config")
+        self.roots = tuple(d.resolve() for d in self.logdirs)
+        self.root = self.roots[0]
+        self._also: dict[str, tuple[Path, ...]] = {}
         self.rescan_secs = rescan_secs
         self.max_open = max_open
         self._paths: dict[str, Path] = {}
@@ -147,12 +168,17 @@ class Catalog:
     def run_ids(self, force: bool = False) -> dict[str, Path]:
         with self._lock:
             if force or time.monotonic() - self._scanned > self.rescan_secs:
-                paths = {}
-                for p in find_runs(self.logdir):
-                    rel = p.relative_to(self.logdir).as_posix() if p != self.logdir else p.resolve().name
-                    if p.resolve().is_relative_to(self.root):
-                        paths[rel] = p
-                self._paths = paths
+                found: dict[str, list[Path]] = {}
+                for logdir, root in zip(self.logdirs, self.roots, strict=True):
+                    for p in find_runs(logdir):
+                        rel = p.relative_to(logdir).as_posix() if p != logdir else p.resolve().name
+                        if p.resolve().is_relative_to(root):
+                            found.setdefault(rel, []).append(p)
+                paths, also = {}, {}
+                for rel, where in found.items():  # rank 0's folder (meta.json) first
+                    where.sort(key=lambda p: not (p / "meta.json").exists())
+                    paths[rel], also[rel] = where[0], tuple(where[1:])
+                self._paths, self._also = paths, also
                 self._scanned = time.monotonic()
             return dict(self._paths)
 
@@ -168,14 +194,14 @@ class Catalog:
         for gone in set(self._heads) - set(run_ids):
             del self._heads[gone]
         for run_id, path in run_ids.items():
-            signature = _files_signature(path)
+            signature = tuple(_files_signature(p) for p in (path, *self._also.get(run_id, ())))
             cached = self._listings.get(run_id)
             if cached is not None and cached[0] == signature:
                 out.append(cached[1])
                 continue
             head = self._heads.get(run_id)
             if head is None or head.path != path:
-                head = self._heads[run_id] = RunHead(path)
+                head = self._heads[run_id] = RunHead(path, self._also.get(run_id, ()))
             s = listed(head.refresh(), now).to_dict()
             s["id"] = run_id
             s.pop("path", None)  # the server's file system layout is not the client's business
@@ -194,7 +220,7 @@ class Catalog:
         with self._lock:
             view = self._views.get(run_id)
             if view is None:
-                view = self._views[run_id] = RunView(run_id, path, self.root, self.cache)
+                view = self._views[run_id] = RunView(run_id, path, self.roots, self.cache, self._also.get(run_id, ()))
                 while len(self._views) > self.max_open:
                     self._views.popitem(last=False)
             self._views.move_to_end(run_id)

@@ -77,9 +77,9 @@ class RunHead:
     alert lines appended since: a live page may call it every poll.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], also: tuple[Path, ...] = ()) -> None:
         self.path = Path(path)
-        self.layout = RunLayout(self.path)
+        self.layout = RunLayout(self.path, also)
         self.meta: dict[str, Any] = {}
         self.statuses: dict[int, dict[str, Any]] = {}
         self.last_record: dict[int, dict[str, Any]] = {}
@@ -87,7 +87,8 @@ class RunHead:
         self._meta = JsonFile(self.layout.meta)
         self._status: dict[int, JsonFile] = {}
         self._metrics: dict[int, tuple[int, int, int]] = {}  # rank -> the metrics file's signature at its last read
-        self._alerts_read = 0  # bytes of alerts.jsonl counted
+        self._alerts_read: dict[Path, int] = {}  # bytes of each alerts.jsonl counted
+        self._alerts_in: dict[Path, int] = {}  # alerts counted in each
 
     def refresh(self) -> RunHead:
         """Read what changed since the last call; returns ``self``."""
@@ -110,16 +111,20 @@ class RunHead:
         return self
 
     def _count_alerts(self) -> None:
-        try:
-            size = os.stat(self.layout.alerts).st_size
-            if size == self._alerts_read:
-                return
-            with open(self.layout.alerts, "rb") as f:
-                if size < self._alerts_read:  # replaced: count again
-                    self._alerts_read = self.alert_count = 0
-                f.seek(self._alerts_read)
-                for chunk in iter(lambda: f.read(1 << 16), b""):
-                    self.alert_count += chunk.count(b"\n")
-                    self._alerts_read += len(chunk)
-        except OSError:
-            return
+        for path in self.layout.alert_files:
+            try:
+                size = os.stat(path).st_size
+                done = self._alerts_read.get(path, 0)
+                if size == done:
+                    continue
+                with open(path, "rb") as f:
+                    if size < done:  # replaced: count again
+                        done = self._alerts_in[path] = 0
+                    f.seek(done)
+                    for chunk in iter(lambda: f.read(1 << 16), b""):
+                        self._alerts_in[path] = self._alerts_in.get(path, 0) + chunk.count(b"\n")
+                        done += len(chunk)
+                self._alerts_read[path] = done
+            except OSError:
+                continue
+        self.alert_count = sum(self._alerts_in.values())

@@ -5,6 +5,10 @@ Example::
     from mindwatch.store.layout import RunLayout
     layout = RunLayout(Path("monitor_output/gpt/run_20261129_074500"))
     layout.metrics(0)   # .../metrics.rank0.jsonl
+
+    # one run whose ranks are spread over several folders (a multi-node job without a shared file system)
+    layout = RunLayout(Path("node0/gpt/run_1"), also=(Path("node1/gpt/run_1"),))
+    layout.metrics(1)   # node1/gpt/run_1/metrics.rank1.jsonl
 """
 
 from __future__ import annotations
@@ -22,17 +26,36 @@ _RANK_FILE = re.compile(r"^(metrics|status)\.rank(\d+)\.(jsonl|json)$")
 
 @dataclass(frozen=True)
 class RunLayout:
-    """Paths of one run directory."""
+    """Paths of one run directory; with ``also``, the other folders that hold more ranks of the same run (each node's
+    ``save_dir`` without a shared file system). A rank's files are read from the folder that has them; the writer
+    writes into ``root`` only."""
 
     root: Path
+    also: tuple[Path, ...] = ()
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        return (self.root, *self.also)
 
     @property
     def meta(self) -> Path:
-        return self.root / "meta.json"
+        """Rank 0's meta.json: in ``root``, or in the folder of ``also`` that has it."""
+        return self._where("meta.json")
 
     @property
     def alerts(self) -> Path:
         return self.root / "alerts.jsonl"
+
+    @property
+    def alert_files(self) -> tuple[Path, ...]:
+        """Every folder's alerts.jsonl (each node's ranks append to their own)."""
+        return tuple(r / "alerts.jsonl" for r in self.roots)
+
+    def _where(self, name: str) -> Path:
+        for r in self.also:
+            if not (self.root / name).exists() and (r / name).exists():
+                return r / name
+        return self.root / name
 
     @property
     def stacks(self) -> Path:
@@ -51,10 +74,10 @@ class RunLayout:
         return self.control / f"request.rank{rank}.{n}.json"
 
     def metrics(self, rank: int) -> Path:
-        return self.root / f"metrics.rank{rank}.jsonl"
+        return self._where(f"metrics.rank{rank}.jsonl") if self.also else self.root / f"metrics.rank{rank}.jsonl"
 
     def status(self, rank: int) -> Path:
-        return self.root / f"status.rank{rank}.json"
+        return self._where(f"status.rank{rank}.json") if self.also else self.root / f"status.rank{rank}.json"
 
     def tensorboard(self, rank: int) -> Path:
         return self.root / "tensorboard" / f"rank{rank}"
@@ -62,11 +85,12 @@ class RunLayout:
     def ranks(self) -> list[int]:
         """Ranks that wrote a metrics or status file, sorted."""
         found = set()
-        if self.root.is_dir():
-            for p in self.root.iterdir():
-                m = _RANK_FILE.match(p.name)
-                if m:
-                    found.add(int(m.group(2)))
+        for root in self.roots:
+            if root.is_dir():
+                for p in root.iterdir():
+                    m = _RANK_FILE.match(p.name)
+                    if m:
+                        found.add(int(m.group(2)))
         return sorted(found)
 
 

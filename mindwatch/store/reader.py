@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,19 +51,28 @@ class Series:
 class Run:
     """A run directory opened for reading. Use :func:`open_run`."""
 
-    def __init__(self, path: str | os.PathLike[str], *, cache: ColumnCache | None = None, read: bool = True) -> None:
-        """``cache``: keep parsed columns across processes (the dashboard's); ``read=False``: read at the first refresh."""
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        also: Sequence[str | os.PathLike[str]] = (),
+        cache: ColumnCache | None = None,
+        read: bool = True,
+    ) -> None:
+        """``also``: more folders of the same run (its ranks spread over several ``save_dir``, one a node);
+        ``cache``: keep parsed columns across processes (the dashboard's); ``read=False``: read at the first refresh."""
         self.path = Path(path)
-        if not self.path.is_dir():
-            raise FileNotFoundError(f"no run directory at {self.path}")
-        self.layout = RunLayout(self.path)
+        for folder in (self.path, *map(Path, also)):
+            if not folder.is_dir():
+                raise FileNotFoundError(f"no run directory at {folder}")
+        self.layout = RunLayout(self.path, tuple(Path(p) for p in also))
         self.cache = cache
         self.meta: dict[str, Any] = {}
         self.statuses: dict[int, dict[str, Any]] = {}
         self.alerts: list[dict[str, Any]] = []
         self.columns: dict[int, RankColumns] = {}  # each rank's metrics file, read incrementally
         self.last_record: dict[int, dict[str, Any]] = {}  # each rank's last record with a step
-        self._alert_tail = JsonlTail(self.layout.alerts)
+        self._alert_tails = [JsonlTail(f) for f in self.layout.alert_files]
         self._meta = JsonFile(self.layout.meta)
         self._status: dict[int, JsonFile] = {}  # read again only when a rank rewrites its status
         self._series: dict[tuple[int, str], tuple[int, int, Series]] = {}
@@ -110,11 +120,12 @@ class Run:
             if added:
                 new[rank] = added
                 self.last_record[rank] = cols.last_record() or self.last_record.get(rank, {})
-        if self.readable(self.layout.alerts):
-            fresh = self._alert_tail.read_new()
-            self.alerts.extend(fresh)
-            if fresh or len(self.attempts) != self._alerts_marked_for:
-                self._mark_alerts()
+        fresh = [a for tail in self._alert_tails if self.readable(tail.path) for a in tail.read_new()]
+        if len(self._alert_tails) > 1 and fresh:  # several nodes' files: in time order
+            fresh.sort(key=_alert_time)
+        self.alerts.extend(fresh)
+        if fresh or len(self.attempts) != self._alerts_marked_for:
+            self._mark_alerts()
         return new
 
     @property
@@ -204,6 +215,18 @@ class Run:
         return f"Run({str(self.path)!r}, state={self.state!r}, ranks={self.ranks}, metrics={self.metrics})"
 
 
-def open_run(path: str | os.PathLike[str]) -> Run:
-    """Open a run directory for reading. See :class:`Run`."""
-    return Run(path)
+def open_run(path: str | os.PathLike[str], *also: str | os.PathLike[str]) -> Run:
+    """Open a run directory for reading; ``also``: more folders of the same run (one a node, without a shared file
+    system), read as one run. See :class:`Run`.
+
+    Example::
+
+        run = open_run("node0/dist/run_20261201_120000", "node1/dist/run_20261201_120000")
+        run.ranks        # [0, 1]
+    """
+    return Run(path, also=also)
+
+
+def _alert_time(alert: dict[str, Any]) -> float:
+    t = alert.get("t")
+    return float(t) if isinstance(t, (int, float)) else 0.0
