@@ -43,6 +43,7 @@ def _serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-cache", action="store_true", help="do not keep long runs' columns in ~/.cache/mindwatch (or $MINDWATCH_CACHE_DIR)"
     )
+    _allow_control(p)
 
     def run(args: argparse.Namespace) -> int:
         import os
@@ -50,9 +51,19 @@ def _serve(sub: argparse._SubParsersAction) -> None:
         from mindwatch.serve.app import serve
 
         token = args.token or os.environ.get("MINDWATCH_TOKEN")
-        return serve(args.logdir, host=args.host, port=args.port, token=token, cache=not args.no_cache)
+        return serve(
+            args.logdir, host=args.host, port=args.port, token=token, cache=not args.no_cache, allow_control=args.allow_control
+        )
 
     p.set_defaults(func=run)
+
+
+def _allow_control(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-control",
+        action="store_true",
+        help="the run page gets stop / checkpoint / lr buttons (needs the token; one is made up and printed if none is set)",
+    )
 
 
 def _report(sub: argparse._SubParsersAction) -> None:
