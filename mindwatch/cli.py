@@ -1,4 +1,4 @@
-"""The ``mindwatch`` command: ``demo | serve | report | check | export | runs | tail``.
+"""The ``mindwatch`` command: ``demo | serve | report | check | export | runs | tail | hang | stop | checkpoint | lr | set``.
 
 Each subcommand registers its arguments here and imports its implementation lazily,
 so ``mindwatch check`` never pays for MindSpore or the web stack.
@@ -48,6 +48,7 @@ def _serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-cache", action="store_true", help="do not keep long runs' columns in ~/.cache/mindwatch (or $MINDWATCH_CACHE_DIR)"
     )
+    _allow_control(p)
 
     def run(args: argparse.Namespace) -> int:
         import os
@@ -55,9 +56,19 @@ def _serve(sub: argparse._SubParsersAction) -> None:
         from mindwatch.serve.app import serve
 
         token = args.token or os.environ.get("MINDWATCH_TOKEN")
-        return serve(args.logdir, host=args.host, port=args.port, token=token, cache=not args.no_cache)
+        return serve(
+            args.logdir, host=args.host, port=args.port, token=token, cache=not args.no_cache, allow_control=args.allow_control
+        )
 
     p.set_defaults(func=run)
+
+
+def _allow_control(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-control",
+        action="store_true",
+        help="the run page gets stop / checkpoint / lr buttons (needs the token; one is made up and printed if none is set)",
+    )
 
 
 def _report(sub: argparse._SubParsersAction) -> None:
@@ -189,8 +200,78 @@ def _hang(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _requests(sub: argparse._SubParsersAction) -> None:
+    """``stop``, ``checkpoint``, ``lr``, ``set``: a person's requests to a live run (``store/requests.py``)."""
+    helps = {
+        "stop": "stop a live run at its next step boundary (every rank at one step); it ends stopped with your reason",
+        "checkpoint": "save a checkpoint of a live run into its checkpoints/ at the next step boundary",
+        "lr": "multiply a live run's learning rate by --factor from its next step",
+        "set": "change a setting of a live run from its next step: layers.every, layers.histogram_every, alerts.<rule>.enabled",
+    }
+    for action, text in helps.items():
+        p = sub.add_parser(action, help=text)
+        p.add_argument("run", metavar="RUN", help="run directory of a running training")
+        if action == "lr":
+            p.add_argument("--factor", type=float, required=True, help="multiply the learning rate by this (e.g. 0.5)")
+        if action == "set":
+            p.add_argument("setting", metavar="KEY=VALUE", help="e.g. layers.every=1 or alerts.spike.enabled=false")
+        p.add_argument("--reason", default=None, help="why (goes into the alert, the final status and the report)")
+        p.add_argument(
+            "--wait", type=float, default=0.0, metavar="SECONDS", help="wait up to SECONDS for the training to take it"
+        )
+        p.set_defaults(func=lambda args, action=action: _file_request(action, args))
+
+
+def _file_request(action: str, args: argparse.Namespace) -> int:
+    from mindwatch.store.requests import RequestError, file_request, wait_answer
+
+    key = value = None
+    if action == "set":
+        key, sep, value = args.setting.partition("=")
+        if not sep:
+            print(f"mindwatch set: give KEY=VALUE, not {args.setting!r}", file=sys.stderr)
+            return 2
+    try:
+        req = file_request(
+            args.run,
+            action,
+            reason=args.reason,
+            factor=getattr(args, "factor", None),
+            key=key.strip() if key else None,
+            value=value,
+        )
+    except (RequestError, OSError) as e:
+        print(f"mindwatch {action}: {e}", file=sys.stderr)
+        return 2
+    print(f"mindwatch {action}: filed request {req['id']} for {args.run} (as {req['requested_by']})")
+    if args.wait <= 0:
+        return 0
+    answer = wait_answer(args.run, req["id"], args.wait) or {}
+    state = answer.get("state")
+    if state == "taken":
+        print(f"mindwatch {action}: taken at step {answer.get('step')}: {answer.get('message')}")
+    elif state == "failed":
+        print(f"mindwatch {action}: failed: {answer.get('error') or answer.get('message')}", file=sys.stderr)
+        return 1
+    elif state == "filed":
+        print(f"mindwatch {action}: filed by the training after step {answer.get('step')}, not yet carried out")
+    else:
+        print(f"mindwatch {action}: no answer from the training within {args.wait:g} s")
+    return 0
+
+
 #: Each entry adds one subcommand. Keep one function per subcommand.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_demo, _serve, _report, _check, _export, _runs, _tail, _hang]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _demo,
+    _serve,
+    _report,
+    _check,
+    _export,
+    _runs,
+    _tail,
+    _hang,
+    _requests,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

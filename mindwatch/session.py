@@ -26,6 +26,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from mindwatch.alerts.registry import build_rules
 from mindwatch.config import MonitorConfig
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.coordination import ActionCoordinator
+from mindwatch.monitor.inbox import RequestInbox
 from mindwatch.monitor.watchdog import Watchdog
 from mindwatch.monitor.worker import Monitor, Sampler, Sink
 from mindwatch.sinks.alertlog import AlertLog
@@ -72,6 +74,8 @@ class RunSession:
     collective: bool = False
     #: Sends an urgent alert (``rank_lost``) to every notify channel from a process that outlives this one.
     notify_now: Callable[[Alert], None] | None = None
+    #: A person's requests (``mindwatch stop|checkpoint|lr|set``, the dashboard), read on the worker.
+    inbox: RequestInbox | None = None
 
     @classmethod
     def start(
@@ -163,6 +167,15 @@ class RunSession:
         sinks: list[Sink] = [AlertLog(self.writer)]
         if self.rank == 0:
             sinks.append(_AttemptStart(self))
+        self.inbox = RequestInbox(
+            self.run_dir,
+            rank=self.rank,
+            speaks=self.speaks_for_the_run,
+            emit=self.monitor.alert,
+            control=self.control,
+            last_step=lambda: self.writer.last_step,
+        )
+        sinks.append(self.inbox)
         if alerts.enabled:
             rules = build_rules(cfg, rank=self.rank, nonfinite_checked=nonfinite_checked)
             engine = RuleEngine(
@@ -173,6 +186,8 @@ class RunSession:
                 run_wide=self.speaks_for_the_run,
             )
             sinks.append(engine)
+            for rule in engine.rules:
+                self.inbox.settings[f"alerts.{rule.name}.enabled"] = partial(_switch_rule, engine, rule.name)
             if alerts.stall.enabled:
                 self.watchdog = Watchdog(
                     self.emit_alert,
@@ -323,6 +338,10 @@ class RunSession:
             if self.meta.get("attempts"):
                 self.meta["attempts"][-1].update(ended_at=now, end=state, last_step=self.writer.last_step)
             self.write_meta()
+
+
+def _switch_rule(engine: RuleEngine, name: str, on: Any) -> None:
+    engine.switch(name, bool(on))
 
 
 class _AttemptStart:

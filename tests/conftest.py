@@ -160,3 +160,14 @@ def kill_after_steps(proc: subprocess.Popen, reader: threading.Thread, seen: dic
         proc.wait(30)
     reader.join(5)
     return killed_at
+
+
+def wait_for(probe, timeout: float):
+    """``probe()`` once it is truthy, asked every 0.1 s for up to ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"nothing came within {timeout} s")

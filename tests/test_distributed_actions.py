@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 # the msrun launch helpers of the distributed tests (same process-group cleanup)
+from conftest import wait_for
 from test_distributed import SCRIPT, Launch, base_env, free_port, msrun, only_run_dir, raw_records
 
 import mindwatch
@@ -167,16 +168,6 @@ def test_a_killed_rank_is_named_and_with_on_rank_lost_stop_the_survivor_ends_sto
         status = c.get("/api/run", params={"run": f"dist/{run_dir.name}"}).json()["status"]
     assert status["state"] == "lost" and status["error"].startswith(died)
     assert status["ranks"]["1"]["state"] == "lost"
-
-
-def wait_for(probe, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"nothing came within {timeout} s")
 
 
 def alerts(run_dir: Path) -> list[dict]:

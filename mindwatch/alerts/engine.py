@@ -49,6 +49,8 @@ class RuleEngine:
     ) -> None:
         self.run_wide = run_wide
         self.rules = list(rules)
+        #: Rules a person switched off while training (``mindwatch set RUN alerts.<rule>.enabled=false``).
+        self.switched_off: list[Rule] = []
         self.emit = emit
         self.control = control
         self.cooldown = Cooldown(cooldown_secs)
@@ -65,6 +67,16 @@ class RuleEngine:
                     continue
                 for alert in alerts:
                     self.fire(alert)
+
+    def switch(self, name: str, on: bool) -> None:
+        """Switch the rules named ``name`` on or off from the next record (worker thread, like :meth:`write`)."""
+        source, target = (self.switched_off, self.rules) if on else (self.rules, self.switched_off)
+        moving = [r for r in source if r.name == name]
+        if not moving and not any(r.name == name for r in target):
+            raise ValueError(f"no rule {name} runs in this training")
+        for rule in moving:
+            source.remove(rule)
+            target.append(rule)
 
     def fire(self, alert: Alert) -> bool:
         """Emit ``alert`` unless its (rule, metric) is cooling down; returns whether it went out."""

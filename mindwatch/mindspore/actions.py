@@ -252,6 +252,8 @@ class Interventions:
                 f" on rank {alert.get('rank')})" if alert.get("rank") is not None and alert.get("rank") != self.rank else ")"
             )
             done.update(coordination_fields(alert.get("coordination"), step))
+            if alert.get("request"):  # a person's request: its answer is written when this alert is
+                done["request"] = alert["request"]
             if done.get("late_steps"):
                 message += f"; {done['late_steps']} steps later than the agreed step {done['at_step']}"
             elif done.get("alone"):
@@ -273,25 +275,28 @@ class Interventions:
     # -- actions: each returns what to put in the intervention alert ---------------
     def _stop(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
         boundary.request_stop()
-        if self.stop_reason is None:
+        if self.stop_reason is None and alert.get("rule") == "request":
+            self.stop_reason = f"stopped by {alert.get('requested_by')}" + (f": {alert['reason']}" if alert.get("reason") else "")
+        elif self.stop_reason is None:
             self.stop_reason = f"stopped by mindwatch: {alert.get('message')}"
         return {"message": f"training stops after step {step}"}
 
     def _lr_backoff(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
         if self.optimizer is None:
             raise RuntimeError("no optimizer in the training")
+        factor = float(alert.get("lr_factor") or self.factor)  # a person's request says its own factor
         before = self.lr_probe(step + 1) if self.lr_probe is not None else None
-        scale_learning_rate(self.optimizer, self.factor)
+        scale_learning_rate(self.optimizer, factor)
         after = None
         if self.lr_probe is not None:
             self.lr_probe.invalidate()
             after = self.lr_probe(step + 1)
-        shown = f"{before:.3g} -> {after:.3g}" if before is not None and after is not None else f"x {self.factor:g}"
+        shown = f"{before:.3g} -> {after:.3g}" if before is not None and after is not None else f"x {factor:g}"
         return {
             "message": f"learning rate {shown} from step {step + 1}",
             "lr_before": before,
             "lr_after": after,
-            "factor": self.factor,
+            "factor": factor,
         }
 
     def _checkpoint(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:

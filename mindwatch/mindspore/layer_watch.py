@@ -47,6 +47,19 @@ class LayerWatch:
         self.histograms = hist
         return self.measuring, hist
 
+    def live_settings(self) -> dict[str, Any]:
+        """``layers.every`` and ``layers.histogram_every`` for ``mindwatch set``: each takes effect from the next step."""
+
+        def every(n: Any) -> None:
+            self.every = int(n)
+
+        def histogram_every(n: Any) -> None:
+            if not self.bins:
+                raise ValueError("layers.histogram_every can change only when histograms were on at train begin")
+            self.histogram_every = int(n)
+
+        return {"layers.every": every, "layers.histogram_every": histogram_every}
+
     def histograms_off(self) -> None:
         """Go on without histograms (a train cell compiled without them)."""
         self.histogram_every, self.histograms = None, False

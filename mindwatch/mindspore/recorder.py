@@ -141,6 +141,8 @@ class StepRecorder:
         layers = self.config.layers
         self.layers = LayerWatch(grouping, every=layers.every, histogram_every=layers.histogram_every, bins=bins)
         self.session.writer.set_layers(list(self.layers.layers), bins)
+        if self.session.inbox is not None:  # mindwatch set RUN layers.every=N (an attribute store from the worker)
+            self.session.inbox.settings.update(self.layers.live_settings())
         return self.layers
 
     def watch_attention(self, network: Any) -> None:

@@ -40,10 +40,11 @@ class Control:
         self._lock = threading.Lock()
         self._due: list[tuple[int | None, str, Alert]] = []
         self._outbox: list[tuple[str, Alert]] = []
-        self._seen: set[tuple[str, Any, Any]] = set()
+        self._seen: set[tuple[str, Any, Any, Any]] = set()
 
     def request(self, alert: Alert, *, every_rank_alike: bool = False) -> None:
-        """Queue every action in ``alert["actions"]``; an action already requested for the same rule and step is ignored.
+        """Queue every action in ``alert["actions"]``; an action already requested for the same rule, step (and person's
+        ``request``) is ignored.
 
         ``every_rank_alike``: every rank requests the same at the same step (it comes from a value all ranks share,
         such as a NaN ``grad_norm`` after the all-reduce), so the action is due at once, with no agreement to wait for.
@@ -52,7 +53,7 @@ class Control:
             for action in alert.get("actions") or ():
                 if action not in ACTIONS:
                     continue
-                key = (action, alert.get("rule"), alert.get("step"))
+                key = (action, alert.get("rule"), alert.get("step"), alert.get("request"))
                 if key in self._seen:
                     continue
                 self._seen.add(key)

@@ -29,6 +29,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mindwatch.assets import SHARED_FILES, asset_path, echarts_js
+from mindwatch.serve.acting import ControlApi
 from mindwatch.serve.api import Api
 from mindwatch.serve.auth import TokenGate, is_loopback
 from mindwatch.serve.live import LiveHub
@@ -50,6 +51,7 @@ STATIC_FILES = {
     "run_panels.js": "text/javascript",
     "compare_page.js": "text/javascript",
     "layers_view.js": "text/javascript",
+    "run_actions.js": "text/javascript",
     "style.css": "text/css",
     "index.html": "text/html",
 }
@@ -79,15 +81,21 @@ def create_app(
     token: str | None = None,
     poll_secs: float = 0.1,
     cache: ColumnCache | None = None,
+    allow_control: bool = False,
 ) -> ASGIApp:
     """The dashboard for the runs under ``logdir`` (or several: each node's save_dir, one run read as one);
     with ``token``, every request must carry it.
 
+    ``allow_control``: ``POST /api/request`` files a person's request into a live run (needs ``token``).
+
     ``cache`` keeps the columns of long runs on disk for the next start (see :mod:`mindwatch.store.cache`).
     """
+    if allow_control and not token:
+        raise ValueError("a dashboard that takes requests (allow_control) needs a token, even on 127.0.0.1")
     logdirs = [Path(logdir)] if isinstance(logdir, (str, os.PathLike)) else [Path(d) for d in logdir]
     catalog = Catalog(logdirs, cache=cache)
     api = Api(catalog)
+    control = ControlApi(catalog, allowed=allow_control)
     hub = LiveHub(catalog, poll_secs=poll_secs)
     files = _served_files(echarts_js())  # echarts_js fails at start, with the fix in the message, not on a page view
 
@@ -139,6 +147,8 @@ def create_app(
             Route("/api/alerts", api.alerts),
             Route("/api/compare", api.compare),
             Route("/api/live", live),
+            Route("/api/control", control.control),
+            Route("/api/request", control.request, methods=["GET", "POST"]),
         ],
         exception_handlers={BadRequest: bad_request, NotFound: not_found, Exception: server_error},
         lifespan=lifespan,
@@ -178,18 +188,28 @@ def serve(
     port: int = 8765,
     token: str | None = None,
     cache: bool = True,
+    allow_control: bool = False,
 ) -> int:
-    """Run the dashboard until Ctrl-C."""
+    """Run the dashboard until Ctrl-C; ``allow_control`` with no token makes one up and prints it (Jupyter-style)."""
+    import secrets
+
     import uvicorn
 
     check_binding(host, token)
+    made_up = allow_control and not token
+    if made_up:
+        token = secrets.token_hex(16)
     try:
-        app = create_app(logdir, token=token, cache=ColumnCache() if cache else None)
+        app = create_app(logdir, token=token, cache=ColumnCache() if cache else None, allow_control=allow_control)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"mindwatch serve: {e}") from None
     shown = f"[{host}]" if ":" in host else host
     dirs = [logdir] if isinstance(logdir, (str, os.PathLike)) else list(logdir)
     shown_dirs = ", ".join(str(Path(d).resolve()) for d in dirs)
     print(f"mindwatch serve: dashboard for {shown_dirs} at http://{shown}:{port}/", flush=True)
+    if made_up:
+        print(
+            f"mindwatch serve: it takes requests (--allow-control); sign in with http://{shown}:{port}/?token={token}", flush=True
+        )
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)
     return 0

@@ -63,6 +63,10 @@ class TokenGate:
                 return True
         return False
 
+    def _query_token(self, scope: Scope) -> bool:
+        given = (parse_qs(scope.get("query_string", b"").decode("utf-8", "replace")).get("token") or [""])[0]
+        return hmac.compare_digest(given.encode(), self.token)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -72,6 +76,9 @@ class TokenGate:
             await self._login(scope, receive, send)
         elif path == "/static/style.css" or self._allowed(scope):
             await self.app(scope, receive, send)
+        elif path == "/" and self._query_token(scope):  # the link printed at start (Jupyter-style): set the cookie
+            cookie = f"{COOKIE}={self.token.decode()}; HttpOnly; SameSite=Strict; Path=/".encode()
+            await _respond(send, 303, b"", b"text/plain", [(b"location", b"/"), (b"set-cookie", cookie)])
         elif path.startswith("/api/"):
             body = json.dumps({"error": _NEED_TOKEN})
             await _respond(send, 401, body.encode(), b"application/json", [(b"www-authenticate", b"Bearer")])

@@ -9,6 +9,7 @@ import { mergePoints } from "./merge.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { attentionFamilies, vocab } from "./vocabulary.js";
+import { RunActions } from "./run_actions.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const DRAW_MS = 100;  // live points are drawn at most this often
@@ -36,10 +37,11 @@ export class RunPage {
     this.banner = h("div", { class: "banner", id: "banner", hidden: true });
     this.progress = h("span", { class: "progress", id: "run-progress" });
     this.controls = h("section", { class: "toolbar" });
+    this.actions = new RunActions(runId);  // stop / checkpoint / lr buttons, only with --allow-control
     this.grid = h("section", { class: "charts", id: "charts" });
     this.side = h("aside", { class: "side" });
     document.title = `mindwatch: ${runId}`;
-    main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress),
+    main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress, this.actions.el),
       this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
     this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); };
     window.addEventListener("resize", this.onResize);
@@ -163,6 +165,7 @@ export class RunPage {
 
   showStatus(st) {
     $("#run-state").replaceChildren(...stateBadge(st));
+    this.actions.show(st.state);
     const text = bannerText(st);
     this.banner.hidden = !text;
     this.banner.className = `banner banner-${st.state}`;

@@ -1,0 +1,77 @@
+"""The dashboard's side of a person's requests (stop, checkpoint, lr): ``POST /api/request`` files one.
+
+Example::
+
+    control = ControlApi(catalog, allowed=True)       # mindwatch serve --allow-control (a token is always set then)
+    POST /api/request?run=proj/run_1  {"action": "stop", "reason": "diverged"}  -> {"id": ..., "requested_by": ...}
+    GET  /api/request?run=proj/run_1&id=<id>                                    -> the training's answer (or null)
+
+Without ``--allow-control`` the dashboard writes nothing: the POST answers 403 and ``GET /api/control`` says
+``{"allowed": false}``, so the page shows no button. The request is the same file ``mindwatch stop`` writes
+(:mod:`mindwatch.store.requests`); who asked is the dashboard's user@host and the browser's address.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from mindwatch.serve.api import run_param
+from mindwatch.serve.views import BadRequest, Catalog
+from mindwatch.store.requests import RequestError, file_request, read_answer, requester
+
+#: The requests the dashboard's buttons make (``set`` stays in the CLI): action -> its button (``factor``: a factor field).
+BUTTONS: dict[str, dict[str, Any]] = {
+    "stop": {"label": "Stop"},
+    "checkpoint": {"label": "Checkpoint"},
+    "lr": {"label": "LR ×", "factor": 0.5, "confirm": "multiply the learning rate by"},
+}
+
+
+class ControlApi:
+    def __init__(self, catalog: Catalog, *, allowed: bool) -> None:
+        self.catalog = catalog
+        self.allowed = allowed
+
+    def control(self, req: Request) -> JSONResponse:
+        buttons = [{"action": a, **b} for a, b in BUTTONS.items()] if self.allowed else []
+        return JSONResponse({"allowed": self.allowed, "actions": buttons})
+
+    async def request(self, req: Request) -> JSONResponse:
+        if req.method == "GET":
+            view = run_param(req, self.catalog)
+            rid = req.query_params.get("id") or ""
+            if not rid.replace("_", "").isalnum():
+                raise BadRequest("id is required: the id POST /api/request answered")
+            return JSONResponse({"answer": read_answer(view.path, rid)})
+        if not self.allowed:
+            return JSONResponse(
+                {"error": "this dashboard takes no requests: start it with mindwatch serve --allow-control"}, status_code=403
+            )
+        if req.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise BadRequest("send the request as application/json")
+        try:
+            body: Any = json.loads((await req.body())[:4096] or b"{}")
+        except ValueError:
+            raise BadRequest("the request body is not JSON") from None
+        if not isinstance(body, dict) or body.get("action") not in BUTTONS:
+            raise BadRequest(f"action must be one of {', '.join(BUTTONS)}")
+        view = run_param(req, self.catalog)
+        factor = body.get("factor")
+        reason = body.get("reason")
+        client = req.client.host if req.client else "?"
+        try:
+            filed = file_request(
+                view.path,
+                body["action"],
+                reason=str(reason)[:500] if reason else None,
+                factor=float(factor) if isinstance(factor, (int, float, str)) and str(factor).strip() else None,
+                requested_by=f"{requester()} (dashboard, from {client})",
+            )
+        except ValueError as e:  # RequestError, or a factor that is no number
+            status = 409 if isinstance(e, RequestError) and "not running" in str(e) else 400
+            return JSONResponse({"error": str(e)}, status_code=status)
+        return JSONResponse(filed)

@@ -1,0 +1,58 @@
+// A person's requests to a live run from its page: stop, checkpoint, lr x factor (mindwatch serve --allow-control).
+// The server files the same request as `mindwatch stop RUN`; without --allow-control it shows no button.
+
+import { getJSON } from "./api.js";
+import { h } from "./dom.js";
+
+const LIVE = new Set(["running", "stalled"]);
+
+/** The action bar of one run; `show(state)` after each status. */
+export class RunActions {
+  constructor(runId) {
+    this.runId = runId;
+    this.allowed = [];
+    this.state = null;
+    this.reason = h("input", { type: "text", class: "run-actions-reason", placeholder: "reason", maxlength: "500" });
+    this.factor = h("input", { type: "number", class: "run-actions-factor", value: "0.5", min: "0.01", step: "0.05" });
+    this.note = h("span", { class: "run-actions-note", role: "status" });
+    this.el = h("div", { class: "run-actions", hidden: true });
+    getJSON("/api/control").then((c) => { this.allowed = c.actions || []; this.render(); }).catch(() => {});
+  }
+
+  render() {
+    const buttons = this.allowed.map((b) =>
+      h("button", { type: "button", "data-action": b.action, onclick: () => this.ask(b) }, b.label));
+    const withFactor = this.allowed.find((b) => b.factor !== undefined);
+    if (withFactor) this.factor.value = String(withFactor.factor);
+    this.el.replaceChildren(this.reason, ...buttons, ...(withFactor ? [this.factor] : []), this.note);
+    this.show(this.state);
+  }
+
+  show(state) {
+    this.state = state;
+    this.el.hidden = !this.allowed.length || !LIVE.has(state);
+  }
+
+  async ask(button) {
+    const action = button.action;
+    const takesFactor = button.factor !== undefined;
+    const what = takesFactor ? `${button.confirm || action} ${this.factor.value}` : action;
+    if (!window.confirm(`${what} on ${this.runId}?`)) return;
+    const body = { action, reason: this.reason.value || null };
+    if (takesFactor) body.factor = Number(this.factor.value);
+    const r = await fetch(`/api/request?run=${encodeURIComponent(this.runId)}`, {
+      method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    const filed = await r.json();
+    if (!r.ok) { this.note.textContent = `refused: ${filed.error}`; return; }
+    this.note.textContent = `${action}: filed, waiting for the training…`;
+    this.follow(action, filed.id, Date.now() + 60_000);
+  }
+
+  async follow(action, id, until) {
+    const { answer } = await getJSON(`/api/request?run=${encodeURIComponent(this.runId)}&id=${encodeURIComponent(id)}`);
+    if (answer && answer.state === "taken") { this.note.textContent = `${action}: taken at step ${answer.step}`; return; }
+    if (answer && answer.state === "failed") { this.note.textContent = `${action} failed: ${answer.error || answer.message}`; return; }
+    if (Date.now() < until) setTimeout(() => this.follow(action, id, until), 500);
+  }
+}
