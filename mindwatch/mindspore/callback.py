@@ -104,10 +104,14 @@ class MonitorCallback(Callback):
         # MindSpore's callback params are a dict whose attribute access raises and catches an
         # AttributeError first (~1 us each): read them as dict items on the hot path.
         self._read_arg = dict.__getitem__ if isinstance(cb, dict) else getattr
+        if self.config.layers.enabled:
+            prepare_cell(self.config, train_network)  # every rank's graph alike, a rank that starts late too
         self._setup_signal(train_network)
         if self._signal is not None and self._signal.rank > 0:
             # never wait at start for another host's file: learn the run from rank 0's first step
             prepare_optimizer(self.config, optimizer)  # before the graph compiles, as on rank 0
+            if self.config.layers.enabled and "layer_stats" in (getattr(train_network, "mindwatch_outputs", None) or ()):
+                train_network.measure_layers(True)  # the first step is measured on every rank
             self._deferred = (optimizer, train_network)
             self._step_begin = self._prev_step_end = _perf()
             return
@@ -228,6 +232,12 @@ class MonitorCallback(Callback):
         began = self._step_begin
         self._begin(cb, optimizer, train_network, run_id=run_id, began=self._prev_step_end)
         self._step_begin = began
+        cell = self._cell
+        if self.recorder is not None and cell is not None and cell.switching is not None:
+            # the step that ran measured (set at train begin): the recorder reads it so; the next step plans afresh
+            self.recorder.plan(int(self._read_arg(cb, "cur_step_num")) + step_offset(cb))
+            cell.switching.measure_layers(False)
+            cell.switched, cell.graphs_run = (False, False), {True}
 
     def _first_step(self, cb: Any) -> None:
         state = self.recorder.state  # type: ignore[union-attr]
@@ -279,6 +289,22 @@ def start_recorder(
             raise
         log.warning("mindwatch: could not start monitoring (%r); this training goes on without mindwatch", e)
     return None
+
+
+def prepare_cell(config: MonitorConfig, net: Any) -> int:
+    """Before the train cell's graph compiles, on every rank: what the config switches on in it (the layer
+    histograms); returns the histograms' bins (0: none). Called again, it changes nothing."""
+    params = getattr(net, "mindwatch_layer_params", None)
+    declared = getattr(net, "mindwatch_outputs", None) or ()
+    if not config.layers.enabled or not params or "layer_stats" not in declared:
+        return 0
+    if "layer_histograms" in declared:
+        return HISTOGRAM_BINS
+    net.measure_layers(False)
+    if config.layers.histogram_every and hasattr(net, "enable_layer_histograms"):
+        net.enable_layer_histograms(LayerGrouping(params, config.layers.group).groups, HISTOGRAM_BINS)
+        return HISTOGRAM_BINS
+    return 0
 
 
 class _Boundary(StepBoundary):
@@ -335,13 +361,9 @@ class _TrainCell:
             return
         if not params or "layer_stats" not in (self.declared or ()):
             return
-        net.measure_layers(False)
-        bins = 0
         grouping = LayerGrouping(params, recorder.config.layers.group)
-        if recorder.config.layers.histogram_every and hasattr(net, "enable_layer_histograms"):
-            bins = HISTOGRAM_BINS
-            net.enable_layer_histograms(grouping.groups, bins)  # before the graph is compiled
-            self.declared = net.mindwatch_outputs
+        bins = prepare_cell(recorder.config, net)
+        self.declared = net.mindwatch_outputs
         recorder.watch_layers(grouping, bins)
         self.switching = net
         self.layer_output = self.declared.index("layer_stats")  # type: ignore[union-attr]

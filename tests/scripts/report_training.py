@@ -1,7 +1,7 @@
 """Real small trainings for the report/check/export/tail tests: finished, failed or killed.
 
     python tests/scripts/report_training.py finished SAVE_DIR   # PyNative, attention entropy, ends normally
-    python tests/scripts/report_training.py failed SAVE_DIR     # loss goes NaN at step 5, the data source raises at step 9
+    python tests/scripts/report_training.py failed SAVE_DIR     # loss NaN from step 5 on, the data source raises at step 9
     python tests/scripts/report_training.py killed SAVE_DIR     # runs until killed; prints "STEP n" per step
 
 Each prints "RUN_DIR <path>" once the run directory exists.
@@ -38,7 +38,8 @@ class PoisonedLoss(nn.Cell):
 
 
 class FailingWindows:
-    """Byte windows with a factor column: NaN for the batch of POISON_STEP; the source raises at RAISE_STEP."""
+    """Byte windows with a factor column: NaN from the batch of POISON_STEP on (every loss NaN: the train cell skips
+    a NaN update, so one NaN batch alone would not keep the run NaN); the source raises at RAISE_STEP."""
 
     def __init__(self, steps: int) -> None:
         self.windows = ByteWindows(stdlib_corpus(200_000), SEQ, steps * BATCH, seed=2)
@@ -54,7 +55,7 @@ class FailingWindows:
                 time.sleep(0.01)
             raise OSError(f"corrupt shard: cannot read sample {i}")
         ids, targets = self.windows[i]
-        return ids, targets, np.array([np.nan if step == POISON_STEP else 1.0], np.float32)
+        return ids, targets, np.array([np.nan if step >= POISON_STEP else 1.0], np.float32)
 
 
 class SlowWindows:

@@ -1,0 +1,90 @@
+"""Two hosts without a shared file system: two network namespaces joined by a veth pair, one msrun node in each.
+
+Each node records under its own save_dir; the job trains from step 1 on both, a stop that rank 1's rule alone
+asks for ends both ranks at one step, and the two folders read as one run. Needs root (``ip netns``); skips with
+the reason otherwise. The namespaces carry traffic only between themselves and are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_distributed import SCRIPT, VENV_BIN, Launch, base_env, only_run_dir, raw_records
+
+import mindwatch
+
+pytestmark = pytest.mark.slow
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
+
+
+@pytest.fixture
+def two_hosts() -> Iterator[tuple[str, str, str]]:
+    """``(namespace 1, namespace 2, the first one's address)``."""
+    tag = os.getpid() % 200 + 20
+    h1, h2, va, vb = f"mwh1_{tag}", f"mwh2_{tag}", f"mwva{tag}", f"mwvb{tag}"
+    first = _ip("netns", "add", h1)
+    if first.returncode != 0:
+        pytest.skip(f"cannot make network namespaces here (ip netns add: {first.stderr.strip()}); needs root and iproute2")
+    try:
+        _ip("netns", "add", h2)
+        steps = [
+            ("link", "add", va, "type", "veth", "peer", "name", vb),
+            ("link", "set", va, "netns", h1),
+            ("link", "set", vb, "netns", h2),
+            ("-n", h1, "addr", "add", f"10.231.{tag}.1/24", "dev", va),
+            ("-n", h2, "addr", "add", f"10.231.{tag}.2/24", "dev", vb),
+            ("-n", h1, "link", "set", va, "up"),
+            ("-n", h2, "link", "set", vb, "up"),
+            ("-n", h1, "link", "set", "lo", "up"),
+            ("-n", h2, "link", "set", "lo", "up"),
+        ]
+        for step in steps:
+            done = _ip(*step)
+            if done.returncode != 0:
+                pytest.skip(f"cannot join the namespaces (ip {' '.join(step)}: {done.stderr.strip()})")
+        yield h1, h2, f"10.231.{tag}.1"
+    finally:
+        _ip("netns", "del", h1)
+        _ip("netns", "del", h2)
+
+
+def test_two_hosts_with_their_own_save_dirs_train_from_step_1_and_stop_together(tmp_path: Path, two_hosts) -> None:
+    h1, h2, master = two_hosts
+    config = {
+        "callback": {"params": {"warn_on_value": {"data_time": 0.5}}},
+        "alerts": {"thresholds": {"actions": ["stop"]}},
+    }
+    job = Launch()
+    env = base_env()
+    try:
+        for node, ns in enumerate((h1, h2)):
+            log_dir = tmp_path / f"logs{node}"
+            log_dir.mkdir()
+            cmd = ["ip", "netns", "exec", ns, "env", f"PATH={env['PATH']}", str(VENV_BIN / "msrun")]
+            cmd += ["--worker_num=2", "--local_worker_num=1", f"--node_rank={node}", f"--master_addr={master}"]
+            cmd += ["--master_port=8118", "--join=True", f"--log_dir={log_dir}", str(SCRIPT)]
+            cmd += ["--save-dir", str(tmp_path / f"node{node}"), "--steps", "160", "--pace-secs", "0.02"]
+            cmd += ["--spike-rank", "1", "--spike-at", "60", "--spike-secs", "1.5", "--config", json.dumps(config)]
+            job.start(cmd, env, log_dir / "msrun.out")
+        codes = job.wait(300)
+        assert codes == [0, 0], f"msrun failed ({codes}):\n{(tmp_path / 'logs0' / 'msrun.out').read_text()[-2000:]}"
+    finally:
+        job.kill()
+    dirs = [only_run_dir(tmp_path / f"node{node}" / "dist") for node in (0, 1)]
+    assert dirs[0].name == dirs[1].name, "one run id on both hosts"
+    assert [p.name for p in dirs[0].glob("metrics.rank*.jsonl")] == ["metrics.rank0.jsonl"]
+    assert [p.name for p in dirs[1].glob("metrics.rank*.jsonl")] == ["metrics.rank1.jsonl"]
+    steps = {rank: [r["step"] for r in raw_records(dirs[rank] / f"metrics.rank{rank}.jsonl")] for rank in (0, 1)}
+    assert steps[0][0] == steps[1][0] == 1
+    assert steps[0][-1] == steps[1][-1] < 160, "both ranks stopped at one step, before the data ran out"
+    run = mindwatch.open_run(dirs[0], dirs[1])
+    assert run.ranks == [0, 1] and run.state == "stopped"
+    assert [a["rank"] for a in run.alerts if a["rule"] == "threshold"] == [1]
