@@ -288,3 +288,15 @@ def test_config_rejects_a_bad_check_at_load_time() -> None:
     with pytest.raises(ConfigError, match=r"monitor_config\.checks") as err:
         load_config({"checks": ["final(loss) < 2.5", "final(loss) <<"]})
     assert "^" in str(err.value)
+
+
+def test_a_misspelt_metric_is_a_usage_error_that_names_the_right_one(tmp_path: Path) -> None:
+    proc = check(str(synthetic_run(tmp_path)), "--rule", "final(los) < 2")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "did you mean loss" in proc.stderr
+
+
+def test_an_option_without_quotes_says_the_value_needs_them(tmp_path: Path) -> None:
+    proc = check(str(synthetic_run(tmp_path)), "--rule", "alerts(severity=error) == 0")
+    assert proc.returncode == 2
+    assert "severity='error'" in proc.stderr and "quotes" in proc.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -45,3 +46,21 @@ def test_runs_of_a_missing_or_empty_dir(tmp_path) -> None:
     assert runs_cli(str(tmp_path / "nope")).returncode == 2
     proc = runs_cli(str(tmp_path))
     assert proc.returncode == 0 and "no runs" in proc.stdout
+
+
+def test_runs_lists_newest_first_and_never_breaks_a_cell_at_80_columns(tmp_path: pathlib.Path) -> None:
+    import time
+
+    from mindwatch.store.writer import RunWriter
+
+    names = [f"run_2026010{i}_000000_with_a_name_longer_than_the_column" for i in range(2)]
+    for name in names:
+        w = RunWriter(tmp_path / "proj" / name, 0)
+        w.write([{"step": 1, "t": time.time(), "loss": 1.0}])
+        w.close("finished")
+        time.sleep(0.05)
+    env = {**os.environ, "COLUMNS": "80"}
+    cmd = [sys.executable, "-m", "mindwatch.cli", "runs", str(tmp_path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60).stdout
+    assert names[1] in out and names[0] in out and "finished" in out  # whole cells
+    assert out.index(names[1]) < out.index(names[0])  # newest first

@@ -19,10 +19,19 @@ export function ema(points, weight) {
   });
 }
 
+/** Seconds as a clock-style duration, one form per axis: "4:05" (long: "1:04:05"). */
+export function fmtDuration(secs, long) {
+  const a = Math.round(Math.abs(secs)), sign = secs < 0 ? "-" : "";
+  const pad = (n) => String(n).padStart(2, "0");
+  const hh = Math.floor(a / 3600), mm = Math.floor((a % 3600) / 60), ss = a % 60;
+  return long || hh ? `${sign}${hh}:${pad(mm)}:${pad(ss)}` : `${sign}${mm}:${pad(ss)}`;
+}
+
+/** An x value as a tooltip reads it: a step, a wall-clock time (x in ms on the time axis), or a duration. */
 export function fmtX(x, kind) {
-  if (kind === "time") return new Date(x * 1000).toLocaleTimeString();
-  if (kind === "elapsed") return `${(x / 60).toFixed(1)} min`;
-  return String(x);
+  if (kind === "time") return new Date(x).toLocaleString();
+  if (kind === "elapsed") return fmtDuration(x, Math.abs(x) >= 3600);
+  return Number.isInteger(x) ? String(x) : String(Number(x.toPrecision(6)));
 }
 
 /** Text made safe for a tooltip formatter (ECharts renders a formatter's string as HTML). */
@@ -42,26 +51,35 @@ export function titleOption(text, subtext) {
   return { text, subtext: subtext || "", left: 8, top: 4, textStyle: { fontSize: 13, fontWeight: 600 }, subtextStyle: { fontSize: 11 } };
 }
 
-function alertMarks(alerts, metric, kind) {
+/** The x a chart draws for a data x: milliseconds on the time axis (the data holds epoch seconds), seconds since
+ * xOrigin on an elapsed axis, the step itself on a step axis; and back. */
+function xScale(o) {
+  if (o.x === "time") return { to: (x) => x * 1000, from: (v) => v / 1000 };
+  if (o.x === "elapsed") { const t0 = o.xOrigin || 0; return { to: (x) => x - t0, from: (v) => v + t0 }; }
+  return { to: (x) => x, from: (v) => v };
+}
+
+function alertMarks(alerts, metric, o, px) {
   const pts = [], lines = [];
   for (const a of alerts || []) {
-    const x = kind === "time" ? a.t : a.step;
+    const x = o.x === "step" ? a.step : a.t;
     if (x === undefined || x === null) continue;
     const label = `${a.rule || "alert"}${a.rank !== undefined ? " r" + a.rank : ""}: ${a.message || ""}`;
     const color = a.severity === "error" ? "#d7263d" : "#f4a259";
     if (metric && a.metric === metric && typeof a.value === "number") {
-      pts.push({ coord: [x, a.value], value: "!", name: label, itemStyle: { color } });
+      pts.push({ coord: [px(x), a.value], value: "!", name: label, itemStyle: { color } });
     } else if (!metric) {
-      lines.push({ xAxis: x, name: label, lineStyle: { color, type: "dashed" } });
+      lines.push({ xAxis: px(x), name: label, lineStyle: { color, type: "dashed" } });
     }
   }
   return { pts, lines };
 }
 
 /** A solid grey line where each attempt after the first started: [{step, t, attempt}]. */
-function restartMarks(restarts, kind) {
-  return (restarts || []).filter((r) => (kind === "time" ? r.t : r.step) != null).map((r) => ({
-    xAxis: kind === "time" ? r.t : r.step, name: `restart: attempt ${r.attempt}`,
+function restartMarks(restarts, o, px) {
+  const at = (r) => (o.x === "step" ? r.step : r.t);
+  return (restarts || []).filter((r) => at(r) != null).map((r) => ({
+    xAxis: px(at(r)), name: `restart: attempt ${r.attempt}`,
     lineStyle: { color: "#52606d", type: "solid", width: 1.5 }, label: { formatter: `attempt ${r.attempt}` },
   }));
 }
@@ -86,25 +104,78 @@ export function robustRange(values, log) {
   return out;
 }
 
-/** Per y axis: the robust range of the points of its series inside the x window win ([lo, hi] or null). */
-function axisRanges(o, nAxes, win) {
-  return Array.from({ length: nAxes }, (_, ai) => {
+/** Ticks a person reads: 1, 2, 2.5 or 5 times a power of ten, about `ticks` of them over span. */
+export function niceStep(span, ticks = 5) {
+  const raw = span / ticks, e = Math.floor(Math.log10(raw)), f = raw / Math.pow(10, e);
+  return [1, 2, 2.5, 5, 10].find((m) => m >= f - 1e-9) * Math.pow(10, e);
+}
+
+/** The decimals that write `step` exactly (0.25 -> 2, 5 -> 0). */
+function decimalsOf(step) {
+  for (let d = 0; d < 15; d++) {
+    const x = step * Math.pow(10, d);
+    if (x >= 1 - 1e-9 && Math.abs(Math.round(x) - x) < 1e-6 * x) return d;
+  }
+  return 15;
+}
+
+/** One number format for a whole axis (not 5.000e-4 beside 0.001): fixed decimals, or one exponent form. */
+export function axisFormat(min, max, step) {
+  const m = Math.max(Math.abs(min), Math.abs(max));
+  if (m >= 1e5 || (m > 0 && m < 1e-3)) {
+    const digits = Math.max(0, Math.min(6, Math.floor(Math.log10(m)) - Math.floor(Math.log10(step))));
+    return (v) => (v === 0 ? "0" : v.toExponential(digits));
+  }
+  const d = decimalsOf(step);
+  return (v) => v.toFixed(d);
+}
+
+/**
+ * A linear y axis over ys: nice bounds on whole ticks (no full-precision edge label over the ticks), the range of
+ * robustRange when `robust`, from 0 when `fromZero` and nothing is negative; a flat series (a constant lr, with or
+ * without float noise) gets a range around its value, not six identical ticks. {min, max, interval, format, clipped}.
+ */
+export function linearAxis(ys, { robust = true, fromZero = false } = {}) {
+  const v = ys.filter(Number.isFinite);
+  if (!v.length) return { clipped: {} };
+  let lo = Math.min(...v), hi = Math.max(...v);
+  const r = robust ? robustRange(v, false) : {};
+  if (r.min !== undefined) lo = r.min;
+  if (r.max !== undefined) hi = r.max;
+  if (fromZero && lo >= 0) lo = 0;
+  if (hi - lo <= 1e-6 * Math.max(Math.abs(hi), Math.abs(lo))) {  // flat (float32 noise is ~1e-7): a readable range around it
+    const half = Math.abs(hi) / 2 || 1;
+    lo = fromZero && hi >= 0 ? 0 : hi - half;
+    hi += half;
+  }
+  const step = niceStep(hi - lo);
+  const d = decimalsOf(step);
+  const min = Number((Math.floor(lo / step + 1e-9) * step).toFixed(d)), max = Number((Math.ceil(hi / step - 1e-9) * step).toFixed(d));
+  return { min, max, interval: step, format: axisFormat(min, max, step),
+    clipped: { min: r.min !== undefined ? min : undefined, max: r.max !== undefined ? max : undefined } };
+}
+
+/** Per y axis: its range over the points of its series inside the x window win ([lo, hi] or null). */
+function axisRanges(o, axes, win) {
+  return axes.map((a, ai) => {
     const ys = [];
     for (const s of o.series) {
       if ((s.yAxisIndex || 0) !== ai) continue;
       for (const [x, y] of s.points) if (y !== null && (!win || (x >= win[0] && x <= win[1]))) ys.push(y);
     }
-    return o.robust ? robustRange(ys, o.log) : {};
+    const robust = o.robust && a.robust !== false;
+    if (o.log) { const r = robust ? robustRange(ys, true) : {}; return { min: r.min, max: r.max, clipped: r }; }
+    return linearAxis(ys, { robust, fromZero: a.fromZero });
   });
 }
 
 /** The points of s outside range, drawn at the chart's edge: triangles pointing the way the value lies. */
-function offScale(s, range, color) {
+function offScale(s, range, color, px) {
   const data = [];
   for (const [x, y] of s.points) {
     if (y === null) continue;
-    if (range.max !== undefined && y > range.max) data.push({ value: [x, range.max, y], symbol: "triangle" });
-    else if (range.min !== undefined && y < range.min) data.push({ value: [x, range.min, y], symbol: "triangle", symbolRotate: 180 });
+    if (range.max !== undefined && y > range.max) data.push({ value: [px(x), range.max, y], symbol: "triangle" });
+    else if (range.min !== undefined && y < range.min) data.push({ value: [px(x), range.min, y], symbol: "triangle", symbolRotate: 180 });
   }
   if (!data.length) return null;
   return { name: `${s.name} off scale`, type: "scatter", data, symbolSize: 9, itemStyle: { color }, yAxisIndex: s.yAxisIndex || 0,
@@ -112,56 +183,104 @@ function offScale(s, range, color) {
     label: { show: false }, emphasis: { label: { show: true, position: "right", formatter: (p) => `${fmtNumber(p.value[2])} (off scale)` } } };
 }
 
+/** The suffix of the faint raw line drawn behind a smoothed one. */
+export const RAW = " (raw)";
+
+/** The x axis: a time axis in ms, a duration axis, or whole steps; always named. */
+function xAxisOption(o, px) {
+  const bounds = { min: o.xMin !== undefined ? px(o.xMin) : undefined, max: o.xMax !== undefined ? px(o.xMax) : undefined };
+  const common = { nameLocation: "middle", nameGap: 26, nameTextStyle: { color: "#52606d" }, ...bounds };
+  if (o.x === "time") return { type: "time", name: "time", ...common, axisLabel: { hideOverlap: true } };
+  if (o.x === "elapsed") {
+    const xs = o.series.flatMap((s) => s.points.map((p) => px(p[0])));
+    const span = xs.length ? Math.max(...xs) - Math.min(...xs) : 60;
+    const long = xs.length > 0 && Math.max(...xs) >= 3600;
+    const interval = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
+      .find((d) => span / d <= 7) || 86400 * Math.ceil(span / 86400 / 7);
+    return { type: "value", scale: true, interval, name: long ? "elapsed (h:mm:ss)" : "elapsed (m:ss)", ...common,
+      axisLabel: { formatter: (v) => fmtDuration(v, long), hideOverlap: true } };
+  }
+  return { type: "value", scale: true, minInterval: 1, name: "step", ...common,
+    axisLabel: { formatter: (v) => (Number.isInteger(v) ? String(v) : "") } };
+}
+
+/** The axis tooltip: the x, then each series' value (the raw value beside the smoothed one). */
+function tooltipText(params, o, px) {
+  const list = Array.isArray(params) ? params : [params];
+  if (!list.length) return "";
+  const x = list[0].axisValue;
+  const rows = list.filter((p) => Array.isArray(p.value) && typeof p.value[1] === "number")
+    .map((p) => `${p.marker}${esc(p.seriesName)}: <b>${esc(fmtNumber(p.value[1]))}</b>`);
+  return [esc(fmtX(x, o.x))].concat(rows).join("<br>");
+}
+
 function lineOption(o, win) {
   const series = [];
-  const axes = o.axes || [{}];
-  const ranges = axisRanges(o, axes.length, win);
+  const px = xScale(o).to;
+  const axes = o.axes || [{ name: o.yName }];
+  const ranges = axisRanges(o, axes, win);
+  const at = (pts) => pts.map(([x, y]) => [px(x), y]);
   o.series.forEach((s, i) => {
     const color = s.color || PALETTE[i % PALETTE.length];
-    const marks = alertMarks(o.alerts, s.metric, o.x);
+    const marks = alertMarks(o.alerts, s.metric, o, px);
     const nonfinite = (s.nonfinite || []).slice(0, 50).map(([x, v]) => ({
-      xAxis: x, name: `${s.name} = ${v}`, lineStyle: { color: "#d7263d", type: "dotted" }, label: { formatter: v },
+      xAxis: px(x), name: `${s.name} = ${v}`, lineStyle: { color: "#d7263d", type: "dotted" }, label: { formatter: v },
     }));
     // alerts of no metric and restarts: once per chart
-    const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o.x)) : []).concat(nonfinite);
+    const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o, px)) : []).concat(nonfinite);
+    const yAxisIndex = s.yAxisIndex || 0;
     if (s.band && s.band.lower.length) {
-      series.push({ name: `${s.name} min`, type: "line", data: s.band.lower, showSymbol: false, lineStyle: { opacity: 0 },
-        stack: `band${i}`, silent: true, yAxisIndex: s.yAxisIndex || 0, tooltip: { show: false } });
-      series.push({ name: `${s.name} range`, type: "line", data: s.band.upper, showSymbol: false, lineStyle: { opacity: 0 },
-        areaStyle: { color, opacity: 0.15 }, stack: `band${i}`, silent: true, yAxisIndex: s.yAxisIndex || 0 });
+      series.push({ name: `${s.name} min`, type: "line", data: at(s.band.lower), showSymbol: false, lineStyle: { opacity: 0 },
+        stack: `band${i}`, silent: true, yAxisIndex, tooltip: { show: false } });
+      series.push({ name: `${s.name} range`, type: "line", data: at(s.band.upper), showSymbol: false, lineStyle: { opacity: 0 },
+        areaStyle: { color, opacity: 0.15 }, stack: `band${i}`, silent: true, yAxisIndex });
+    }
+    const pins = marks.pts.length ? { symbol: "pin", symbolSize: 28, data: marks.pts, label: { color: "#fff" } } : undefined;
+    // one point draws as a point; a line of many shows no symbols
+    const showSymbol = s.points.filter((p) => p[1] !== null).length === 1;
+    const smoothed = o.smoothing > 0;
+    if (smoothed) {  // the data itself, faint behind the smoothed line, carrying the pins (they sit on raw values)
+      series.push({ name: s.name + RAW, type: "line", showSymbol, connectNulls: false, animation: false, yAxisIndex, z: 1,
+        data: at(ema(s.points, 0)), lineStyle: { width: 1, color, opacity: 0.25 }, itemStyle: { color, opacity: 0.4 }, markPoint: pins });
     }
     series.push({
-      name: s.name, type: "line", showSymbol: false, sampling: undefined, connectNulls: false, animation: false,
-      yAxisIndex: s.yAxisIndex || 0, data: ema(s.points, o.smoothing),
+      name: s.name, type: "line", showSymbol, sampling: undefined, connectNulls: false, animation: false, yAxisIndex, z: 2,
+      data: at(ema(s.points, o.smoothing)),
       lineStyle: { width: s.width || 1.5, color, opacity: s.opacity || 1 }, itemStyle: { color },
-      markPoint: marks.pts.length ? { symbol: "pin", symbolSize: 28, data: marks.pts, label: { color: "#fff" } } : undefined,
+      markPoint: smoothed ? undefined : pins,
       markLine: lines.length ? { symbol: "none", silent: false, data: lines, label: { show: nonfinite.length > 0 || (i === 0 && (o.restarts || []).length > 0) } } : undefined,
     });
-    const off = offScale(s, ranges[s.yAxisIndex || 0], color);
+    const off = offScale(s, ranges[yAxisIndex].clipped, color, px);
     if (off) series.push(off);
   });
   return {
     animation: false,
     title: titleOption(o.title, o.subtitle),
     color: PALETTE,
-    grid: { left: axes.length > 1 ? 64 : 56, right: axes.length > 1 ? 64 : 16, top: o.subtitle ? 56 : 36, bottom: 56 },
-    tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, valueFormatter: (v) => (typeof v === "number" ? (+v.toPrecision(5)).toString() : v) },
+    grid: { left: axes.length > 1 ? 64 : 56, right: axes.length > 1 ? 64 : 16, top: o.subtitle ? 56 : 36, bottom: 66 },
+    tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, formatter: (p) => tooltipText(p, o, px) },
     legend: { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 },
       data: o.series.map((s) => s.name) },
-    xAxis: { type: o.x === "step" || o.x === "elapsed" ? "value" : "time", min: o.xMin, max: o.xMax,
-      axisLabel: o.x === "elapsed" ? { formatter: (v) => fmtX(v, "elapsed") } : {}, scale: true },
-    yAxis: axes.map((a, i) => ({ type: o.log ? "log" : "value", scale: true, name: a.name, position: i ? "right" : "left",
-      min: ranges[i].min, max: ranges[i].max, axisLabel: { formatter: fmtNumber },
-      nameLocation: "middle", nameGap: 44, nameTextStyle: { color: "#7b8794" }, splitLine: { show: i === 0 } })),
-    dataZoom: [{ type: "inside", filterMode: "none" }, { type: "slider", height: 18, bottom: 8, filterMode: "none" }],
+    xAxis: xAxisOption(o, px),
+    yAxis: axes.map((a, i) => {
+      const r = ranges[i];
+      const clippedLog = o.log && (r.min !== undefined || r.max !== undefined);
+      return { type: o.log ? "log" : "value", scale: true, name: a.name, position: i ? "right" : "left",
+        min: r.min, max: r.max, interval: r.interval,
+        axisLabel: { formatter: r.format || fmtNumber, showMinLabel: clippedLog ? false : undefined, showMaxLabel: clippedLog ? false : undefined },
+        nameLocation: "middle", nameGap: 44, nameTextStyle: { color: "#52606d" }, splitLine: { show: i === 0 } };
+    }),
+    dataZoom: [{ type: "inside", filterMode: "none" }, { type: "slider", height: 18, bottom: 6, filterMode: "none" }],
     series,
   };
 }
 
 /**
- * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}}].
- * Options: title, subtitle?, axes?, alerts?, restarts? ([{step, t, attempt}]), x ("step", "time" or "elapsed"), xMin?, xMax?, smoothing, log,
- * robust (default true: the y range ignores outliers, see robustRange; false: every point sets it).
+ * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}}], x in
+ * data units (steps, or epoch seconds for "time" and "elapsed").
+ * Options: title, subtitle?, axes? ([{name, robust?, fromZero?}]), yName?, alerts?, restarts? ([{step, t, attempt}]),
+ * x ("step", "time" or "elapsed"), xOrigin? (elapsed: the data x of 0 s), xMin?, xMax?, smoothing (the raw line
+ * stays, faint), log, robust (default true: the y range ignores outliers, see robustRange; false: every point sets it).
  */
 export function line(el, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });
@@ -181,14 +300,27 @@ export function line(el, opts) {
       const z = chart.getOption().dataZoom[0];
       if (!z || (z.start <= 0 && z.end >= 100)) return null;
       const axis = chart.getModel().getComponent("xAxis", 0).axis;
+      const back = xScale(state.opts).from;
       const [lo, hi] = axis.scale.getExtent();
-      return [lo, hi];
+      return [back(lo), back(hi)];
+    },
+    /** Show the x window [lo, hi] (data units). */
+    zoomTo(win) {
+      const to = xScale(state.opts).to;
+      chart.dispatchAction({ type: "dataZoom", startValue: to(win[0]), endValue: to(win[1]) });
     },
     get opts() { return state.opts; },
     resize() { chart.resize(); },
     dispose() { chart.dispose(); },
   };
 }
+
+/** A heat-map row's name that fits its column: the end of the name is kept (it tells the layers apart). */
+function rowLabel(name, selected) {
+  const text = name.length > ROW_CHARS ? `…${name.slice(-(ROW_CHARS - 1))}` : name;
+  return name === selected ? `▶ ${text}` : text;
+}
+const ROW_CHARS = 22;
 
 function heatmapOption(d, opts) {
   // opts.log: colour by log10 of the value (per-layer norms span decades); the tooltip keeps the value itself
@@ -200,10 +332,10 @@ function heatmapOption(d, opts) {
     tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ step ~${d.steps[p.value[0]]}: ${fmtNumber(p.value[opts.log ? 3 : 2])}` },
     grid: { left: 140, right: 100, top: opts.subtitle ? 56 : 36, bottom: 40 },
     xAxis: { type: "category", data: d.steps, name: "step" },
-    yAxis: { type: "category", data: d.layers, axisLabel: { width: 130, overflow: "truncate" } },
+    yAxis: { type: "category", data: d.layers, axisLabel: { formatter: (v) => rowLabel(v, opts.selected) } },
     visualMap: { min: vals.length ? Math.min(...vals) : 0, max: vals.length ? Math.max(...vals) : 1, calculable: true,
       orient: "vertical", right: 4, top: 36, itemHeight: 120, precision: opts.log ? 1 : 3, dimension: 2,
-      formatter: opts.log ? (v) => `1e${(+v).toFixed(1)}` : undefined,
+      formatter: opts.log ? (v) => fmtNumber(Number(Math.pow(10, v).toPrecision(2))) : (v) => fmtNumber(Number((+v).toPrecision(3))),
       inRange: { color: ["#313695", "#4575b4", "#abd9e9", "#fee090", "#f46d43", "#a50026"] } },
     series: [{ type: "heatmap", data: cells, progressive: 0 }],
   };

@@ -15,6 +15,7 @@ arrays read through :func:`mindwatch.open_run`. A metric with no values makes it
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch import metrics as vocab
 from mindwatch.analysis.summary import listed, lowest_rank_with, run_values
 from mindwatch.checks.language import Binary, Call, CheckRule, Compare, Constant, Name, Node, RuleError, Unary, parse_rule
 from mindwatch.store.catalog import last_step
@@ -172,6 +174,14 @@ class Evaluator:
             raise self.fail(f"{name}= must be a string such as {name}='error', got {format_value(v)}", n)
         return v
 
+    def known_metric(self, metric: str, node: Node) -> None:
+        """A name the run does not record but one it does is close to: a typo (a usage error), not a failed run."""
+        if not metric or metric in self.run.metrics or vocab.get(metric) or vocab.family_of(metric):
+            return
+        close = difflib.get_close_matches(metric, self.run.metrics, n=1, cutoff=0.75)
+        if close:
+            raise self.fail(f"the run records no metric {metric!r}: did you mean {close[0]}?", node)
+
     def call(self, node: Call) -> Value:
         name, run = node.name, self.run
         rank = self.option(node, "rank", int)
@@ -199,6 +209,7 @@ class Evaluator:
         if name == "state":
             return listed(run).state
         metric = node.metric or ""
+        self.known_metric(metric, node)
         if name in ("first", "final"):
             r = rank if rank is not None else lowest_rank_with(run, metric)
             s = run.series(metric, rank=r) if r is not None else None

@@ -183,6 +183,8 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _KEYWORDS = {"and", "or", "not", "true", "false", "True", "False", "nan", "inf"}
+#: Options whose value is text (a severity, a rule or a metric name): a bare word there wants quotes.
+_TEXT_OPTIONS = {"severity", "rule", "metric"}
 
 
 def tokenize(text: str) -> list[Token]:
@@ -382,6 +384,8 @@ class _Parser:
                     raise self.error(f"{name_tok.text}() has no option {key.text!r}; options: {allowed}", key)
                 if key.text in options:
                     raise self.error(f"option {key.text!r} given twice", key)
+                if key.text in _TEXT_OPTIONS and self.tok.kind == "name" and self.tokens[self.i + 1].text != "(":
+                    raise self.error(f"{key.text}= takes a string in quotes: {key.text}='{self.tok.text}'", self.tok)
                 options[key.text] = self.or_()
             else:
                 if options:

@@ -13,6 +13,7 @@ shows an ETA at its mean rate since it started. Reads only ``meta.json``, the st
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import os
 from typing import Any
@@ -27,9 +28,9 @@ STATE_STYLE = {"finished": "bold green", "failed": "bold red", "stalled": "bold 
 
 
 def list_runs(logdir: str | os.PathLike[str]) -> list[RunSummary]:
-    """Summaries of every run under ``logdir``, oldest first."""
+    """Summaries of every run under ``logdir``, newest first (as the dashboard lists them)."""
     summaries = [list_run(p) for p in find_runs(logdir)]
-    return sorted(summaries, key=lambda s: (s.started_at or 0.0, s.path))
+    return sorted(summaries, key=lambda s: (s.started_at or 0.0, s.path), reverse=True)
 
 
 def listed_progress(s: RunSummary) -> Progress:
@@ -67,7 +68,8 @@ def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: A
         return 0
     table = Table(title=f"runs under {logdir}", title_justify="left")
     for col in ("project", "run", "state", "steps", "ETA", "duration", "started", "alerts", "tags"):
-        table.add_column(col, justify="right" if col in ("steps", "ETA", "alerts", "duration") else "left", overflow="fold")
+        # whole cells (a run id copied from here must be one piece); a narrow terminal scrolls, it does not fold
+        table.add_column(col, justify="right" if col in ("steps", "ETA", "alerts", "duration") else "left", no_wrap=True)
     for s in summaries:
         progress = listed_progress(s)
         eta = progress.eta_secs if s.state == "running" else None
@@ -83,5 +85,20 @@ def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: A
             str(s.alert_count),
             format_tags(s.tags),
         )
-    console.print(table)
+    width = console.width
+    console.width = max(width, table_width(table))  # a narrow terminal wraps whole lines; no cell is broken
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
     return 0
+
+
+def table_width(table: Any) -> int:
+    """The width ``table`` needs with no cell broken."""
+    from rich.console import Console
+
+    wide = Console(width=10_000, file=io.StringIO())
+    with wide.capture() as captured:
+        wide.print(table)
+    return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)

@@ -1,4 +1,4 @@
-// mindwatch dashboard: the router. #/ the runs page, #/run/<id> one run (live charts), #/compare?runs=… compare.
+// mindwatch dashboard: the router. #/ the runs page, #/run/<id>?<view> one run (live charts), #/compare?runs=… compare.
 // Each page is a class in its own module that builds its DOM in the constructor and undoes it in dispose().
 
 import { $ } from "./dom.js";
@@ -15,7 +15,7 @@ function route() {
   }
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
-  if (path.startsWith("/run/")) page = new RunPage(main, decodeURIComponent(path.slice(5)));
+  if (path.startsWith("/run/")) page = new RunPage(main, decodeURIComponent(path.slice(5)), new URLSearchParams(query || ""));
   else if (path === "/compare") page = new ComparePage(main, new URLSearchParams(query || ""));
   else page = new RunsPage(main, new URLSearchParams(query || ""));
 }

@@ -8,6 +8,12 @@ import { isFamilyMetric, isLayerMetric, vocab } from "./vocabulary.js";
 /** Points per series the server sends: the overview, and the detail of a zoomed window. */
 export const POINTS = 2000;
 
+/** How a y axis ranges by the unit of its metrics (mindwatch.metrics): amounts (memory, a share) from 0 and every
+ * point shown, so the newest, highest points (a leak) are on the chart; others (timings, losses) ignore outliers. */
+const RANGE_BY_UNIT = { GB: { fromZero: true, robust: false }, "%": { fromZero: true, robust: false } };
+const unitOf = (m) => (vocab.metrics.find((x) => x.name === m) || {}).unit || "";
+const rangeOf = (metrics) => RANGE_BY_UNIT[unitOf(metrics[0])] || {};
+
 /** The chart groups of mindwatch.metrics; an axis list names one y axis per metric when scales differ. */
 const GROUPS = vocab.groups.map((g) => Object.assign({}, g, { axes: g.axes.length ? g.axes.map((name) => ({ name })) : undefined }));
 const HIDDEN = new Set(vocab.not_charted);
@@ -18,11 +24,12 @@ export function chartGroups(metrics) {
   const groups = GROUPS.map((g) => {
     const present = g.metrics.filter((m) => metrics.includes(m));
     const axes = g.axes && present.length > 1 ? g.metrics.map((m, i) => g.axes[Math.min(i, g.axes.length - 1)]).filter((a, i) => present.includes(g.metrics[i])) : undefined;
-    return Object.assign({}, g, { metrics: present, axes });
+    const range = rangeOf(present);
+    return Object.assign({}, g, { metrics: present, axes: (axes || [{ name: unitOf(present[0]) }]).map((a) => Object.assign({}, range, a)) });
   }).filter((g) => g.metrics.length);
   const used = new Set(GROUPS.flatMap((g) => g.metrics));
   for (const m of metrics) {
-    if (!used.has(m) && !HIDDEN.has(m) && !isFamilyMetric(m)) groups.push({ id: m, title: m, metrics: [m] });
+    if (!used.has(m) && !HIDDEN.has(m) && !isFamilyMetric(m)) groups.push({ id: m, title: m, metrics: [m], axes: [{ name: unitOf(m) }] });
   }
   return groups;
 }
@@ -40,11 +47,12 @@ function seriesDefs(group, ranks) {
 
 /** One chart of the run page: its group, its series (one per metric and rank) and the ECharts line chart. */
 export class ChartCard {
+  /** x: the view's x ("step", "time" or "elapsed": time since the origin draw() is given). */
   constructor(el, runId, group, ranks, x) {
     this.el = el;
     this.runId = runId;
     this.group = group;
-    this.x = x;
+    this.x = x === "step" ? "step" : "time";  // what the server sends: elapsed is time drawn from the origin
     this.defs = seriesDefs(group, ranks);
     this.chart = line(el, { title: group.title, series: this.defs, axes: group.axes, x });
   }
@@ -81,8 +89,9 @@ export class ChartCard {
     }));
   }
 
-  draw(view, alerts, restarts) {
-    this.chart.update({ series: this.defs, alerts, restarts, x: view.x, smoothing: view.smoothing, log: view.log, robust: view.robust });
+  /** xOrigin: the epoch second an elapsed axis counts from. */
+  draw(view, alerts, restarts, xOrigin) {
+    this.chart.update({ series: this.defs, alerts, restarts, x: view.x, xOrigin, smoothing: view.smoothing, log: view.log, robust: view.robust });
   }
 
   resize() { this.chart.resize(); }

@@ -1,6 +1,7 @@
 // The run page: the charts of one run, kept live by the stream; zoom fetches the window's detail.
 // State: what the user chose (view), what the server said (info, alerts), what is drawn (cards, heats),
-// and the live stream with the timers that batch its redraws.
+// and the live stream with the timers that batch its redraws. The view lives in the URL's hash, so a reload or a
+// copied link shows the same charts: #/run/<id>?smoothing=0.6&log=1&y=all&x=time&rank=all&zoom=120,480
 
 import { api, openLive } from "./api.js";
 import { heatmap } from "./charts.js";
@@ -18,10 +19,37 @@ const ZOOM_MS = 250;
 const RESCAN_MS = 10000;
 const OUTLIER_RANKS = 5;
 
+/** The run page's view from the hash's query; anything missing or malformed is the default. */
+export function viewFromParams(p) {
+  const num = (k, lo, hi, d) => { const v = Number(p.get(k)); return p.has(k) && Number.isFinite(v) && v >= lo && v <= hi ? v : d; };
+  const zoom = (p.get("zoom") || "").split(",").map(Number);
+  return {
+    x: ["step", "time", "elapsed"].includes(p.get("x")) ? p.get("x") : "step",
+    smoothing: num("smoothing", 0, 0.99, 0),
+    log: p.get("log") === "1",
+    robust: p.get("y") !== "all",
+    rank: p.get("rank") || "0",
+    zoom: zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1] ? zoom : null,
+  };
+}
+
+/** The hash's query for a view: only what differs from the default. */
+function viewParams(v, pickedRank) {
+  const q = new URLSearchParams();
+  if (v.x !== "step") q.set("x", v.x);
+  if (v.smoothing) q.set("smoothing", String(v.smoothing));
+  if (v.log) q.set("log", "1");
+  if (!v.robust) q.set("y", "all");
+  if (pickedRank) q.set("rank", v.rank);
+  if (v.zoom) q.set("zoom", v.zoom.map((x) => Number(x.toPrecision(12))).join(","));
+  return q.toString().replaceAll("%2C", ",");
+}
+
 export class RunPage {
-  constructor(main, runId) {
+  /** params: the hash's query (viewFromParams). */
+  constructor(main, runId, params) {
     this.runId = runId;
-    this.view = { x: "step", smoothing: 0, log: false, robust: true, rank: "0" };
+    this.view = viewFromParams(params || new URLSearchParams());
     this.info = null;
     this.alerts = [];
     this.cards = [];
@@ -31,9 +59,10 @@ export class RunPage {
     this.serverOffset = 0;  // our clock minus the server's
     this.disposed = false;
     this.outliers = [];  // many ranks: the ranks the overlay draws by default
-    this.pickedRank = false;
+    this.pickedRank = (params && params.has("rank")) || false;
     this.timers = { draw: null, derived: null, zoom: null };
     this.zoomOrigin = null;
+    this.origin = null;  // elapsed x: the epoch second of 0 s
     this.banner = h("div", { class: "banner", id: "banner", hidden: true });
     this.progress = h("span", { class: "progress", id: "run-progress" });
     this.controls = h("section", { class: "toolbar" });
@@ -74,6 +103,7 @@ export class RunPage {
     this.alerts = (await api.alerts(this.runId)).alerts;
     this.renderControls();
     this.renderSide();
+    this.keepView();
     this.showStatus(this.info.status);
     this.showProgress(this.info.progress);
     await this.buildCharts();
@@ -82,13 +112,14 @@ export class RunPage {
 
   renderControls() {
     this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
-      smoothing: (v) => { this.view.smoothing = v; this.drawAll(); },
-      log: (on) => { this.view.log = on; this.drawAll(); },
-      robust: (on) => { this.view.robust = on; this.drawAll(); },
-      x: async (kind) => { this.view.x = kind; await this.buildCharts(); },
+      smoothing: (v) => { this.view.smoothing = v; this.keepView(); this.drawAll(); },
+      log: (on) => { this.view.log = on; this.keepView(); this.drawAll(); },
+      robust: (on) => { this.view.robust = on; this.keepView(); this.drawAll(); },
+      x: async (kind) => { this.view.x = kind; this.view.zoom = null; this.keepView(); await this.buildCharts(); },
       rank: async (rank) => {
         this.view.rank = rank;
         this.pickedRank = true;
+        this.keepView();
         if (this.info.ranks.length > MANY_RANKS) this.renderControls();  // a rank picked by number joins the list
         await this.buildCharts();
         this.connect();
@@ -112,8 +143,10 @@ export class RunPage {
     });
     echarts.connect(this.cards.map((c) => c.chart.chart));
     // The first chart (loss) first: on a cold server each metric is read from the file in turn.
+    this.origin = this.startedAt();
     if (this.cards.length) await this.loadCard(this.cards[0]);
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
+    if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom);  // the shared link's window
     for (const f of attentionFamilies.filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
       const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}` });
       this.grid.append(el);
@@ -131,9 +164,31 @@ export class RunPage {
     this.draw(card);
   }
 
+  /** The run's start (epoch seconds), 0 s on the elapsed axis; null when meta.json does not say (the first point then). */
+  startedAt() {
+    const m = (this.info && this.info.meta) || {};
+    return m.started_at || (this.info.attempts && this.info.attempts[0] && this.info.attempts[0].started_at) || null;
+  }
+
+  /** Where elapsed time counts from: the run's start, else the first point drawn. */
+  xOrigin() {
+    if (this.origin === null) {
+      const first = this.cards.flatMap((c) => c.defs).map((d) => d.points[0]).filter(Boolean).map((p) => p[0]);
+      if (first.length) this.origin = Math.min(...first);
+    }
+    return this.origin ?? 0;
+  }
+
+  /** The view into the URL's hash, without a new history entry or a rebuild: reload and share show the same. */
+  keepView() {
+    const q = viewParams(this.view, this.pickedRank);
+    const hash = `#/run/${encodeURIComponent(this.runId)}${q ? "?" + q : ""}`;
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }
+
   fetchHeat(prefix) { return api.heatmap(this.runId, this.ranksShown()[0], prefix); }
 
-  draw(card) { card.draw(this.view, this.alerts, this.restarts()); }
+  draw(card) { card.draw(this.view, this.alerts, this.restarts(), this.xOrigin()); }
 
   /** Where each attempt after the first began (meta.json's attempts), for the charts' restart lines. */
   restarts() {
@@ -149,6 +204,8 @@ export class RunPage {
     this.timers.zoom = setTimeout(() => {
       this.timers.zoom = null;
       const win = this.zoomOrigin.chart.window();
+      this.view.zoom = win;
+      this.keepView();
       for (const other of this.cards) {
         if (win) this.loadCard(other, win);
         else { other.showOverview(); this.draw(other); }

@@ -22,15 +22,21 @@ export function runControls(runId, ranks, view, on) {
     h("label", {}, "smoothing ", h("input", { id: "smoothing", type: "range", min: 0, max: 0.99, step: 0.01, value: view.smoothing,
       oninput: (e) => { const v = Number(e.target.value); $("#smoothing-v").textContent = v.toFixed(2); on.smoothing(v); } }),
       h("span", { id: "smoothing-v" }, view.smoothing.toFixed(2))),
-    h("label", {}, h("input", { id: "logscale", type: "checkbox", onchange: (e) => on.log(e.target.checked) }), " log scale"),
+    h("label", {}, h("input", { id: "logscale", type: "checkbox", checked: view.log, onchange: (e) => on.log(e.target.checked) }), " log scale"),
     h("label", { title: "by default the y range ignores outliers (1st–99th percentile); points outside it are triangles at the edge" },
       h("input", { id: "y-all", type: "checkbox", checked: !view.robust, onchange: (e) => on.robust(!e.target.checked) }), " y: all points"),
-    h("label", {}, "x ", h("select", { id: "xaxis", onchange: (e) => on.x(e.target.value) },
-      h("option", { value: "step" }, "step"), h("option", { value: "time" }, "time"))),
+    h("label", {}, "x ", xSelect(view.x, on.x)),
     h("label", {}, rankSel, pick),
     h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}` }, "compare…"),
     h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
   ];
+}
+
+function xSelect(value, onX) {
+  const sel = h("select", { id: "xaxis", onchange: (e) => onX(e.target.value) },
+    h("option", { value: "step" }, "step"), h("option", { value: "time" }, "time"), h("option", { value: "elapsed" }, "elapsed"));
+  sel.value = value;
+  return sel;
 }
 
 /** The side bar: the last 200 alerts (newest first), tags, the run's meta and config; an alert that names a layer
@@ -38,7 +44,7 @@ export function runControls(runId, ranks, view, on) {
 export function sidePanel(info, alerts, onLayer) {
   const layerLink = (a) => {
     if (!a.layer || !onLayer) return "";
-    const link = h("a", { href: "javascript:void 0", class: "layer-link", "data-layer": a.layer }, `layer ${a.layer}`);
+    const link = h("button", { type: "button", class: "layer-link link", "data-layer": a.layer }, `layer ${a.layer}`);
     link.addEventListener("click", () => onLayer(a.layer));
     return h("span", {}, " → ", link);
   };

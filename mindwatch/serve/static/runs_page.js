@@ -117,7 +117,7 @@ export class RunsPage {
     if (!key) return text;
     const on = this.view.sort.replace(/^-/, "") === key;
     const desc = on && this.view.sort.startsWith("-");
-    return h("a", { href: "javascript:void 0", class: "sort", "data-sort": key,
+    return h("button", { type: "button", class: "sort link", "data-sort": key,
       onclick: () => this.go({ sort: on && !desc ? `-${key}` : key }) }, text, on ? (desc ? " ▼" : " ▲") : "");
   }
 
@@ -125,7 +125,7 @@ export class RunsPage {
     this.head.replaceChildren(
       ...FIXED.map(([text, key]) => h("th", {}, this.sortButton(key, text))),
       ...this.view.columns.map((c) => h("th", { "data-column": c, title: c }, this.sortButton(c, label(c, this.labels || {})),
-        h("a", { href: "javascript:void 0", class: "remove", title: "remove column",
+        h("button", { type: "button", class: "remove link", title: "remove column", "aria-label": `remove column ${c}`,
           onclick: () => this.go({ columns: this.view.columns.filter((x) => x !== c) }) }, " ×"))));
   }
 
@@ -142,9 +142,33 @@ export class RunsPage {
     }
     const now = Date.now() / 1000 - this.serverOffset;
     const shown = this.shownRuns();
-    this.tbody.replaceChildren(...shown.map((r) => this.row(r, now)));
+    this.patchRows(shown.map((r) => this.row(r, now)));
     this.count.textContent = this.total !== undefined ? `${shown.length} of ${this.total} run(s)` : "";
     this.empty.hidden = this.total !== 0;
+  }
+
+  /**
+   * Make the table's rows these (fresh, detached) rows, in this order, touching only what changed: a row stays the
+   * same element, and a cell is replaced only when its content differs, so focus (a ticked checkbox) and a text
+   * selection (a run id being copied) survive the live updates.
+   */
+  patchRows(fresh) {
+    const old = new Map([...this.tbody.rows].map((tr) => [tr.dataset.run, tr]));
+    fresh.forEach((tr, i) => {
+      const kept = old.get(tr.dataset.run);
+      old.delete(tr.dataset.run);
+      let row = tr;
+      if (kept) {
+        row = kept;
+        if (kept.className !== tr.className) kept.className = tr.className;
+        if (kept.cells.length !== tr.cells.length) kept.replaceChildren(...tr.cells);
+        else [...tr.cells].forEach((td, ci) => { if (ci > 0 && kept.cells[ci].outerHTML !== td.outerHTML) kept.cells[ci].replaceWith(td); });
+        const box = kept.cells[0].querySelector("input");
+        if (box && box.checked !== this.selected.has(tr.dataset.run)) box.checked = !box.checked;
+      }
+      if (this.tbody.rows[i] !== row) this.tbody.insertBefore(row, this.tbody.rows[i] || null);
+    });
+    for (const tr of old.values()) tr.remove();
   }
 
   row(r, now) {
@@ -157,7 +181,7 @@ export class RunsPage {
       h("td", {}, h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.run_id)),
       h("td", {}, r.project),
       h("td", {}, ...tagList(r.tags).map((t) => h("span", { class: "tag" }, t))),
-      h("td", {}, badge(r.state), r.error ? h("span", { class: "err", title: r.error }, " ⚠") : null),
+      h("td", {}, badge(r.state), r.error ? h("div", { class: "err", title: r.error }, `⚠ ${r.error.length > 90 ? r.error.slice(0, 89) + "…" : r.error}`) : null),
       h("td", { class: "num" }, r.total_steps ? `${steps}/${r.total_steps}` : steps),
       h("td", { class: "num age", "data-t": r.last_time ?? "" }, r.last_time ? ago(now - r.last_time) + " ago" : "–"),
       h("td", { class: "num" }, r.alert_count ? h("span", { class: "alerts" }, r.alert_count) : "0"),
