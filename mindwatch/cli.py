@@ -1,4 +1,5 @@
-"""The ``mindwatch`` command: ``demo | serve | report | check | export | runs | tail | hang | stop | checkpoint | lr | set``.
+"""The ``mindwatch`` command: ``demo | serve | report | check | export | runs | tail | hang | batches | stop | checkpoint |
+lr | set``.
 
 Each subcommand registers its arguments here and imports its implementation lazily,
 so ``mindwatch check`` never pays for MindSpore or the web stack.
@@ -200,6 +201,31 @@ def _hang(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _batches(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("batches", help="list the steps an anomaly alert named, with their epoch, batch index and sample ids")
+    p.add_argument("run", metavar="RUN", help="run directory")
+
+    def run(args: argparse.Namespace) -> int:
+        from mindwatch.analysis.batches import flagged_batches, ids_text
+        from mindwatch.store.reader import open_run
+
+        try:
+            flagged = flagged_batches(open_run(args.run).alerts)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"mindwatch batches: {e}", file=sys.stderr)
+            return 2
+        if not flagged:
+            print("no step was flagged")
+            return 0
+        print(f"{'step':>8} {'rank':>4} {'epoch':>5} {'batch':>6}  {'alerts':<28} sample ids")
+        for b in flagged:
+            epoch, batch = ("" if v is None else v for v in (b.epoch, b.batch))
+            print(f"{b.step:>8} {b.rank:>4} {epoch!s:>5} {batch!s:>6}  {', '.join(b.rules):<28} {ids_text(b.sample_ids)}")
+        return 0
+
+    p.set_defaults(func=run)
+
+
 def _requests(sub: argparse._SubParsersAction) -> None:
     """``stop``, ``checkpoint``, ``lr``, ``set``: a person's requests to a live run (``store/requests.py``)."""
     helps = {
@@ -270,6 +296,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _runs,
     _tail,
     _hang,
+    _batches,
     _requests,
 ]
 

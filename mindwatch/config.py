@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model, field_vali
 
 from mindwatch import metrics as vocab
 from mindwatch.alerts.registry import rule_specs
+from mindwatch.alerts.skip import SkipStepsSettings
 from mindwatch.schema import RuleSettings, Section, Severity
 
 #: Names ``monitor_config.metrics`` accepts (the vocabulary's switches and aliases).
@@ -69,6 +70,8 @@ class CallbackParams(_Section):
 class CallbackSection(_Section):
     type: Literal["MindSporeTransformersMonitor", "MonitorCallback"] = "MonitorCallback"
     params: CallbackParams = Field(default_factory=CallbackParams)
+    #: The dataset column that holds each sample's id: anomaly alerts name the ids of their step's batch.
+    sample_ids: str | None = Field(default=None, min_length=1)
 
 
 class AttentionEntropy(_Section):
@@ -336,6 +339,8 @@ class MonitorConfig(_Section):
     queue_size: int = Field(default=10_000, ge=16)
     prometheus: PrometheusSection = Field(default_factory=PrometheusSection)
     alerts: AlertsSection = Field(default_factory=AlertsSection)
+    #: Skip the update of a step whose grad_norm (or loss) is far above its rolling mean (docs/alerts.md).
+    skip_steps: SkipStepsSettings = Field(default_factory=SkipStepsSettings)
     notify: list[Annotated[Union[NotifyChannel, EmailChannel], Field(discriminator="type")]] = Field(default_factory=list)
     #: The dashboard's address (``http://host:8080``, serving this ``save_dir``): notifications link to the run's page.
     dashboard_url: str | None = Field(default=None, pattern=r"^https?://")

@@ -73,6 +73,7 @@ HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB = "host_rss_gb", "device_mem_gb",
 DEVICE_UTIL, DEVICE_MEM_UTIL = "device_util", "device_mem_util"
 ATTENTION_ENTROPY, ATTENTION_MAX_LOGIT = "attention_entropy", "attention_max_logit"
 WEIGHT_NORM, UPDATE_RATIO = "weight_norm", "update_ratio"
+SKIPPED = "skipped"
 
 #: The per-step metrics, in the order tables and reports list them.
 STEP_METRICS: tuple[Metric, ...] = (
@@ -86,6 +87,13 @@ STEP_METRICS: tuple[Metric, ...] = (
         group="loss_scale",
         across_ranks="same",
         switch=OVERFLOW,
+    ),
+    Metric(
+        SKIPPED,
+        "1 when skip_steps skipped the step's update (its metric was sigma standard deviations above its rolling mean)",
+        group="loss_scale",
+        across_ranks="max",
+        switch=SKIPPED,
     ),
     Metric(STEP_TIME, "wall time of one step, in seconds", "s", "time", across_ranks="max", switch=STEP_TIME, band=True),
     Metric(
@@ -183,10 +191,14 @@ ALIASES: dict[str, tuple[str, ...]] = {
 TRAINING_SIGNALS: tuple[str, ...] = (LOSS, GRAD_NORM)
 #: What a train step's outputs may carry (``mindspore/outputs.py`` records these out of a layout).
 STEP_OUTPUTS: tuple[str, ...] = (LOSS, OVERFLOW, LOSS_SCALE, LR, GRAD_NORM)
+#: What the callback records out of a train step's outputs: those, and ``skipped`` (our cells with ``skip_steps``).
+RECORDED_OUTPUTS: tuple[str, ...] = (*STEP_OUTPUTS, SKIPPED)
+#: What ``skip_steps.metric`` may judge.
+SKIP_METRICS: tuple[str, ...] = (GRAD_NORM, LOSS)
 #: The times a slow rank shows in, the data wait first (rank 0's straggler rule; the page's outlier ranks).
 STRAGGLER_METRICS: tuple[str, ...] = (DATA_TIME, STEP_TIME)
 #: Record keys that are not charted.
-NOT_CHARTED: tuple[str, ...] = ("epoch",)
+NOT_CHARTED: tuple[str, ...] = ("epoch", "batch")
 
 _BY_NAME = {m.name: m for m in STEP_METRICS}
 _FAMILY = {m.name: m for m in FAMILIES}

@@ -62,4 +62,6 @@ def configured_actions(config: Configured) -> set[str]:
     alerts = config.alerts
     if not alerts.enabled:
         return set()
-    return {act for spec in rule_specs() if (s := getattr(alerts, spec.key)).enabled for act in s.actions}
+    skip = getattr(config, "skip_steps", None)  # its settings are monitor_config.skip_steps
+    skipping = set(skip.actions) if skip is not None and skip.enabled else set()
+    return skipping | {act for spec in rule_specs() if (s := getattr(alerts, spec.key)).enabled for act in s.actions}

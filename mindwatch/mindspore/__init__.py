@@ -8,6 +8,7 @@ Example::
 
 from mindwatch.mindspore.callback import MonitorCallback
 from mindwatch.mindspore.loop import Run, start_run
+from mindwatch.mindspore.skip_step import SkipStep
 from mindwatch.mindspore.train_step import TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
 
 #: The seed article's name for the callback (``callback.type: MindSporeTransformersMonitor``).
@@ -17,6 +18,7 @@ __all__ = [
     "MindSporeTransformersMonitor",
     "MonitorCallback",
     "Run",
+    "SkipStep",
     "TrainOneStepWithGradNorm",
     "TrainOneStepWithGradNormAndLossScale",
     "start_run",

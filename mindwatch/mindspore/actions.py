@@ -38,6 +38,7 @@ from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert, Cooldown, make_alert
 from mindwatch.alerts.registry import configured_actions
 from mindwatch.alerts.rules import NonFiniteRule
+from mindwatch.alerts.skip import SkipRule
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
 
@@ -201,6 +202,10 @@ class Interventions:
         self._nonfinite_shared = NonFiniteRule(shared, rank=rank, actions=a.nonfinite.actions) if shared else None
         self._nonfinite_own = NonFiniteRule(own, rank=rank, actions=a.nonfinite.actions) if own else None
         self._cooldown = Cooldown(a.cooldown_secs)
+        skip = session.config.skip_steps
+        #: ``skip_steps``: its alerts, raised here so that ``max_consecutive`` skips act on that very step.
+        self._skip = SkipRule(skip, rank=rank) if skip.enabled else None
+        self._skip_shared = vocab.get(skip.metric).same_on_every_rank  # type: ignore[union-attr]
 
     @staticmethod
     def nonfinite_checked(config: Any) -> tuple[str, ...]:
@@ -235,6 +240,22 @@ class Interventions:
         for alert in self._nonfinite_own.check(rec):
             if self._cooldown.admit(alert):
                 session.emit_alert(alert)
+
+    def skipped(self, rec: dict[str, Any]) -> None:
+        """``skip_steps`` skipped this step's update: its ``skip`` alert, and after ``max_consecutive`` in a row the
+        configured actions. On ``grad_norm`` (the same on every rank) every rank skipped alike: each acts at once and
+        rank 0 alone raises the alerts; on a rank's own ``loss``, the rank raises them and the ranks agree on the step."""
+        if self._skip is None:
+            return
+        session = self.session
+        for alert in self._skip.check(rec):
+            if not self._skip_shared:
+                session.emit_alert(alert)
+                continue
+            if alert.get("actions"):
+                session.control.request(alert, every_rank_alike=True)
+            if session.speaks_for_the_run:
+                session.monitor.alert(alert)
 
     def carry_out(self, step: int, boundary: StepBoundary) -> None:
         """Do every request due after ``step`` (training thread, at a step boundary). Failures are warnings."""

@@ -25,6 +25,7 @@ import mindspore as ms
 import numpy as np
 from mindspore.train import Callback
 
+from mindwatch import metrics as vocab
 from mindwatch.config import MonitorConfig, load_config
 from mindwatch.mindspore.actions import StepBoundary, checkpoint_files, prepare_optimizer
 from mindwatch.mindspore.layer_stats import LayerGrouping
@@ -73,6 +74,9 @@ class MonitorCallback(Callback):
         self._signal_output = -1
         #: A rank > 0 with the signal starts recording after its first step, in the run rank 0 announced in it.
         self._deferred: tuple[Any, Any] | None = None
+        #: Where the step's batch came from: steps per epoch (for its index) and the sample ids' column (-1: none).
+        self._per_epoch = 0
+        self._ids_column = -1
 
     # -- public ------------------------------------------------------------
     @property
@@ -107,6 +111,9 @@ class MonitorCallback(Callback):
         if self.config.layers.enabled:
             prepare_cell(self.config, train_network)  # every rank's graph alike, a rank that starts late too
         self._setup_signal(train_network)
+        switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
+        self._per_epoch = steps_per_epoch(cb) or 0
+        self._ids_column = ids_column(self.config.callback.sample_ids, _param(cb, "train_dataset", None))
         if self._signal is not None and self._signal.rank > 0:
             # never wait at start for another host's file: learn the run from rank 0's first step
             prepare_optimizer(self.config, optimizer)  # before the graph compiles, as on rank 0
@@ -191,14 +198,20 @@ class MonitorCallback(Callback):
         recorder.timer.data_wait += self._step_begin - self._prev_step_end
         self._prev_step_end = now
         n = step - state.recorded
-        if not recorder.due(n):
+        cell = self._cell
+        assert cell is not None
+        if not recorder.due(n) and not (cell.skip_output >= 0 and cell.skipped(arg(cb, "net_outputs"))):
             recorder.act(step + state.offset, _Boundary(run_context, cb))
             return
         if state.first_pending:
             self._first_step(cb)
         rec: dict[str, Any] = {"step": step + state.offset, "epoch": arg(cb, "cur_epoch_num"), "t": _wall()}
         rec["rank"] = recorder.rank
-        self._cell.read(arg(cb, "net_outputs"), rec)  # type: ignore[union-attr]
+        if self._per_epoch:
+            rec["batch"] = (step + state.offset - 1) % self._per_epoch
+        if self._ids_column >= 0:
+            rec["sample_ids"] = sample_ids(_param(cb, "train_dataset_element", None), self._ids_column)
+        cell.read(arg(cb, "net_outputs"), rec)
         if recorder.timer.shape_pending:
             recorder.timer.read_shape(_param(cb, "train_dataset_element", None))
         state.recorded = step
@@ -348,6 +361,13 @@ class _TrainCell:
             self.attention_output = self.declared.index("attention")  # type: ignore[union-attr]
         #: Whether anything is planned per step (layers or attention statistics, hooks).
         self.plans = recorder.layers is not None or recorder.attention is not None
+        #: Our cell with ``skip_steps`` on: the output that says the step was skipped (read every step), else -1.
+        declared = self.declared or ()
+        self.skip_output = declared.index(vocab.SKIPPED) if vocab.SKIPPED in declared else -1
+
+    def skipped(self, outputs: Any) -> bool:
+        """Whether ``skip_steps`` skipped this step (a step not otherwise recorded is recorded when it was)."""
+        return bool(outputs[self.skip_output].asnumpy())
 
     def _setup_layers(self) -> None:
         net, recorder = self.network, self.recorder
@@ -434,6 +454,58 @@ def _param(cb: Any, name: str, default: Any = None) -> Any:
     if isinstance(cb, dict):
         return cb.get(name, default)
     return getattr(cb, name, default)
+
+
+def switch_skip_steps(config: MonitorConfig, train_network: Any) -> bool:
+    """``skip_steps.enabled``: switch the decision on in our train cell (once: a cell compiled with it keeps it); True if on."""
+    if not config.skip_steps.enabled:
+        return False
+    if getattr(train_network, "skip_decision", None) is not None:
+        return True
+    switch = getattr(train_network, "skip_steps", None)
+    if switch is None:
+        log.warning(
+            "mindwatch: skip_steps needs mindwatch's train cell (TrainOneStepWithGradNorm or "
+            "TrainOneStepWithGradNormAndLossScale); this training skips no step"
+        )
+        return False
+    switch(config.skip_steps)
+    return True
+
+
+def steps_per_epoch(cb: Any) -> int | None:
+    """The steps of one epoch: the dataset's size (``batch_num`` in sink mode, or when the dataset cannot say)."""
+    dataset = _param(cb, "train_dataset", None)
+    if not _param(cb, "dataset_sink_mode", False) and dataset is not None:
+        try:
+            return int(dataset.get_dataset_size()) or None
+        except Exception:  # a dataset that cannot tell its size: batch_num
+            log.debug("mindwatch: train_dataset.get_dataset_size() failed; using batch_num", exc_info=True)
+    per_epoch = _param(cb, "batch_num", None)
+    return per_epoch if isinstance(per_epoch, int) and per_epoch > 0 else None
+
+
+def ids_column(name: str | None, dataset: Any) -> int:
+    """The position of the ``callback.sample_ids`` column among the dataset's columns; -1 when none (a warning if missing)."""
+    if name is None or dataset is None:
+        return -1
+    try:
+        names = list(dataset.get_col_names())
+    except Exception:
+        names = []
+    if name not in names:
+        log.warning("mindwatch: callback.sample_ids names the column %r, which the dataset lacks (its columns: %s)", name, names)
+        return -1
+    return names.index(name)
+
+
+def sample_ids(element: Any, column: int) -> list[Any] | None:
+    """The ids of this step's batch out of ``train_dataset_element``, as a list (None when not there)."""
+    if not isinstance(element, (tuple, list)) or len(element) <= column:
+        return None
+    value = element[column]
+    array = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+    return array.reshape(-1).tolist()
 
 
 def planned_steps(cb: Any) -> int | None:

@@ -42,6 +42,7 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 
+from mindwatch import metrics as vocab
 from mindwatch.mindspore.actions import StepBoundary, network_and_optimizer
 from mindwatch.mindspore.callback import ConfigLike, merged_config, start_recorder
 from mindwatch.mindspore.layer_stats import LayerGrouping
@@ -90,6 +91,8 @@ class Run:
         self.optimizer = optimizer
         self._epoch = 0
         self._step = 0
+        #: The index within its epoch of the batch ``batches`` gave last (-1: none yet, or not iterated through it).
+        self._batch = -1
         self._reduce = StepReduction()
         self._signal: RankSignal | None = None
         self._sum_every = config.distributed.coordination.loop_every
@@ -179,6 +182,7 @@ class Run:
                 ...
         """
         self._epoch += 1
+        self._batch = -1
         it = iter(iterable)
         timer = self.recorder.timer if self.recorder is not None else None
         while True:
@@ -191,12 +195,17 @@ class Run:
                 timer.data_wait += _perf() - began
                 if timer.shape_pending:
                     timer.read_shape(batch)
+            self._batch += 1
             yield batch
 
-    def step(self, loss: Any = None, grads: Any = None, *, step: int | None = None, **metrics: Any) -> None:
+    def step(
+        self, loss: Any = None, grads: Any = None, *, step: int | None = None, sample_ids: Any = None, **metrics: Any
+    ) -> None:
         """Record the step that just ended: its ``loss`` and ``grads`` (Tensors, as ``value_and_grad`` returns them,
         in the order of ``optimizer.parameters``) and scalars of your own (``tokens=...``). ``step``: the global
-        step (default: one more than the last, counting from 1 or from the resumed run's last step)."""
+        step (default: one more than the last, counting from 1 or from the resumed run's last step).
+        ``sample_ids``: the ids of the step's batch (a Tensor or a list), named by its anomaly alerts;
+        ``skipped``: what :class:`~mindwatch.mindspore.SkipStep` returned (a step it skipped is always recorded)."""
         recorder = self.recorder
         if recorder is None or recorder.state.closed:
             self._step = self._step + 1 if step is None else int(step)
@@ -214,8 +223,10 @@ class Run:
             if self._exchange is not None and number % self._sum_every == 0:  # one small AllReduce: the same on every rank
                 self._exchange.before_step()
                 self._exchange.after_step(_sum(self._exchange.signal.tensor()), number)
-            if recorder.due(n):
+            if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):
                 rec = self._read(number, loss, grads, metrics)
+                if sample_ids is not None:
+                    rec["sample_ids"] = _listed(sample_ids)
                 state.recorded = number
                 recorder.record(rec, number, n, now, self._boundary)
             else:
@@ -258,6 +269,8 @@ class Run:
         recorder = self.recorder
         assert recorder is not None
         rec: dict[str, Any] = {"step": number, "epoch": max(self._epoch, 1), "t": _wall(), "rank": recorder.rank}
+        if self._batch >= 0:
+            rec["batch"] = self._batch
         named = {"loss": loss, **metrics} if loss is not None else metrics
         tensors = {k: v for k, v in named.items() if isinstance(v, ms.Tensor)}
         for k, v in named.items():
@@ -302,6 +315,20 @@ class Run:
         attempts = meta.get("attempts") or []
         steps = [a.get("last_step") for a in attempts[:-1] if isinstance(a.get("last_step"), int)]
         return max(steps, default=0)
+
+
+def _skipped(value: Any) -> bool:
+    """Whether a ``skipped`` that :class:`SkipStep` returned says so (a read of one scalar; False when absent)."""
+    if value is None:
+        return False
+    return bool(value.asnumpy()) if isinstance(value, ms.Tensor) else bool(value)
+
+
+def _listed(ids: Any) -> list[Any]:
+    """Sample ids as a plain list (a Tensor's or an array's values, flattened)."""
+    if isinstance(ids, ms.Tensor):
+        ids = ids.asnumpy()
+    return np.asarray(ids).reshape(-1).tolist()
 
 
 _ALL_REDUCE: Any = None

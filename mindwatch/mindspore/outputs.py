@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mindwatch.metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR, OVERFLOW, STEP_OUTPUTS
+from mindwatch.metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR, OVERFLOW, RECORDED_OUTPUTS
 
 #: MindFormers' train-cell output layouts, by tuple length (global_norm may be None).
 MINDFORMERS_LAYOUTS: dict[int, tuple[str, ...]] = {
@@ -25,7 +25,7 @@ MINDFORMERS_LAYOUTS: dict[int, tuple[str, ...]] = {
 }
 
 #: The names we record out of a layout (local_norm / size are MindFormers internals).
-RECORDED = STEP_OUTPUTS
+RECORDED = RECORDED_OUTPUTS
 
 
 def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[tuple[int, str], ...]:

@@ -198,6 +198,8 @@ class StepRecorder:
         self.state.first_pending = False
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
             self.actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
+        if rec.get(vocab.SKIPPED):
+            self.actions.skipped(rec)  # skip_steps skipped its update: the skip alert (and actions) on this very step
         if self._control.pending:  # a rule asked for stop / checkpoint / lr_backoff / dump_stacks
             self.actions.carry_out(step, boundary)
 

@@ -11,6 +11,8 @@ The norm is ``sqrt(sum(g**2))`` over every (reduced) gradient, before clipping. 
 declares its outputs in ``mindwatch_outputs`` so the callback reads them by name; the
 learning rate returned is the one this step used (read before the optimizer advances).
 With ``layer_stats=True`` a last output holds the per-layer statistics of :mod:`mindwatch.mindspore.layer_stats`.
+With ``skip_steps`` switched on (the callback calls :meth:`~_LayerStatsStep.skip_steps` at train begin) a step whose
+gradient norm (or loss) is an outlier is not applied (:mod:`mindwatch.mindspore.skip_step`), and a last output says so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mindwatch import metrics as vocab
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.layer_stats import LayerStats, squares
 from mindwatch.mindspore.rank_signal import signal_size
+from mindwatch.mindspore.skip_step import SkipDecision, skip_decision
 
 
 def global_norm(grads: tuple) -> ms.Tensor:
@@ -48,6 +51,9 @@ class _LayerStatsStep:
 
     def _setup_layer_stats(self, enabled: bool) -> None:
         self._setup_signal()
+        #: ``skip_steps``' decision (a Cell with its statistics in Parameters); None: off, and none of its kernels.
+        self.skip_decision: SkipDecision | None = None
+        self._skip_by_loss = False
         self.layer_stats = LayerStats(self.weights) if enabled else None
         self._measure_next = False
         self._flags_on = (False, False)  # what the flag Parameters hold (read without a device sync)
@@ -81,7 +87,26 @@ class _LayerStatsStep:
             extra += ("attention",)
         if self.mindwatch_signal is not None:
             extra += ("signal",)
+        if self.skip_decision is not None:
+            extra += (vocab.SKIPPED,)
         self.mindwatch_outputs = (*type(self).mindwatch_outputs, *extra)
+
+    def skip_steps(self, settings: Any) -> None:
+        """Skip the update of a step whose metric is an outlier (``monitor_config.skip_steps``); before compilation.
+
+        The callback calls it at train begin when ``skip_steps.enabled``: the decision and its statistics join
+        the graph, and a last output, ``skipped``, says whether the step's update was skipped.
+        """
+        self.skip_decision = skip_decision(settings)
+        self._skip_by_loss = settings.metric == vocab.LOSS
+        self._declare_outputs()
+
+    def _skip(self, loss, norm, skip_update):
+        """``(skip_update or the decision's skip, (skipped,))``; ``(skip_update, ())`` with ``skip_steps`` off."""
+        if self.skip_decision is None:
+            return skip_update, ()
+        skip = self.skip_decision(loss if self._skip_by_loss else norm)
+        return ops.logical_or(skip_update, skip), (ops.cast(skip, ms.float32),)
 
     def _signal(self):
         """``(the signal vector summed over the ranks,)``, or ``()`` outside data parallel."""
@@ -219,12 +244,13 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
         attention = self._attention(loss)
         signal = self._signal()
         nonfinite = ops.logical_not(ops.isfinite(norm))  # a NaN/Inf gradient is not applied (the weights stay finite)
+        skip_update, skipped = self._skip(loss, norm, nonfinite)
         if self.layer_stats is None:
-            if not nonfinite:
+            if not skip_update:
                 loss = ops.depend(loss, self.optimizer(grads))
-            return (loss, norm, lr) + attention + signal
-        loss, measured = self._measured_outputs(loss, grads, grad_sq, nonfinite, measure)
-        return (loss, norm, lr) + measured + attention + signal
+            return (loss, norm, lr) + attention + signal + skipped
+        loss, measured = self._measured_outputs(loss, grads, grad_sq, skip_update, measure)
+        return (loss, norm, lr) + measured + attention + signal + skipped
 
 
 class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithLossScaleCell):
@@ -272,12 +298,13 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
         grads, grad_sq, norm, lr = self._norm_and_clip(grads)
         attention = self._attention(loss)
         signal = self._signal()
+        skip_update, skipped = self._skip(loss, norm, overflow)
         if self.layer_stats is None:
-            if not overflow:
+            if not skip_update:
                 loss = ops.depend(loss, self.optimizer(grads))
-            return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + attention + signal
-        loss, measured = self._measured_outputs(loss, grads, grad_sq, overflow, measure)
-        return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured + attention + signal
+            return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + attention + signal + skipped
+        loss, measured = self._measured_outputs(loss, grads, grad_sq, skip_update, measure)
+        return (loss, overflow, ops.cast(scaling_sens, ms.float32), lr, norm) + measured + attention + signal + skipped
 
 
 _grad_scale = ops.MultitypeFuncGraph("mindwatch_grad_scale")

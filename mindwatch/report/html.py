@@ -30,6 +30,7 @@ import numpy as np
 from mindwatch import __version__
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
+from mindwatch.analysis.batches import flagged_batches, ids_text
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import Progress
@@ -103,6 +104,7 @@ def render_report(runs: list[Run]) -> str:
             "<h2>Alerts</h2>",
             '<div class="grid" id="alerts-chart"></div>',
             _alerts_table(runs, labels),
+            _batches_table(runs, labels),
             "<h2>Config and tags</h2>",
             *(_config_section(r, lab, len(runs) > 1) for r, lab in zip(runs, labels, strict=True)),
         ]
@@ -382,6 +384,22 @@ def _alerts_table(runs: list[Run], labels: list[str]) -> str:
         out.append("<tr>" + (f"<td>{_e(lab)}</td>" if multi else "") + tds + "</tr>")
     more = f'<p class="muted">{len(rows) - MAX_ALERT_ROWS} more alerts not listed</p>' if len(rows) > MAX_ALERT_ROWS else ""
     return f'<table id="alerts"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>{more}'
+
+
+def _batches_table(runs: list[Run], labels: list[str]) -> str:
+    """The flagged batches (``mindwatch batches``): the steps an anomaly alert named, with where their batch came from."""
+    rows = [(lab, b) for run, lab in zip(runs, labels, strict=True) for b in flagged_batches(run.alerts)]
+    if not rows:
+        return ""
+    multi = len(runs) > 1
+    cols = ["step", "rank", "epoch", "batch", "alerts", "sample ids"]
+    head = ("<th>run</th>" if multi else "") + "".join(f"<th>{c}</th>" for c in cols)
+    out = []
+    for lab, b in rows[:MAX_ALERT_ROWS]:
+        cells = [_num(b.step), _num(b.rank), _num(b.epoch), _num(b.batch), ", ".join(b.rules), ids_text(b.sample_ids)]
+        tds = "".join(f"<td>{_e(c)}</td>" for c in cells)
+        out.append("<tr>" + (f"<td>{_e(lab)}</td>" if multi else "") + tds + "</tr>")
+    return f'<h3>Flagged batches</h3><table id="batches"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>'
 
 
 def _config_section(run: Run, label: str, multi: bool) -> str:

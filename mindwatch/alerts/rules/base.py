@@ -31,6 +31,9 @@ from mindwatch.store.jsonl import decode_value
 from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
 
 Record = dict[str, Any]
+#: The record keys that name a step's batch (``epoch``, its ``batch`` index in the epoch, its ``sample_ids``),
+#: copied into every alert a rule raises on that record.
+BATCH_KEYS: tuple[str, ...] = ("epoch", "batch", "sample_ids")
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,11 @@ class RuleBase:
     def _alert(self, rec: Record, message: str, **kw: Any) -> Alert:
         kw.setdefault("severity", self.severity)
         kw.setdefault("t", rec.get("t"))  # the anomalous step's wall time
-        return make_alert(self.name, step=rec.get("step"), rank=self.rank, message=message, actions=self.actions, **kw)
+        kw.setdefault("actions", self.actions)
+        for key in BATCH_KEYS:  # where the step's batch came from (docs/alerts.md: the batch behind an alert)
+            if rec.get(key) is not None:
+                kw.setdefault(key, rec[key])
+        return make_alert(self.name, step=rec.get("step"), rank=self.rank, message=message, **kw)
 
 
 class LayerRule(RuleBase):

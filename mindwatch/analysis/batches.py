@@ -1,0 +1,59 @@
+"""The flagged batches of a run: the steps an anomaly alert named, with where their batch came from.
+
+Example::
+
+    from mindwatch.analysis.batches import flagged_batches
+    for b in flagged_batches(open_run(path).alerts):
+        print(b.step, b.rules, b.epoch, b.batch, b.sample_ids)
+
+One owner for ``mindwatch batches RUN`` and the report's table of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The rules whose alerts point at a step's batch (a spike, a NaN/Inf, a step skip_steps skipped).
+ANOMALY_RULES: tuple[str, ...] = ("spike", "nonfinite", "skip")
+
+
+@dataclass
+class FlaggedBatch:
+    """One step (of one rank) that an anomaly alert named."""
+
+    step: int
+    rank: int
+    epoch: int | None = None
+    #: The batch's index within its epoch, from 0.
+    batch: int | None = None
+    sample_ids: list[Any] | None = None
+    #: The alerts' rules (and metrics): ``["spike on grad_norm", "skip"]``.
+    rules: list[str] = field(default_factory=list)
+
+
+def flagged_batches(alerts: Iterable[dict[str, Any]]) -> list[FlaggedBatch]:
+    """The steps the anomaly alerts named, in step order, one entry per step and rank."""
+    found: dict[tuple[int, int], FlaggedBatch] = {}
+    for a in alerts:
+        step, rank = a.get("step"), a.get("rank")
+        if a.get("rule") not in ANOMALY_RULES or not isinstance(step, int):
+            continue
+        key = (step, rank if isinstance(rank, int) else 0)
+        entry = found.setdefault(key, FlaggedBatch(step, key[1]))
+        entry.epoch = entry.epoch if entry.epoch is not None else a.get("epoch")
+        entry.batch = entry.batch if entry.batch is not None else a.get("batch")
+        entry.sample_ids = entry.sample_ids if entry.sample_ids is not None else a.get("sample_ids")
+        name = str(a["rule"]) + (f" on {a['metric']}" if a.get("metric") else "")
+        if name not in entry.rules:
+            entry.rules.append(name)
+    return [found[k] for k in sorted(found)]
+
+
+def ids_text(ids: list[Any] | None, limit: int = 8) -> str:
+    """Sample ids for a table cell: the first ``limit``, then how many more."""
+    if not ids:
+        return ""
+    shown = ", ".join(str(i) for i in ids[:limit])
+    return shown + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")

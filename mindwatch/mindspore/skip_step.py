@@ -1,0 +1,99 @@
+"""Skip the update of a bad step inside the graph, with no host sync: ``SkipDecision`` and, for a loop of your
+own, ``SkipStep`` (called in place of ``optimizer(grads)``).
+
+Example::
+
+    import mindwatch.mindspore as mw
+
+    skip_step = mw.SkipStep(optimizer)        # sigma 6, window 128, warmup 20: monitor_config.skip_steps' defaults
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        skipped = skip_step(grads)            # applies the update unless the gradient norm is a 6-sigma outlier
+        return loss, grads, skipped
+
+    loss, grads, skipped = train_step(x, y)
+    run.step(loss=loss, grads=grads, skipped=skipped)
+
+The statistics are a window: the last ``window`` values that were not skipped, in a ring buffer Parameter;
+their mean and (sample) standard deviation decide. A skipped value, and a NaN/Inf one, never enters them.
+Our train cells (``TrainOneStepWithGradNorm``, ``...AndLossScale``) hold a ``SkipDecision`` when the
+callback switches ``skip_steps`` on at train begin (:meth:`~mindwatch.mindspore.train_step._LayerStatsStep.skip_steps`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+
+from mindwatch import metrics as vocab
+from mindwatch.alerts.skip import SkipStepsSettings
+from mindwatch.mindspore.layer_stats import squares
+
+
+class SkipDecision(nn.Cell):
+    """``decision(value)``: True when ``value`` is more than ``sigma`` standard deviations above the mean of the
+    last ``window`` values (after ``warmup`` of them); a value that is not skipped (and finite) joins them."""
+
+    def __init__(self, sigma: float, window: int, warmup: int) -> None:
+        super().__init__()
+        self.window = int(window)
+        zeros = ms.Tensor(np.zeros(self.window, np.float32))
+        self.values = ms.Parameter(zeros, name="mindwatch_skip_values", requires_grad=False)
+        self.count = ms.Parameter(ms.Tensor(0, ms.int32), name="mindwatch_skip_count", requires_grad=False)
+        self.sigma = ms.Parameter(ms.Tensor(float(sigma), ms.float32), name="mindwatch_skip_sigma", requires_grad=False)
+        self.warmup = ms.Parameter(ms.Tensor(int(warmup), ms.int32), name="mindwatch_skip_warmup", requires_grad=False)
+        self.slots = ms.Tensor(np.arange(self.window, dtype=np.int32))
+
+    def construct(self, value):
+        value = ops.cast(ops.reduce_mean(value), ms.float32)
+        count = self.count
+        n = ops.cast(ops.minimum(count, self.window), ms.float32)
+        filled = ops.cast(self.slots < ops.minimum(count, self.window), ms.float32)
+        mean = ops.reduce_sum(self.values * filled) / ops.maximum(n, 1.0)
+        var = ops.reduce_sum(ops.square((self.values - mean) * filled)) / ops.maximum(n - 1.0, 1.0)
+        finite = ops.isfinite(value)
+        above = value > mean + self.sigma * ops.sqrt(var)
+        skip = ops.logical_and(ops.logical_and(finite, count >= self.warmup), above)
+        keep = ops.logical_and(finite, ops.logical_not(skip))
+        put = ops.logical_and(self.slots == count % self.window, keep)
+        ops.assign(self.values, ops.select(put, ops.ones_like(self.values) * value, self.values))
+        ops.assign(self.count, count + ops.cast(keep, ms.int32))
+        return skip
+
+
+def skip_decision(settings: SkipStepsSettings) -> SkipDecision:
+    """The decision cell of ``skip_steps``' settings."""
+    return SkipDecision(settings.sigma, settings.window, settings.warmup)
+
+
+class SkipStep(nn.Cell):
+    """``optimizer(grads)`` unless the step's gradient norm (or its loss, ``metric="loss"``) is an outlier.
+
+    Example::
+
+        skip_step = SkipStep(optimizer, sigma=6.0, window=128, warmup=20)
+        skipped = skip_step(grads)            # inside your jit step; or skip_step(grads, loss) with metric="loss"
+
+    Returns ``skipped``, 1.0 when the update was skipped, else 0.0; pass it to ``run.step(skipped=...)``. Keywords
+    are ``monitor_config.skip_steps``' (checked the same way); a gradient with a NaN/Inf norm is never applied.
+    """
+
+    def __init__(self, optimizer: nn.Optimizer, settings: SkipStepsSettings | None = None, **values: Any) -> None:
+        super().__init__()
+        s = settings if settings is not None else SkipStepsSettings(enabled=True, **values)
+        self.optimizer = optimizer
+        self.by_loss = s.metric == vocab.LOSS
+        self.decision = skip_decision(s)
+
+    def construct(self, grads, loss=None):
+        norm = ops.sqrt(ops.reduce_sum(squares(grads)))
+        skip = self.decision(loss if self.by_loss else norm)
+        skipped = ops.cast(skip, ms.float32)
+        if ops.logical_and(ops.isfinite(norm), ops.logical_not(skip)):
+            skipped = ops.depend(skipped, self.optimizer(grads))
+        return skipped
