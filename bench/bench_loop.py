@@ -78,22 +78,14 @@ class Loop:
         from mindspore import nn
 
         from mindwatch.demo.corpus import ByteWindows, stdlib_corpus
+        from mindwatch.demo.loop import jit_train_step
         from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
 
         ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
         ms.set_seed(0)
         self.net = LanguageModelLoss(TinyGPT(GPTConfig(seq_length=64, layers=2, d_model=64, heads=4)))
         self.optimizer = nn.AdamWeightDecay(self.net.trainable_params(), learning_rate=1e-4, weight_decay=0.01)
-        grad_fn = ms.value_and_grad(self.net, None, self.optimizer.parameters)
-        optimizer = self.optimizer
-
-        @ms.jit
-        def train_step(ids, targets):
-            loss, grads = grad_fn(ids, targets)
-            optimizer(grads)
-            return loss, grads
-
-        self.train_step = train_step
+        self.train_step = jit_train_step(self.net, self.optimizer)
         windows = ByteWindows(stdlib_corpus(), 64, 64 * 16, seed=0)
         pairs = [windows[i] for i in range(len(windows))]
         self.batches = [

@@ -78,13 +78,7 @@ def _report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", nargs="+", default=[], metavar="RUN", help="other runs drawn on the same charts")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
     p.add_argument("--pdf", action="store_true", help="also print it to a PDF next to the HTML (headless Chromium)")
-    p.add_argument(
-        "--also",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="another folder of the same run: its ranks on another node's save_dir (repeatable)",
-    )
+    _also_option(p)
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.report.html import write_report
@@ -109,13 +103,7 @@ def _check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rule", action="append", default=[], help='e.g. "max(grad_norm, last=100) < 1e5" (repeatable)')
     p.add_argument("--rules-file", help="YAML list (or checks: list) or one rule per line")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument(
-        "--also",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="another folder of the same run: its ranks on another node's save_dir (repeatable)",
-    )
+    _also_option(p)
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.checks.evaluate import check_command
@@ -310,6 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     for add in COMMANDS:
         add(sub)
     return parser
+
+
+def _also_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another folder of the same run: its ranks on another node's save_dir (repeatable)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

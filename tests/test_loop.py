@@ -18,6 +18,7 @@ from test_layers import by_layer, layer_of
 
 import mindwatch
 import mindwatch.mindspore as mw
+from mindwatch.demo.loop import jit_train_step
 from mindwatch.demo.model import LanguageModelLoss, TinyGPT
 from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import TrainOneStepWithGradNorm
@@ -33,16 +34,7 @@ class TutorialLoop:
         ms.set_seed(seed)
         self.net = LanguageModelLoss(TinyGPT(GPT))
         self.optimizer = nn.SGD(self.net.trainable_params(), learning_rate=lr)
-        grad_fn = ms.value_and_grad(self.net, None, self.optimizer.parameters)
-        optimizer = self.optimizer
-
-        @ms.jit
-        def train_step(ids, targets):
-            loss, grads = grad_fn(ids, targets)
-            optimizer(grads)
-            return loss, grads
-
-        self.train_step = train_step
+        self.train_step = jit_train_step(self.net, self.optimizer)
 
     def weights(self) -> dict[str, np.ndarray]:
         return {p.name: p.asnumpy().astype(np.float64) for p in self.net.trainable_params()}
