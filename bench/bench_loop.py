@@ -78,8 +78,8 @@ class Loop:
         from mindspore import nn
 
         from mindwatch.demo.corpus import ByteWindows, stdlib_corpus
-        from mindwatch.demo.loop import jit_train_step
         from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
+        from mindwatch.demo.tutorial_step import jit_train_step
 
         ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
         ms.set_seed(0)

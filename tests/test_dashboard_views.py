@@ -68,7 +68,8 @@ def test_step_time_axis_leaves_out_the_compilation_step_until_the_toggle(tmp_pat
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{dash.url}#/run/p%2Fcompile")
         robust = wait_for(lambda: page.evaluate(Y_AXIS, "#chart-time"), 60, "the step-time chart")
-        assert robust["max"] == pytest.approx(robust_max(step_times), rel=1e-9)
+        # the top of the robust range, rounded up to a tick (no full-precision edge label over the ticks)
+        assert robust_max(step_times) <= robust["max"] <= 1.25 * robust_max(step_times)
         assert robust["hi"] < 0.2, robust  # the 1,499 ordinary steps fill the chart, not the bottom tenth
         assert [o[0] for o in robust["off"]] == [1] and robust["off"][0][2] == 6.0  # the compile step: a marker at the edge
         loss = wait_for(lambda: page.evaluate(Y_AXIS, "#chart-loss"), 30, "the loss chart")
@@ -76,7 +77,7 @@ def test_step_time_axis_leaves_out_the_compilation_step_until_the_toggle(tmp_pat
 
         page.click("#y-all")
         everything = wait_for(
-            lambda: (y := page.evaluate(Y_AXIS, "#chart-time")) and y["max"] is None and y, 10, "the full range"
+            lambda: (y := page.evaluate(Y_AXIS, "#chart-time")) and y["hi"] >= 6.0 and y, 10, "the full range"
         )
         assert everything["hi"] >= 6.0 and everything["off"] == []
         page.click("#y-all")
@@ -148,9 +149,9 @@ def test_runs_table_sorts_and_filters_by_a_config_column_and_the_url_restores_it
         page.fill("#add-column", "config.optimizer.lr")
         page.dispatch_event("#add-column", "change")
         page.wait_for_selector('th[data-column="config.optimizer.lr"]', timeout=10_000)
-        page.click('th[data-column="config.optimizer.lr"] a.sort')
+        page.click('th[data-column="config.optimizer.lr"] .sort')
         wait_for(lambda: page.evaluate(ROWS) == by_lr, 10, "rows sorted by lr")
-        page.click('th[data-column="config.optimizer.lr"] a.sort')  # again: descending
+        page.click('th[data-column="config.optimizer.lr"] .sort')  # again: descending
         wait_for(lambda: page.evaluate(ROWS) == by_lr[::-1], 10, "rows sorted by lr, descending")
         cells = page.eval_on_selector_all(
             'td[data-column="config.optimizer.lr"]', "tds => tds.map((td) => Number(td.textContent))"

@@ -18,9 +18,9 @@ from test_layers import by_layer, layer_of
 
 import mindwatch
 import mindwatch.mindspore as mw
-from mindwatch.demo.loop import jit_train_step
 from mindwatch.demo.model import LanguageModelLoss, TinyGPT
 from mindwatch.demo.train import set_mode
+from mindwatch.demo.tutorial_step import jit_train_step
 from mindwatch.mindspore import TrainOneStepWithGradNorm
 
 LR = 0.05

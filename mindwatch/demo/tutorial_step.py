@@ -3,7 +3,7 @@ parameters and ``optimizer(grads)``, compiled with ``@ms.jit``.
 
 Example::
 
-    from mindwatch.demo.loop import jit_train_step
+    from mindwatch.demo.tutorial_step import jit_train_step
 
     train_step = jit_train_step(LanguageModelLoss(TinyGPT(cfg)), optimizer)
     loss, grads = train_step(ids, targets)      # then run.step(loss=loss, grads=grads)
