@@ -2,11 +2,11 @@
 
 Run: ``python -m bench signal [--rounds 8 --steps 40]`` (``MINDWATCH_BENCH_QUICK=1``: a short smoke run).
 
-Paired rounds in the same two processes, the arms rotating: our train cell without the signal vector and
-with it (its AllReduce inside the step), and a loop that reads the loss, without and with the loop's one small
-AllReduce of the signal a step. Prints rank 0's median step times, the paired per-round ratios and the CPU
-seconds per step of the training thread and of the others (MindSpore's runtime): wall time on 2 shared cores
-swings; CPU time much less.
+Paired rounds in the same two processes, the arms rotating: our train cell without the signal vector and with
+it (its AllReduce inside the step), and a loop that reads the loss, without and with the loop's one small
+AllReduce of the signal every ``distributed.coordination.loop_every`` steps (10, as ``start_run`` does).
+Prints rank 0's median step times, the paired per-round ratios and the CPU seconds per step of the training
+thread and of the others (MindSpore's runtime): wall time on 2 shared cores swings; CPU time much less.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """One worker of ``python -m bench signal`` (run under msrun by bench/bench_signal.py): paired rounds, rank 0 prints.
 
-Arms, on one data-parallel demo-sized model: our train cell without the signal vector and with it (the AllReduce
-of the signal inside the step), and a loop of its own that reads the loss, without and with the loop's one small
-AllReduce of the signal a step. Prints one JSON line per arm: seconds per step per round, CPU seconds per step of
-the training thread and of all the others, per round.
+Arms, on one data-parallel demo-sized model: our train cell without the signal vector and with it (the
+AllReduce of the signal inside the step), and a loop of its own that reads the loss, without and with the
+loop's one small AllReduce of the signal every ``distributed.coordination.loop_every`` steps (what
+``start_run`` does). Prints one JSON line per arm: seconds per step per round, CPU seconds per step of the
+training thread and of all the others, per round.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mindspore import nn
 from mindspore.communication import get_group_size, get_rank, init
 
 from bench import threadcpu
+from mindwatch.config import load_config
 from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
 from mindwatch.mindspore import TrainOneStepWithGradNorm
 from mindwatch.mindspore.loop import _sum
@@ -47,12 +49,16 @@ def main(rounds: int, steps: int) -> None:
     cells = {"train cell": cell(False), "train cell + signal": cell(True)}
     signal = RankSignal(None, rank=rank, world_size=get_group_size())
 
+    every = load_config({}).distributed.coordination.loop_every  # start_run's default: one sum every N steps
+    count = [0]
+
     def run(arm: str) -> None:
         if arm.startswith("train cell"):
             cells[arm](ids, ids)[0].asnumpy()
         else:
             cells["train cell"](ids, ids)[0].asnumpy()
-            if arm.endswith("signal"):
+            count[0] += 1
+            if arm.endswith("signal") and count[0] % every == 0:
                 _sum(signal.tensor())
 
     arms = ["train cell", "train cell + signal", "loop", "loop + signal"]

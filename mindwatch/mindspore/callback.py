@@ -74,6 +74,7 @@ class MonitorCallback(Callback):
         self._signal_output = -1
         #: A rank > 0 with the signal starts recording after its first step, in the run rank 0 announced in it.
         self._deferred: tuple[Any, Any] | None = None
+        self._boundary = _Boundary()
         #: Where the step's batch came from: steps per epoch (for its index) and the sample ids' column (-1: none).
         self._per_epoch = 0
         self._ids_column = -1
@@ -201,7 +202,7 @@ class MonitorCallback(Callback):
         cell = self._cell
         assert cell is not None
         if not recorder.due(n) and not (cell.skip_output >= 0 and cell.skipped(arg(cb, "net_outputs"))):
-            recorder.act(step + state.offset, _Boundary(run_context, cb))
+            recorder.act(step + state.offset, self._boundary.at(run_context, cb))
             return
         if state.first_pending:
             self._first_step(cb)
@@ -215,7 +216,7 @@ class MonitorCallback(Callback):
         if recorder.timer.shape_pending:
             recorder.timer.read_shape(_param(cb, "train_dataset_element", None))
         state.recorded = step
-        recorder.record(rec, step + state.offset, n, now, _Boundary(run_context, cb))
+        recorder.record(rec, step + state.offset, n, now, self._boundary.at(run_context, cb))
 
     def on_train_end(self, run_context: Any) -> None:
         if not self.enabled or self.recorder is None:
@@ -321,16 +322,28 @@ def prepare_cell(config: MonitorConfig, net: Any) -> int:
 
 
 class _Boundary(StepBoundary):
-    """A ``Model.train`` step boundary: stop through ``run_context``, the checkpoints ``ModelCheckpoint`` wrote."""
+    """A ``Model.train`` step boundary: stop through ``run_context``, the checkpoints ``ModelCheckpoint`` wrote.
+    One per callback, pointed at each step's ``run_context`` (two stores on the hot path, no object made)."""
 
-    __slots__ = ()
+    __slots__ = ("cb", "run_context")
 
-    def __init__(self, run_context: Any, cb: Any) -> None:
-        super().__init__(
-            run_context.request_stop,
-            lambda: checkpoint_files(_param(cb, "list_callback", None), _param(cb, "latest_ckpt_file", None)),
-            _param(cb, "batch_num", None),
-        )
+    def __init__(self) -> None:  # the base's fields are methods here, read from run_context and cb
+        self.run_context: Any = None
+        self.cb: Any = None
+
+    def at(self, run_context: Any, cb: Any) -> _Boundary:
+        self.run_context, self.cb = run_context, cb
+        return self
+
+    def request_stop(self) -> None:  # type: ignore[override]
+        self.run_context.request_stop()
+
+    def checkpoints(self) -> list[Path]:  # type: ignore[override]
+        return checkpoint_files(_param(self.cb, "list_callback", None), _param(self.cb, "latest_ckpt_file", None))
+
+    @property
+    def steps_per_epoch(self) -> int | None:  # type: ignore[override]
+        return _param(self.cb, "batch_num", None)
 
 
 class _TrainCell:
