@@ -76,9 +76,7 @@ def test_step_time_axis_leaves_out_the_compilation_step_until_the_toggle(tmp_pat
         assert 70 in loss["marks"]  # the NaN loss keeps its marker
 
         page.click("#y-all")
-        everything = wait_for(
-            lambda: (y := page.evaluate(Y_AXIS, "#chart-time")) and y["hi"] >= 6.0 and y, 10, "the full range"
-        )
+        everything = wait_for(lambda: (y := page.evaluate(Y_AXIS, "#chart-time")) and y["hi"] >= 6.0 and y, 10, "the full range")
         assert everything["hi"] >= 6.0 and everything["off"] == []
         page.click("#y-all")
         assert wait_for(lambda: (y := page.evaluate(Y_AXIS, "#chart-time")) and y["hi"] < 0.2, 10, "the robust range again")
