@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def _demo(sub: argparse._SubParsersAction) -> None:
@@ -122,6 +123,16 @@ def _export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", default=None, help="file (folder for --tensorboard); default inside the run directory")
 
     def run(args: argparse.Namespace) -> int:
+        from mindwatch.store.catalog import find_runs
+        from mindwatch.store.layout import is_run_dir
+
+        folder = Path(args.run)
+        if folder.is_dir() and not is_run_dir(folder):  # a save_dir or a project folder: say which runs it holds
+            inside = [p.relative_to(folder).as_posix() for p in find_runs(folder)]
+            shown = ", ".join(inside[:8]) + (f" and {len(inside) - 8} more" if len(inside) > 8 else "")
+            hint = f"the runs inside: {shown}; pass one of them" if inside else "it holds no run"
+            print(f"mindwatch export: {folder} is not a run directory ({hint})", file=sys.stderr)
+            return 2
         try:
             if args.tensorboard:
                 from mindwatch.sinks.tensorboard import export_tensorboard

@@ -126,3 +126,18 @@ def test_tensorboard_export_reads_back_in_tensorboard(report_runs, tmp_path: Pat
 def test_export_of_a_missing_run_is_a_clear_error(tmp_path: Path, capsys) -> None:
     assert main(["export", str(tmp_path / "nope"), "--format", "csv"]) == 2
     assert "no run directory" in capsys.readouterr().err
+
+
+def test_export_of_a_folder_that_is_not_a_run_names_the_runs_inside(tmp_path: Path, capsys) -> None:
+    from mindwatch.store.writer import RunWriter
+
+    for name in ("run_a", "run_b"):
+        writer = RunWriter(tmp_path / "save" / "proj" / name)
+        writer.write([{"step": 1, "t": 1.0, "loss": 2.0}])
+        writer.close("finished")
+    for folder in (tmp_path / "save", tmp_path / "save" / "proj"):  # a save_dir, a project folder
+        before = sorted(p.name for p in folder.rglob("*"))
+        assert main(["export", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert "is not a run directory" in err and "run_a" in err and "run_b" in err, err
+        assert sorted(p.name for p in folder.rglob("*")) == before, "nothing written"

@@ -122,3 +122,41 @@ def test_tail_of_a_killed_run_exits(tmp_path: Path) -> None:
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_without_a_terminal_tail_prints_a_line_a_step_as_it_comes(tmp_path: Path) -> None:
+    """Piped into a file or another program (no TTY), ``tail`` prints plain lines while the run goes on."""
+    import select
+    import subprocess
+
+    writer = start_run(tmp_path)
+    writer.write([record(s, 3.0 - s / 100) for s in range(1, 4)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mindwatch.cli", "tail", str(writer.layout.root), "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+    assert proc.stdout is not None
+
+    def next_line() -> str:
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "tail printed nothing within 20 s"
+        return proc.stdout.readline()
+
+    try:
+        first = next_line()
+        assert first.startswith("step 3 running") and "loss 2.97" in first, first
+        writer.write([record(4, 1.2345)])
+        assert next_line().startswith("step 4 running")
+        writer.append_alert(
+            {"t": time.time(), "step": 4, "rank": 0, "rule": "spike", "metric": "loss", "value": 9.0, "severity": "warning"}
+            | {"message": "loss spiked to 9.0", "actions": []}
+        )
+        assert "ALERT [spike] rank 0 step 4: loss spiked to 9.0" in next_line()
+        writer.close("finished")
+        rest = [next_line() for _ in range(2)]
+        assert any("run ended: finished at step 4" in line for line in rest), rest
+        assert proc.wait(20) == 0
+    finally:
+        proc.kill()

@@ -43,12 +43,16 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"mindwatch demo: run directory: {monitor.run_dir}")
         if dashboard is not None and monitor.run_dir is not None:
             run_id = Path(monitor.run_dir).relative_to(Path(args.save_dir)).as_posix()
-            print(f"mindwatch demo: this run on the dashboard: {dashboard.url}#/run/{quote(run_id, safe='')}")
             # Keep showing the result in a terminal; CI, pipes and --exit-when-done end here.
             if not getattr(args, "exit_when_done", False) and sys.stdin.isatty():
+                print(f"mindwatch demo: this run on the dashboard: {dashboard.url}#/run/{quote(run_id, safe='')}")
                 print("mindwatch demo: the dashboard keeps running; press Ctrl-C to stop it", flush=True)
                 dashboard.wait()
                 print("mindwatch demo: dashboard stopped")
+            else:  # no link to a dashboard that stops in a moment: say how to see the run again
+                print(
+                    f"mindwatch demo: the dashboard stops with the demo; see this run again with: mindwatch serve {args.save_dir}"
+                )
     finally:
         if dashboard is not None:
             dashboard.stop()

@@ -139,6 +139,8 @@ def tail(
     if once:
         console.print(render(run, rank))
         return 0
+    if not console.is_terminal:  # a pipe or a log file: a line a new step, as it comes (a live view would print at the end)
+        return _follow_lines(run, rank, console, interval)
     try:
         with Live(render(run, rank), console=console, refresh_per_second=4, auto_refresh=False) as live:
             while True:
@@ -149,6 +151,41 @@ def tail(
                 time.sleep(interval)
     except KeyboardInterrupt:
         console.print("stopped following (the run goes on)")
+        return 0
+    why = " (no heartbeat and no final state: killed or lost)" if run.state == "stale" else ""
+    console.print(f"run ended: {run.state} at step {run.last_step}{why}")
+    return 0
+
+
+def step_line(run: Run, rank: int | None = None) -> str:
+    """One line of the newest step: ``step 120 running | loss 2.31 | lr 0.001 | ...`` (the first six metrics)."""
+    r = rank if rank is not None else (run.ranks[0] if run.ranks else 0)
+    rec = run.last_record.get(r, {})
+    names = [m for m in ordered_metrics(list(rec)) if isinstance(rec.get(m), (int, float)) and not is_layer_metric(m)]
+    shown = " | ".join(f"{m} {fmt(float(rec[m]))}" for m in names[:6])
+    return f"step {rec.get('step', run.last_step)} {run.state}" + (f" | {shown}" if shown else "")
+
+
+def _follow_lines(run: Run, rank: int | None, console: Console, interval: float) -> int:
+    seen_step, seen_alerts = object(), 0
+    try:
+        while True:
+            run.refresh()
+            if run.last_step != seen_step:
+                seen_step = run.last_step
+                console.print(step_line(run, rank), soft_wrap=True, markup=False)
+            for a in run.alerts[seen_alerts:]:
+                console.print(
+                    f"ALERT [{a.get('rule')}] rank {a.get('rank')} step {a.get('step')}: {a.get('message')}",
+                    soft_wrap=True,
+                    markup=False,
+                )
+            seen_alerts = len(run.alerts)
+            console.file.flush()
+            if run.ended or run.state == "stale":
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
         return 0
     why = " (no heartbeat and no final state: killed or lost)" if run.state == "stale" else ""
     console.print(f"run ended: {run.state} at step {run.last_step}{why}")
