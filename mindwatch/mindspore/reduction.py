@@ -133,10 +133,6 @@ class LoopLayerStats:
         """Keep a copy of the weights: the next step measures its update against it."""
         self._before = _copy(*self.weights)
 
-    @property
-    def has_snapshot(self) -> bool:
-        return self._before is not None
-
     def measure(self, grad_squares: np.ndarray, grads: Sequence[Any], histograms: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """``(3, parameters)`` squared sums (the gradients' given, the weights' before the step, its update's; NaN
         without a snapshot) and, with ``histograms``, ``(2, layers, bins + 1)`` of the weights before the step and
