@@ -154,7 +154,7 @@ def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, a
         first_nan = next(r["step"] for r in recs if math.isnan(r["loss"]))
         assert summary_cell(page, "loss non-finite from") == str(first_nan)
         loss_chart = next(m for m in data["metrics"] if m["name"] == "loss")
-        assert loss_chart["series"][0]["nonfinite"][0] == first_nan
+        assert loss_chart["series"][0]["nonfinite"][0] == [first_nan, "nan"]
     else:
         assert state_text in ("running", "stale")  # no final state: the heartbeat just stops
         assert status["state"] == "running" and recs[-1]["step"] >= 8
@@ -195,10 +195,10 @@ def test_long_run_is_thinned_but_keeps_spikes(tmp_path: Path) -> None:
     out = tmp_path / "long.html"
     assert main(["report", str(run_dir), "-o", str(out)]) == 0
     chart = report_data(out.read_text())["metrics"][0]
-    points = chart["series"][0]["data"]
+    points = chart["series"][0]["points"]
     assert len(points) <= 2100
     assert [spike + 1, 50.0] in points  # the one-step spike survives thinning
-    assert [70_001, None] in points and chart["series"][0]["nonfinite"] == [70_001]
+    assert [70_001, None] in points and chart["series"][0]["nonfinite"] == [[70_001, "nan"]]
     assert "thinned" in chart["points_note"]
 
 
@@ -252,7 +252,7 @@ def test_two_ranks_are_drawn_and_summarised_per_run(tmp_path: Path) -> None:
     data = report_data(html)
     loss = next(m for m in data["metrics"] if m["name"] == "loss")
     assert [s["label"] for s in loss["series"]] == ["rank 0", "rank 1"]
-    assert loss["series"][1]["data"][0] == [1, pytest.approx(3.9)]
+    assert loss["series"][1]["points"][0] == [1, pytest.approx(3.9)]
     assert data["step_range"] == [1, 10]
     assert sum(data["histogram"]["series"][0]["counts"]) == 20
     assert re.search(r'data-key="max grad norm"><th>max grad norm</th><td class="num">100 \(step 7\)</td>', html)

@@ -1,5 +1,10 @@
 """A series as every line chart receives it: ``[[x, y], ...]`` thinned to a budget, its non-finite points apart.
 
+This module owns the series' wire shape, ``{"points": [[x, y | null], ...], "nonfinite": [[x, "nan"], ...]}``
+(:meth:`LinePoints.wire`): ``/api/series``, ``/api/compare`` and the report send it as it is, and
+``assets/charts.js`` draws it. The live stream sends the new rows of a metrics file instead
+(``[step, time, value]``: both x's, as the file holds them); ``static/merge.js`` appends them to that shape.
+
 Example::
 
     from mindwatch.analysis.lines import line_points
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.store.jsonl import encode_number
 
 
 @dataclass
@@ -33,6 +39,11 @@ class LinePoints:
     #: Points before thinning, and whether thinning left some out.
     total: int = 0
     thinned: bool = False
+
+    def wire(self, nonfinite_cap: int | None = None) -> dict[str, Any]:
+        """The series' wire shape (see the module docstring); at most ``nonfinite_cap`` non-finite marks."""
+        marks = self.nonfinite if nonfinite_cap is None else self.nonfinite[:nonfinite_cap]
+        return {"points": self.points, "nonfinite": [[at, encode_number(v)] for at, v in marks]}
 
 
 def line_points(x: np.ndarray, y: np.ndarray, budget: int) -> LinePoints:

@@ -165,16 +165,10 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
                         parts.append(metric[len(name) - 1 :])
                     if len(run.ranks) > 1:
                         parts.append(f"rank {rank}")
-                    series.append(
-                        {
-                            "label": " ".join(parts) or metric,
-                            "data": line.points,
-                            "nonfinite": [int(at) for at, _ in line.nonfinite[:100]],
-                        }
-                    )
+                    series.append({"label": " ".join(parts) or metric, **line.wire(nonfinite_cap=100)})
         if not series:
             continue
-        values = np.array([p[1] for s in series for p in s["data"] if p[1] is not None], dtype=np.float64)
+        values = np.array([p[1] for s in series for p in s["points"] if p[1] is not None], dtype=np.float64)
         log = bool(len(values) and values.min() > 0 and values.max() / values.min() > 1e3 and name == vocab.GRAD_NORM)
         note = f"thinned to {MAX_POINTS} points per series (min and max per bucket)" if thinned else ""
         if log:

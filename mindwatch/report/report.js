@@ -39,8 +39,8 @@ DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) 
   title: m.name, subtitle: m.points_note, log: m.log,
   xMin: DATA.step_range ? DATA.step_range[0] : undefined, xMax: DATA.step_range ? DATA.step_range[1] : undefined,
   series: m.series.map((s) => ({
-    name: s.label, points: s.data,
-    nonfinite: s.nonfinite.length ? [[s.nonfinite[0], `non-finite from step ${s.nonfinite[0]}`]] : [],
+    name: s.label, points: s.points,  // the wire shape of analysis/lines.py; one mark where the values stop being finite
+    nonfinite: s.nonfinite.slice(0, 1).map(([at]) => [at, `non-finite from step ${at}`]),
   })),
 })));
 

@@ -35,6 +35,7 @@ from mindwatch.checks.listing import COLUMN_LABELS, FILTER_EXAMPLE, SUMMARY_COLU
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
 from mindwatch.store.bandfiles import band_path, read_band_file
+from mindwatch.store.jsonl import encode_number
 from mindwatch.store.layout import read_json
 from mindwatch.store.reader import Series
 
@@ -111,10 +112,7 @@ def run_param(req: Request, catalog: Catalog, name: str = "run") -> RunView:
 
 
 # -- JSON helpers --------------------------------------------------------------
-def _num(v: float) -> float | str:
-    if math.isfinite(v):
-        return v
-    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+_num = encode_number
 
 
 # -- queries (plain functions: the live stream and the benchmark reuse them) ----------------------
@@ -238,8 +236,7 @@ def series(
             "x": x,
             "total": total,
             "in_window": int(len(xs)),
-            "points": drawn.points,
-            "nonfinite": [[at, _num(v)] for at, v in drawn.nonfinite],
+            **drawn.wire(),
             "cursor": cursor_of(view),
         }
 

@@ -41,6 +41,11 @@ def _plain(v: Any) -> Any:
         f = float(v)
     except (TypeError, ValueError):
         return str(v)
+    return encode_number(f)
+
+
+def encode_number(f: float) -> float | str:
+    """``f`` as the run store writes it: a finite float as it is, NaN/Inf as ``"nan"``, ``"inf"``, ``"-inf"``."""
     if math.isfinite(f):
         return f
     return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
