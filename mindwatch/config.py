@@ -23,9 +23,11 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
 from mindwatch import metrics as vocab
+from mindwatch.alerts.hang import HangSettings
 from mindwatch.alerts.registry import rule_specs
 from mindwatch.alerts.skip import SkipStepsSettings
-from mindwatch.schema import RuleSettings, Section, Severity
+from mindwatch.alerts.straggler import StragglerSettings
+from mindwatch.schema import Section, Severity
 
 #: Names ``monitor_config.metrics`` accepts (the vocabulary's switches and aliases).
 BUILTIN_METRICS: frozenset[str] = vocab.config_names()
@@ -148,31 +150,6 @@ else:
         __doc__=_AlertsSettings.__doc__,
         **{spec.key: (spec.settings, Field(default_factory=spec.settings)) for spec in rule_specs()},
     )
-
-
-if TYPE_CHECKING:
-    _StragglerMetric = str
-else:  # the names as a Literal: the error lists them
-    _StragglerMetric = Literal[vocab.STRAGGLER_METRICS]
-
-
-class StragglerSettings(RuleSettings):
-    """A rank whose step or data time stays above the other ranks' median (checked on rank 0)."""
-
-    metrics: list[_StragglerMetric] = list(vocab.STRAGGLER_METRICS)  # pydantic copies the default
-    #: A rank is slow at a step when its value is above ``factor`` x the median of the other ranks ...
-    factor: float = Field(default=2.0, gt=1)
-    #: ... and above it by at least this many seconds (tiny times are noise).
-    min_excess: float = Field(default=0.05, ge=0)
-    #: Steps in a row a rank must be slow before it is named.
-    count: int = Field(default=5, ge=1)
-
-
-class HangSettings(RuleSettings):
-    """When the run stalls, rank 0 reads every rank's stack dump and names the rank the others wait for."""
-
-    #: Seconds rank 0 waits for the other ranks' stack dumps after the first stall before it diagnoses.
-    wait: float = Field(default=10.0, gt=0)
 
 
 class CoordinationSettings(_Section):

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from conftest import CHROMIUM, CHROMIUM_ARGS
 
-from mindwatch.alerts.crossrank import CrossRankWatch, StragglerRule, medians_of_the_others
+from mindwatch.alerts.crossrank import CrossRankWatch
+from mindwatch.alerts.straggler import StragglerRule, medians_of_the_others
 from mindwatch.config import load_config
 from mindwatch.store.bandfiles import read_band_file
 from mindwatch.store.layout import RunLayout, write_json_atomic

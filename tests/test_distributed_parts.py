@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from mindwatch.alerts.alert import make_alert
-from mindwatch.alerts.crossrank import CrossRankWatch, StragglerRule
+from mindwatch.alerts.crossrank import CrossRankWatch
+from mindwatch.alerts.straggler import StragglerRule
 from mindwatch.analysis.bands import band_of
 from mindwatch.config import load_config
 from mindwatch.mindspore.ranks import discover

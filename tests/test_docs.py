@@ -11,7 +11,8 @@ from conftest import REPO
 from pydantic import BaseModel
 
 from mindwatch.cli import build_parser
-from mindwatch.config import MonitorConfig, RuleSettings
+from mindwatch.config import MonitorConfig
+from mindwatch.schema import RuleSettings
 
 DOCS = REPO / "docs"
 

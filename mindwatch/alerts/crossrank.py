@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +33,7 @@ from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
 from mindwatch.alerts.liveness import ExitWatch, LostRank, RankLiveness
-from mindwatch.alerts.rules import value_of
-from mindwatch.analysis.units import format_ms
+from mindwatch.alerts.straggler import StragglerRule
 from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
@@ -47,90 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mindwatch")
 
 #: The rules' names in ``alerts.jsonl``.
-STRAGGLER, HANG, RANK_LOST = "straggler", "hang", "rank_lost"
-
-
-def medians_of_the_others(values: np.ndarray) -> np.ndarray:
-    """For each element, the median of all the other elements (``statistics.median`` of the rest), in O(n log n)."""
-    n = len(values)
-    order = np.argsort(values, kind="stable")
-    s = values[order]
-    position = np.empty(n, np.int64)
-    position[order] = np.arange(n)
-    m = n - 1  # how many values are left without one
-    lo, hi = (m - 1) // 2, m // 2  # the middle of what is left (one index when m is odd)
-    at_lo = np.where(lo < position, s[lo], s[min(lo + 1, n - 1)])  # without element i, index k of the rest is s[k] or s[k + 1]
-    at_hi = np.where(hi < position, s[hi], s[min(hi + 1, n - 1)])
-    return (at_lo + at_hi) / 2
-
-
-class StragglerRule:
-    """A rank whose ``metric`` stays above ``factor`` x the other ranks' median (and by ``min_excess`` seconds)
-    for ``count`` steps in a row. It fires once per streak and re-arms when the rank catches up.
-
-    Input: one step across ranks, ``{"step": 12, "ranks": {0: record, 1: record, ...}}``.
-    """
-
-    name = STRAGGLER
-    severity = "warning"
-
-    def __init__(
-        self,
-        metrics: Sequence[str] = vocab.STRAGGLER_METRICS,
-        *,
-        factor: float = 2.0,
-        min_excess: float = 0.05,
-        count: int = 5,
-        actions: Sequence[str] = (),
-    ) -> None:
-        self.metrics = tuple(metrics)
-        self.factor, self.min_excess, self.count = factor, min_excess, count
-        self.actions = list(actions)
-        self.streak: dict[tuple[int, str], int] = {}
-
-    def check(self, step_record: dict[str, Any]) -> list[Alert]:
-        ranks: dict[int, dict[str, Any]] = step_record["ranks"]
-        if len(ranks) < 2:
-            return []
-        out = []
-        for metric in self.metrics:
-            values = {r: v for r, rec in ranks.items() if (v := value_of(rec, metric)) is not None and v == v}
-            if len(values) < 2:
-                continue
-            who = np.fromiter(values, np.int64, len(values))
-            column = np.fromiter(values.values(), np.float64, len(values))
-            median = medians_of_the_others(column)
-            slow = (column > self.factor * median) & (column - median > self.min_excess)
-            for rank, is_slow, value, med in zip(who.tolist(), slow.tolist(), column.tolist(), median.tolist(), strict=True):
-                key = (rank, metric)
-                if is_slow:
-                    self.streak[key] = self.streak.get(key, 0) + 1
-                    if self.streak[key] == self.count:
-                        out.append(self._alert(step_record["step"], rank, metric, value, med))
-                elif self.streak.get(key):
-                    self.streak[key] = 0
-        return out
-
-    def _alert(self, step: int, rank: int, metric: str, value: float, median: float) -> Alert:
-        times = f"{value / median:.1f} x " if median > 0 else ""
-        msg = (
-            f"rank {rank} is a straggler: its {metric} {format_ms(value)} is {times}the other ranks' median {format_ms(median)}, "
-            f"{self.count} steps in a row"
-        )
-        return make_alert(
-            self.name,
-            step=step,
-            rank=rank,
-            message=msg,
-            metric=metric,
-            value=value,
-            threshold=self.factor * median,
-            severity=self.severity,
-            actions=self.actions,
-            straggler=rank,
-            others_median=median,
-            reported_by=0,
-        )
+HANG, RANK_LOST = "hang", "rank_lost"
 
 
 def lost_alert(gone: LostRank, *, reported_by: int) -> Alert:
@@ -278,9 +194,7 @@ class CrossRankWatch(_Liveness):
         self.aligner = StepAligner(world_size)
         s = config.straggler
         on = alerts_enabled and s.enabled
-        rules = (
-            [StragglerRule(s.metrics, factor=s.factor, min_excess=s.min_excess, count=s.count, actions=s.actions)] if on else []
-        )
+        rules = [StragglerRule.from_settings(s)] if on else []
         self.engine = RuleEngine(rules, emit, cooldown_secs=cooldown_secs)
         self.forward = forward
         self.hang_enabled = alerts_enabled and config.hang.enabled

@@ -26,6 +26,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field
+
+from mindwatch.schema import RuleSettings
+
+
+class HangSettings(RuleSettings):
+    """When the run stalls, rank 0 reads every rank's stack dump and names the rank the others wait for."""
+
+    #: Seconds rank 0 waits for the other ranks' stack dumps after the first stall before it diagnoses.
+    wait: float = Field(default=10.0, gt=0)
+
+
 #: Where a rank's main thread is.
 IN_STEP, IN_DATA, IN_PYTHON, UNKNOWN = "step", "data", "python", "unknown"
 
