@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindwatch import __version__
 from mindwatch.alerts.alert import Alert
@@ -47,6 +47,9 @@ from mindwatch.store.layout import RunLayout, is_run_dir, new_run_id, read_json,
 from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id
 from mindwatch.store.sink import hook
 from mindwatch.store.writer import RunWriter
+
+if TYPE_CHECKING:
+    from mindwatch.alerts.crossrank import CrossRankWatch
 
 log = logging.getLogger("mindwatch")
 
@@ -76,6 +79,8 @@ class RunSession:
     notify_now: Callable[[Alert], None] | None = None
     #: A person's requests (``mindwatch stop|checkpoint|lr|set``, the dashboard), read on the worker.
     inbox: RequestInbox | None = None
+    #: Rank 0 of a multi-rank run: the straggler rule, the bands, the hang diagnosis, the other ranks' alerts.
+    cross_rank: CrossRankWatch | None = None
 
     @classmethod
     def start(
@@ -241,7 +246,9 @@ class RunSession:
                 on_lost=self.rank_lost,
                 stale_secs=max(10.0, 5 * cfg.flush_secs),
                 wake=self.monitor.wake,
+                timings_from_signal=self.collective,
             )
+            self.cross_rank = watch
             sinks.append(watch)
             self.monitor.tickers.append(watch)
         if self.rank == 1 and self.world_size > 1:

@@ -148,3 +148,30 @@ def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_togethe
         listed = runs["runs"] if isinstance(runs, dict) else runs
         assert [r["id"] for r in listed] == [f"dist/{dirs[0].name}"], "one run over both folders"
         assert listed[0]["ranks"] in (2, [0, 1])
+
+
+def test_without_a_shared_save_dir_rank_0_names_the_straggler_and_draws_the_band(tmp_path: Path) -> None:
+    """Each rank in its own folder; rank 1's data pipeline takes 0.15 s a batch. Rank 0 sees no file of rank 1, yet
+    names it a straggler and writes the data-time band from the timings every step's collective brings: the
+    band's max at each step is rank 1's own recorded data time (read from rank 1's folder)."""
+    launch(tmp_path, "--save-dir-per-rank", "--slow-rank", "1", "--slow-secs", "0.15", config={}, steps=30)
+    dirs = {rank: only_run_dir(tmp_path / "out" / f"rank{rank}" / "dist") for rank in (0, 1)}
+    assert not (dirs[0] / "metrics.rank1.jsonl").exists(), "rank 1's records stay on its own node"
+    stragglers = [a for a in raw_records(dirs[0] / "alerts.jsonl") if a["rule"] == "straggler"]
+    assert stragglers, f"no straggler alert in rank 0's folder: {raw_records(dirs[0] / 'alerts.jsonl')}"
+    assert {a["rank"] for a in stragglers} == {1} and stragglers[0]["metric"] == "data_time"
+    assert stragglers[0]["value"] > 0.1 and stragglers[0]["reported_by"] == 0
+    own = {r: {rec["step"]: rec["data_time"] for rec in raw_records(dirs[r] / f"metrics.rank{r}.jsonl")} for r in (0, 1)}
+    from starlette.testclient import TestClient
+
+    from mindwatch.serve.app import create_app
+
+    with TestClient(create_app(tmp_path / "out" / "rank0", cache=None)) as client:  # node 0's folder alone
+        body = client.get("/api/band", params={"run": f"dist/{dirs[0].name}", "metric": "data_time"}).json()
+    assert body["ranks"] == [0, 1]
+    points = {p[0]: p[1:] for p in body["points"]}
+    assert len(points) >= 25, "every step but the last (its timings would go out with a next step)"
+    for step, (lo, mean, hi) in points.items():
+        values = [own[0][step], own[1][step]]
+        assert (lo, mean, hi) == pytest.approx((min(values), sum(values) / 2, max(values)), rel=1e-5, abs=1e-6), step
+    assert sum(hi == pytest.approx(own[1][s], rel=1e-5) for s, (_, _, hi) in points.items()) >= len(points) - 3

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
 from mindwatch.alerts.liveness import ExitWatch, LostRank, RankLiveness
-from mindwatch.alerts.straggler import StragglerRule
+from mindwatch.alerts.straggler import SIGNAL_TIMINGS, StragglerRule
 from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
@@ -181,8 +182,19 @@ class CrossRankWatch(_Liveness):
         close_wait: float = 5.0,
         wake: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timings_from_signal: bool = False,
     ) -> None:
         self.layout = RunLayout(Path(run_dir))
+        #: Our train cells and loops sum every rank's step and data time with the step (``from_signal``): the
+        #: straggler rule and those bands read them, with or without a shared file system, not the rank files.
+        self.timings_from_signal = timings_from_signal
+        self._signal_rows: deque[tuple[int, np.ndarray]] = deque(maxlen=10_000)
+        #: Whether the other ranks' files are in this run directory (None: not known yet). When they are, the
+        #: bands come from them (every recorded step, the last one too); when not, from the signal's timings.
+        self._shared: bool | None = None
+        self._signal_since: float | None = None
+        self._pending_bands: deque[tuple[int, dict[int, dict[str, Any]]]] = deque(maxlen=10_000)
+        self._stale_secs = stale_secs
         others = list(range(1, world_size))
         super().__init__(self.layout, world_size, others, config, stale_secs=stale_secs, wake=wake, clock=clock)
         self.world_size = world_size
@@ -212,6 +224,11 @@ class CrossRankWatch(_Liveness):
         self._last_poll = -1e18
         self.diagnoses = 0
 
+    def from_signal(self, step: int, timings: np.ndarray) -> None:
+        """Every rank's ``SIGNAL_TIMINGS`` at ``step``, one row a rank (0: none sent), as the collective summed them.
+        Training thread: one append; the worker reads them at its next poll."""
+        self._signal_rows.append((step, timings))
+
     # -- sink interface (rank 0's worker thread) ----------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
         if self.clock() - self._last_poll >= self.poll_secs:
@@ -234,9 +251,13 @@ class CrossRankWatch(_Liveness):
             if self._others_done() or self.clock() >= deadline:
                 break
             time.sleep(0.05)
+        if self.timings_from_signal:
+            self._signal_bands([], final=True)
         self.close_exits()
 
     def _others_done(self) -> bool:
+        if self._shared is False:
+            return True  # the other ranks' files are on their own hosts: nothing to wait for here
         # a rank writes its final status after its last alert is in alerts.jsonl
         for r in range(1, self.world_size):
             if r in self.liveness.lost:
@@ -255,26 +276,68 @@ class CrossRankWatch(_Liveness):
             self._read_alerts()
 
     def _read_steps(self) -> None:
+        if self.timings_from_signal:
+            self._read_signal()
         complete = []
         for rank, records in self.tails.read_new().items():
             step = records[-1].get("step")
             if isinstance(step, int):
                 self.last_steps[rank] = step
             for step, ranks in self.aligner.add(rank, records):
-                self.engine.write([{"step": step, "ranks": ranks}])
+                if not self.timings_from_signal:
+                    self.engine.write([{"step": step, "ranks": ranks}])
                 complete.append((step, ranks))
         if complete and self.bands is not None:
-            self._write_bands(complete)
+            skip = SIGNAL_TIMINGS if self._shared is False else ()
+            self._write_bands(complete, [m for m in vocab.banded() if m not in skip])
 
-    def _write_bands(self, complete: list[tuple[int, dict[int, dict[str, Any]]]]) -> None:
-        """Every step all ranks recorded, summarised across ranks per metric (``bands/``: what the dashboard reads)."""
+    def _read_signal(self) -> None:
+        """The timings the collective brought since the last poll: the straggler rule and their bands."""
+        complete = []
+        while self._signal_rows:
+            step, timings = self._signal_rows.popleft()
+            ranks = {
+                r: {"step": step, **dict(zip(SIGNAL_TIMINGS, row, strict=True))}
+                for r, row in enumerate(timings.tolist())
+                if any(row)  # a rank whose step sent nothing (no callback there, or not started yet)
+            }
+            for r in ranks:
+                self.last_steps[r] = max(step, self.last_steps.get(r, step))
+            self.engine.write([{"step": step, "ranks": ranks}])
+            complete.append((step, ranks))
+        if self._signal_since is None and complete:
+            self._signal_since = self.clock()
+        self._signal_bands(complete)
+
+    def _signal_bands(self, complete: list[tuple[int, dict[int, dict[str, Any]]]], *, final: bool = False) -> None:
+        """The signal's timings into ``bands/`` when the other ranks' files are not here (no shared file system)."""
+        if self.bands is None:
+            return
+        if self._shared is None:
+            if any(self.layout.metrics(r).exists() for r in range(1, self.world_size)):
+                self._shared = True
+            elif final or (self._signal_since is not None and self.clock() - self._signal_since >= self._stale_secs):
+                self._shared = False
+        if self._shared is None:
+            self._pending_bands.extend(complete)
+            return
+        if self._shared:
+            self._pending_bands.clear()
+            return
+        rows = [*self._pending_bands, *complete]
+        self._pending_bands.clear()
+        if rows:
+            self._write_bands(rows, list(SIGNAL_TIMINGS))
+
+    def _write_bands(self, complete: list[tuple[int, dict[int, dict[str, Any]]]], metrics: list[str]) -> None:
+        """Steps across ranks, summarised across ranks per metric (``bands/``: what the dashboard reads)."""
         bands = self.bands
         if bands is None:
             return
         complete.sort(key=lambda item: item[0])
         steps = [step for step, _ in complete]
         ranks = np.arange(self.world_size)
-        for metric in vocab.banded():
+        for metric in metrics:
             values = np.full((len(complete), self.world_size), np.nan)
             seen = False
             for i, (_, by_rank) in enumerate(complete):

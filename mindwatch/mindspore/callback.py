@@ -192,11 +192,13 @@ class MonitorCallback(Callback):
         cb = run_context.original_args()
         arg = self._read_arg
         step = arg(cb, "cur_step_num")
+        waited = self._step_begin - self._prev_step_end
         if self._exchange is not None:  # what every rank asked for, the same vector on every rank
             self._exchange.after_step(arg(cb, "net_outputs")[self._signal_output].asnumpy(), step + state.offset)
+            self._exchange.timed(step + state.offset, now - self._prev_step_end, waited)  # out with the next step
         if recorder.watchdog is not None:
             recorder.watchdog.last_beat = now
-        recorder.timer.data_wait += self._step_begin - self._prev_step_end
+        recorder.timer.data_wait += waited
         self._prev_step_end = now
         n = step - state.recorded
         cell = self._cell

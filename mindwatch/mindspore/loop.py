@@ -101,6 +101,9 @@ class Run:
         self.recorder: StepRecorder | None = None
         #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py).
         self._exchange: SignalExchange | None = None
+        #: Since the last sum: when it was (perf_counter) and the seconds waited for batches (the timings it sends).
+        self._summed_at, self._summed_step = 0.0, 0
+        self._waited = 0.0
         if not config.enable:
             return
         who = discover()
@@ -153,6 +156,7 @@ class Run:
         recorder.watch_attention(self.network)
         now = _perf()
         recorder.timer.restart(now)
+        self._summed_at, self._summed_step = now, self._step
         if recorder.watchdog is not None:
             recorder.watchdog.started = now  # compilation and the first batch have first_step_timeout
         self._plan(self._step + 1)
@@ -192,7 +196,9 @@ class Run:
             except StopIteration:
                 return
             if timer is not None:
-                timer.data_wait += _perf() - began
+                waited = _perf() - began
+                timer.data_wait += waited
+                self._waited += waited
                 if timer.shape_pending:
                     timer.read_shape(batch)
             self._batch += 1
@@ -221,6 +227,9 @@ class Run:
         n = number - state.recorded
         try:
             if self._exchange is not None and number % self._sum_every == 0:  # one small AllReduce: the same on every rank
+                k = max(1, number - self._summed_step)  # the step and data time per step since the last sum go with it
+                self._exchange.timed(number, (now - self._summed_at) / k, self._waited / k)
+                self._summed_at, self._summed_step, self._waited = now, number, 0.0
                 self._exchange.before_step()
                 self._exchange.after_step(_sum(self._exchange.signal.tensor()), number)
             if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):

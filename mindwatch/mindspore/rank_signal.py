@@ -9,12 +9,14 @@ Example::
     signal.run_id(vector)                           # the run id rank 0 announced (its first step)
 
 Each rank owns :data:`SLOTS` slots of the vector (``rank * SLOTS ...``): the actions it asks for (one bit
-each) and the step of the alert that asked. Rank 0 also writes its run id into the last
+each), the step of the alert that asked, and its step and data time of the step before (what rank 0's
+straggler rule and bands need, :meth:`SignalExchange.timed`). Rank 0 also writes its run id into the last
 :data:`TOKEN_SLOTS` slots (one character code each), so that the other ranks learn which directory the run
 is in after the first step, without a shared file system and without waiting at start. Every rank's
 train cell sums the vector with an ``AllReduce`` inside its step (the slots do not overlap, so the sum is
 a gather), so every rank reads the same requests after the same step and acts on it: no margin, no
-polling. The vector is written with ``ops.assign`` between steps, only when it changes.
+polling. The vector is written with ``ops.assign`` between steps (~25 us on CPU), only when it changes: with
+the timings, every step.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from mindspore import ops
 
 from mindwatch.monitor.control import ACTIONS
 
-#: Slots per rank: the bits of the actions asked, the step of the alert that asked.
-SLOTS = 2
+#: Slots per rank: the bits of the actions asked, the step of the alert that asked, the step and data time sent.
+SLOTS = 4
+#: Where a rank's timings are among its slots: ``step_time``, ``data_time`` (seconds; 0: not sent).
+TIMING = slice(2, 4)
 #: Slots for rank 0's run id, one character code each.
 TOKEN_SLOTS = 64
 #: The bit of each action (float32 holds these sums exactly).
@@ -77,9 +81,15 @@ class RankSignal:
         if action not in ACTION_BITS:
             return
         self.asking[action] = alert
-        bits = int(self._vector[self._own][0]) | ACTION_BITS[action]
+        own = self._vector[self._own]
         step = alert.get("step")
-        self._vector[self._own] = (bits, float(step) if isinstance(step, int) else 0.0)
+        own[0] = int(own[0]) | ACTION_BITS[action]
+        own[1] = float(step) if isinstance(step, int) else 0.0
+        self._dirty = True
+
+    def time(self, step_secs: float, data_secs: float) -> None:
+        """This rank's step and data time, sent with the next step (every rank reads every rank's)."""
+        self._vector[self._own][TIMING] = (step_secs, data_secs)
         self._dirty = True
 
     def send(self) -> None:
@@ -99,10 +109,15 @@ class RankSignal:
         for rank in np.flatnonzero(slots[:, 0]):
             bits, step = int(round(float(slots[rank, 0]))), int(round(float(slots[rank, 1])))
             asked.extend(Asked(int(rank), action, step) for action, bit in ACTION_BITS.items() if bits & bit)
-        if self._vector[self._own][0]:
-            self._vector[self._own] = 0.0
+        own = self._vector[self._own]
+        if own[0]:
+            own[:2] = 0.0
             self._dirty = True
         return asked
+
+    def timings(self, reduced: np.ndarray) -> np.ndarray:
+        """Every rank's ``(step_time, data_time)`` in the summed vector, one row a rank (0: that rank sent none)."""
+        return np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, TIMING]
 
     def run_id(self, reduced: np.ndarray) -> str | None:
         """The run id rank 0 announced, or None (rank 0 does not record: it has no callback)."""
@@ -138,6 +153,16 @@ class SignalExchange:
     def __init__(self, signal: RankSignal, session: Any) -> None:
         self.signal = signal
         self.session = session
+        #: Rank 0: its cross-rank watch, which takes every rank's timings (``CrossRankWatch.from_signal``).
+        self.watch = getattr(session, "cross_rank", None) if signal.rank == 0 else None
+        #: The step whose timings this rank set last, and the one they went out with in the step in flight.
+        self._timed_step: int | None = None
+        self._sent_step: int | None = None
+
+    def timed(self, step: int, step_secs: float, data_secs: float) -> None:
+        """This rank's step and data time at ``step``: they go out with the next sum (rank 0 hears every rank's)."""
+        self.signal.time(step_secs, data_secs)
+        self._timed_step = step
 
     def before_step(self) -> None:
         """Send what this rank's rules asked for since the last step (a lock only when something waits)."""
@@ -146,9 +171,14 @@ class SignalExchange:
             for action, alert in control.outgoing():
                 self.signal.ask(action, alert)
         self.signal.send()
+        self._sent_step = self._timed_step
 
     def after_step(self, reduced: np.ndarray, step: int) -> None:
-        """File the actions every rank asked for in this step's vector, due at this boundary."""
+        """File the actions every rank asked for in this step's vector, due at this boundary; rank 0 hands every
+        rank's timings to its cross-rank watch."""
+        if self.watch is not None and self._sent_step is not None:
+            self.watch.from_signal(self._sent_step, self.signal.timings(reduced))
+            self._sent_step = None
         for asked in self.signal.read(reduced):
             if asked.rank == self.signal.rank:
                 alert = self.signal.asking.pop(asked.action, None)

@@ -9,8 +9,9 @@ Example::
     rows["step"], rows["min"], rows["mean"], rows["max"], rows["argmax"], rows["count"]
 
 ``bands/<metric>.band`` holds fixed-size little-endian rows (:data:`BAND_DTYPE`), appended by rank 0's
-worker thread (the cross-rank watch), which joins every rank's records by step anyway. A reader
-takes the whole rows only (a torn last row is read again later). Rows cover the steps that
+worker thread (the cross-rank watch), which joins every rank's records by step anyway, or, for the step and
+data time of a run whose ranks keep their files on their own hosts, takes them from the train step's collective
+signal. A reader takes the whole rows only (a torn last row is read again later). Rows cover the steps that
 every rank recorded, in the order they completed; the newest steps follow within ``poll_secs``.
 """
 
