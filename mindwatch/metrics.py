@@ -196,7 +196,7 @@ RECORDED_OUTPUTS: tuple[str, ...] = (*STEP_OUTPUTS, SKIPPED)
 #: What ``skip_steps.metric`` may judge.
 SKIP_METRICS: tuple[str, ...] = (GRAD_NORM, LOSS)
 #: The times a slow rank shows in, the data wait first (rank 0's straggler rule; the page's outlier ranks).
-STRAGGLER_METRICS: tuple[str, ...] = (DATA_TIME, STEP_TIME)
+STRAGGLER_METRICS: tuple[str, ...] = (DATA_TIME, STEP_TIME)  # also each rank's slots of the cross-rank signal, in order
 #: Record keys that are not charted.
 NOT_CHARTED: tuple[str, ...] = ("epoch", "batch")
 

@@ -34,7 +34,7 @@ from mindwatch.alerts.alert import RESUMED, STALL, Alert, make_alert
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
 from mindwatch.alerts.liveness import ExitWatch, LostRank, RankLiveness
-from mindwatch.alerts.straggler import SIGNAL_TIMINGS, StragglerRule
+from mindwatch.alerts.straggler import StragglerRule
 from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
@@ -225,7 +225,7 @@ class CrossRankWatch(_Liveness):
         self.diagnoses = 0
 
     def from_signal(self, step: int, timings: np.ndarray) -> None:
-        """Every rank's ``SIGNAL_TIMINGS`` at ``step``, one row a rank (0: none sent), as the collective summed them.
+        """Every rank's ``vocab.STRAGGLER_METRICS`` at ``step``, one row a rank (0: none sent), as the collective summed them.
         Training thread: one append; the worker reads them at its next poll."""
         self._signal_rows.append((step, timings))
 
@@ -288,7 +288,7 @@ class CrossRankWatch(_Liveness):
                     self.engine.write([{"step": step, "ranks": ranks}])
                 complete.append((step, ranks))
         if complete and self.bands is not None:
-            skip = SIGNAL_TIMINGS if self._shared is False else ()
+            skip = vocab.STRAGGLER_METRICS if self._shared is False else ()
             self._write_bands(complete, [m for m in vocab.banded() if m not in skip])
 
     def _read_signal(self) -> None:
@@ -297,7 +297,7 @@ class CrossRankWatch(_Liveness):
         while self._signal_rows:
             step, timings = self._signal_rows.popleft()
             ranks = {
-                r: {"step": step, **dict(zip(SIGNAL_TIMINGS, row, strict=True))}
+                r: {"step": step, **dict(zip(vocab.STRAGGLER_METRICS, row, strict=True))}
                 for r, row in enumerate(timings.tolist())
                 if any(row)  # a rank whose step sent nothing (no callback there, or not started yet)
             }
@@ -327,7 +327,7 @@ class CrossRankWatch(_Liveness):
         rows = [*self._pending_bands, *complete]
         self._pending_bands.clear()
         if rows:
-            self._write_bands(rows, list(SIGNAL_TIMINGS))
+            self._write_bands(rows, list(vocab.STRAGGLER_METRICS))
 
     def _write_bands(self, complete: list[tuple[int, dict[int, dict[str, Any]]]], metrics: list[str]) -> None:
         """Steps across ranks, summarised across ranks per metric (``bands/``: what the dashboard reads)."""

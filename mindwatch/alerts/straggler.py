@@ -26,8 +26,6 @@ from mindwatch.units import format_ms
 
 #: The rule's name in ``alerts.jsonl``.
 STRAGGLER = "straggler"
-#: The timings the train step's collective signal carries for each rank, in its order (``mindspore/rank_signal.py``).
-SIGNAL_TIMINGS: tuple[str, str] = (vocab.STEP_TIME, vocab.DATA_TIME)
 
 if TYPE_CHECKING:
     _StragglerMetric = str

@@ -28,12 +28,16 @@ import mindspore as ms
 import numpy as np
 from mindspore import ops
 
+from mindwatch import metrics as vocab
 from mindwatch.monitor.control import ACTIONS
 
 #: Slots per rank: the bits of the actions asked, the step of the alert that asked, the step and data time sent.
-SLOTS = 4
-#: Where a rank's timings are among its slots: ``step_time``, ``data_time`` (seconds; 0: not sent).
-TIMING = slice(2, 4)
+SLOTS = 2 + len(vocab.STRAGGLER_METRICS)
+#: Where a rank's timings are among its slots: the straggler metrics (``step_time``, ``data_time``), in the
+#: vocabulary's order (``metrics.STRAGGLER_METRICS``), in seconds; 0: not sent.
+TIMING = slice(2, 2 + len(vocab.STRAGGLER_METRICS))
+_STEP_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.STEP_TIME)
+_DATA_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.DATA_TIME)
 #: Slots for rank 0's run id, one character code each.
 TOKEN_SLOTS = 64
 #: The bit of each action (float32 holds these sums exactly).
@@ -89,7 +93,8 @@ class RankSignal:
 
     def time(self, step_secs: float, data_secs: float) -> None:
         """This rank's step and data time, sent with the next step (every rank reads every rank's)."""
-        self._vector[self._own][TIMING] = (step_secs, data_secs)
+        own = self._vector[self._own]
+        own[_STEP_SLOT], own[_DATA_SLOT] = step_secs, data_secs
         self._dirty = True
 
     def send(self) -> None:
@@ -116,7 +121,8 @@ class RankSignal:
         return asked
 
     def timings(self, reduced: np.ndarray) -> np.ndarray:
-        """Every rank's ``(step_time, data_time)`` in the summed vector, one row a rank (0: that rank sent none)."""
+        """Every rank's straggler metrics (``metrics.STRAGGLER_METRICS``, in order) in the summed vector, one row a rank
+        (0: that rank sent none)."""
         return np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, TIMING]
 
     def run_id(self, reduced: np.ndarray) -> str | None:
