@@ -146,6 +146,7 @@ def create_app(
             Route("/api/heatmap", api.heatmap),
             Route("/api/alerts", api.alerts),
             Route("/api/compare", api.compare),
+            Route("/api/compare/runs", api.compare_runs),
             Route("/api/live", live),
             Route("/api/control", control.control),
             Route("/api/request", control.request, methods=["GET", "POST"]),
