@@ -50,6 +50,7 @@ STATIC_FILES = {
     "run_page.js": "text/javascript",
     "run_panels.js": "text/javascript",
     "compare_page.js": "text/javascript",
+    "chart_view.js": "text/javascript",
     "layers_view.js": "text/javascript",
     "run_actions.js": "text/javascript",
     "style.css": "text/css",

@@ -5,6 +5,7 @@
 
 import { api, openLive } from "./api.js";
 import { heatmap } from "./charts.js";
+import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
 import { LayersView, hasLayers } from "./layers_view.js";
@@ -21,25 +22,16 @@ const OUTLIER_RANKS = 5;
 
 /** The run page's view from the hash's query; anything missing or malformed is the default. */
 export function viewFromParams(p) {
-  const num = (k, lo, hi, d) => { const v = Number(p.get(k)); return p.has(k) && Number.isFinite(v) && v >= lo && v <= hi ? v : d; };
   const zoom = (p.get("zoom") || "").split(",").map(Number);
-  return {
-    x: ["step", "time", "elapsed"].includes(p.get("x")) ? p.get("x") : "step",
-    smoothing: num("smoothing", 0, 0.99, 0),
-    log: p.get("log") === "1",
-    robust: p.get("y") !== "all",
+  return Object.assign(chartViewFromParams(p), {
     rank: p.get("rank") || "0",
     zoom: zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1] ? zoom : null,
-  };
+  });
 }
 
 /** The hash's query for a view: only what differs from the default. */
 function viewParams(v, pickedRank) {
-  const q = new URLSearchParams();
-  if (v.x !== "step") q.set("x", v.x);
-  if (v.smoothing) q.set("smoothing", String(v.smoothing));
-  if (v.log) q.set("log", "1");
-  if (!v.robust) q.set("y", "all");
+  const q = setChartViewParams(new URLSearchParams(), v);
   if (pickedRank) q.set("rank", v.rank);
   if (v.zoom) q.set("zoom", v.zoom.map((x) => Number(x.toPrecision(12))).join(","));
   return q.toString().replaceAll("%2C", ",");
