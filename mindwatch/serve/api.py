@@ -8,6 +8,7 @@ Example (with the app from :func:`mindwatch.serve.app.create_app`)::
     GET /api/heatmap?run=gpt/run_1&prefix=attention_entropy/&buckets=100
     GET /api/vocabulary                      # mindwatch.metrics: names, families, chart groups
     GET /api/alerts?run=gpt/run_1
+    GET /api/histograms?run=gpt/run_1&rank=0             # the layers' last weight and gradient histograms
     GET /api/compare?runs=gpt/run_1,gpt/run_2&metric=loss&x=elapsed   # one metric of every run
     GET /api/compare/runs?runs=gpt/run_1,gpt/run_2                     # their summaries and config keys
 
@@ -31,6 +32,7 @@ from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_
 from mindwatch.analysis.config_diff import MISSING, config_diff
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
+from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import run_progress
 from mindwatch.analysis.summary import summarize_run
@@ -380,6 +382,17 @@ def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[
         return {"run": view.id, "prefix": prefix, "layers": names, "steps": grid.steps, "values": grid.values}
 
 
+def histograms(view: RunView, rank: int | None) -> dict[str, Any]:
+    """The last recorded histograms of each layer's weights and gradients (:mod:`mindwatch.analysis.histograms`)."""
+    view.refresh()
+    with view.lock:
+        if rank is None:
+            rank = min(view.columns) if view.columns else 0
+        steps, hist = view.layer_histograms(rank)
+        grids = {kind: histogram_grid(steps, hist, kind) for kind in KINDS}
+        return {"run": view.id, "rank": rank, **{kind: g.as_dict() if g else None for kind, g in grids.items()}}
+
+
 # -- endpoints -----------------------------------------------------------------------------
 class Api:
     """Starlette endpoints bound to one catalog."""
@@ -426,6 +439,10 @@ class Api:
             raise BadRequest(f"prefix {prefix[:40]!r} is not a metric name prefix")
         buckets = int_param(req, "buckets", HEATMAP_BUCKETS, 1, 2000) or HEATMAP_BUCKETS
         return JSONResponse(heatmap(view, prefix, int_param(req, "rank", None, 0, 1 << 20), buckets))
+
+    def histograms(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        return JSONResponse(histograms(view, int_param(req, "rank", None, 0, 1 << 20)))
 
     def alerts(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)

@@ -9,6 +9,7 @@ import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
 import { LayersView, hasLayers } from "./layers_view.js";
+import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { attentionFamilies, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
@@ -47,6 +48,7 @@ export class RunPage {
     this.cards = [];
     this.heats = new Map();  // attention family prefix -> its heat map, when the model reports it
     this.layers = null;  // the layers view, when the run has per-layer statistics
+    this.histograms = null;  // the layers' weight and gradient histograms, beside the layers view
     this.live = null;
     this.serverOffset = 0;  // our clock minus the server's
     this.disposed = false;
@@ -64,7 +66,7 @@ export class RunPage {
     document.title = `mindwatch: ${runId}`;
     main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress, this.actions.el),
       this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
-    this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); };
+    this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); if (this.histograms) this.histograms.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
     this.build().catch((e) => this.showError(e.message));
@@ -124,7 +126,9 @@ export class RunPage {
     this.heats.forEach((m) => m.dispose());
     this.heats.clear();
     if (this.layers) this.layers.dispose();
+    if (this.histograms) this.histograms.dispose();
     this.layers = null;
+    this.histograms = null;
     this.grid.replaceChildren();
     this.cards = chartGroups(this.info.metrics).map((g) => {
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": g.metrics.join(",") });
@@ -147,6 +151,8 @@ export class RunPage {
     if (hasLayers(this.info.metrics)) {
       this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0]);
       await this.layers.refresh();
+      this.histograms = new HistogramsView(this.grid, this.runId, this.ranksShown()[0]);
+      await this.histograms.refresh();
     }
   }
 
@@ -263,6 +269,7 @@ export class RunPage {
       try {
         for (const [prefix, m] of this.heats) m.update(await this.fetchHeat(prefix));
         if (this.layers) await this.layers.refresh();
+        if (this.histograms) await this.histograms.refresh();
         if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
         this.drawAll();
       } catch (e) { /* the next points try again */ }
@@ -290,5 +297,6 @@ export class RunPage {
     this.cards.forEach((c) => c.dispose());
     this.heats.forEach((m) => m.dispose());
     if (this.layers) this.layers.dispose();
+    if (this.histograms) this.histograms.dispose();
   }
 }
