@@ -167,6 +167,28 @@ def test_compare_overlays_one_metric_from_several_runs(logdir: Path) -> None:
     assert [(s["run"], s["total"], s["state"]) for s in d["series"]] == [("p/a", 20, "finished"), ("p/b", 30, "failed")]
 
 
+def test_compare_runs_gives_each_runs_summary_and_the_config_keys_that_differ(logdir: Path) -> None:
+    import mindwatch
+    from mindwatch.analysis.summary import summarize_run
+
+    make_run(logdir, "p", "a", steps=20)
+    b = make_run(logdir, "p", "b", steps=30, state="failed", error="boom")
+    meta = json.loads((b / "meta.json").read_text())
+    meta["config"] = {"lr": 0.01, "optimizer": {"name": "adamw"}}
+    (b / "meta.json").write_text(json.dumps(meta))
+    with client(logdir) as c:
+        d = c.get("/api/compare/runs", params={"runs": "p/a,p/b"}).json()
+        assert c.get("/api/compare/runs").status_code == 400
+    keys = {k["key"]: k for k in d["config"]}
+    assert keys["lr"]["differs"] and keys["lr"]["values"] == [0.001, 0.01]
+    assert keys["optimizer.name"]["present"] == [False, True] and keys["optimizer.name"]["differs"]
+    for run, path in zip(d["runs"], (logdir / "p" / "a", b), strict=True):
+        s = summarize_run(mindwatch.open_run(path))
+        assert (run["summary"]["state"], run["summary"]["last_step"], run["rank_text"]) == (s.state, s.last_step, "1")
+        assert run["summary"]["best_loss"] == pytest.approx(s.best_loss) and run["metrics"] == ["loss", "lr"]
+    assert [r["summary"]["best_loss"] for r in d["runs"]] == [2.0, 2.0]  # make_run: loss 3 - s/steps, least at the last step
+
+
 def test_torn_last_line_is_read_once_complete_and_growth_is_picked_up(logdir: Path) -> None:
     root = make_run(logdir, "p", "grow", steps=3, state="running")
     metrics = root / "metrics.rank0.jsonl"

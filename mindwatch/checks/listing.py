@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from mindwatch.analysis.config_diff import flatten
 from mindwatch.checks.evaluate import Evaluator, Missing, Value
 from mindwatch.checks.language import Call, CheckRule, Name, RuleError, parse_rule
 
@@ -44,20 +45,6 @@ COLUMN_LABELS = {"final_loss": "final loss", "best_loss": "best loss", "total_st
 FILTER_EXAMPLE = "lr > 1e-3 and final(loss) < 2"
 _CALLS = {("final", "loss"): "final_loss", ("min", "loss"): "best_loss", ("steps", None): "steps",
           ("duration", None): "duration", ("alerts", None): "alerts", ("state", None): "state"}  # fmt: skip
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optimizer": {"lr": 1e-3}}`` -> ``{"optimizer.lr": 1e-3}``; lists stay whole (as JSON text)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, path + "."))
-        elif isinstance(value, (list, tuple)):
-            out[path] = json.dumps(value, default=str)
-        else:
-            out[path] = value
-    return out
 
 
 def run_columns(listing: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.batches import flagged_batches, ids_text
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
+from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.state_text import state_sentence
@@ -256,15 +257,15 @@ def _layers(run: Run) -> dict[str, Any] | None:
     out["bars"] = [[stat, name] for stat, name in _NORM_BARS.items() if stat in last]
     out["maps"] = [[m.name, f"{m.title} per layer (log colour)"] for m in vocab.LAYER_FAMILIES if m.heat and m.name in maps]
     steps, hist = run.layer_histograms(rank)
-    if hist is not None:  # the last histograms: a row per layer, bins as fractions of the layer's max |x|
-        centers = np.linspace(-1, 1, hist.bins + 1)
-        labels = [f"{c:+.2f}" for c in (centers[:-1] + centers[1:]) / 2]
-        for kind, name in ((0, "weights"), (1, "grads")):
-            counts = hist.data[-1, kind, :, :-1]
-            values = [
-                [b, j, float(counts[j, b])] for j in range(counts.shape[0]) for b in range(counts.shape[1]) if counts[j, b] > 0
-            ]
-            out[f"histogram_{name}"] = {"steps": labels, "layers": list(hist.layers), "values": values, "step": int(steps[-1])}
+    for kind in KINDS:  # the last histograms: a row per layer, bins as fractions of the layer's max |x|
+        counts = histogram_grid(steps, hist, kind)
+        if counts is not None:
+            out[f"histogram_{kind}"] = {
+                "steps": counts.bins,
+                "layers": counts.layers,
+                "values": counts.values,
+                "step": counts.step,
+            }
     return out
 
 

@@ -8,7 +8,9 @@ Example (with the app from :func:`mindwatch.serve.app.create_app`)::
     GET /api/heatmap?run=gpt/run_1&prefix=attention_entropy/&buckets=100
     GET /api/vocabulary                      # mindwatch.metrics: names, families, chart groups
     GET /api/alerts?run=gpt/run_1
-    GET /api/compare?runs=gpt/run_1,gpt/run_2&metric=loss
+    GET /api/histograms?run=gpt/run_1&rank=0             # the layers' last weight and gradient histograms
+    GET /api/compare?runs=gpt/run_1,gpt/run_2&metric=loss&x=elapsed   # one metric of every run
+    GET /api/compare/runs?runs=gpt/run_1,gpt/run_2                     # their summaries and config keys
 
 Every bad query value is a 400 with a message that says what to send; nothing else is exposed.
 """
@@ -27,10 +29,13 @@ from starlette.responses import JSONResponse
 
 from mindwatch import metrics as vocab
 from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_rows
+from mindwatch.analysis.config_diff import MISSING, config_diff
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
+from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import run_progress
+from mindwatch.analysis.summary import summarize_run
 from mindwatch.checks.listing import COLUMN_LABELS, FILTER_EXAMPLE, SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
@@ -41,6 +46,14 @@ from mindwatch.store.reader import Series
 
 MAX_POINTS = 20_000
 MAX_COMPARE = 12
+#: The compare page's names of the RunSummary fields it shows (the runs table's where it has one).
+SUMMARY_LABELS = {
+    **COLUMN_LABELS,
+    "last_step": "last step",
+    "alert_count": "alerts",
+    "samples_per_second_p50": "samples/s (median)",
+    "max_grad_norm": "max grad norm",
+}
 _METRIC = re.compile(r"^[\w./@:+\-\[\] ]{1,200}$")
 
 
@@ -102,6 +115,16 @@ def runs_query(req: Request) -> tuple[list[str], str, str]:
     if sort:
         check_metric(sort.lstrip("-"), "sort")
     return columns, req.query_params.get("filter") or "", sort
+
+
+def runs_param(req: Request, catalog: Catalog) -> list[RunView]:
+    """The runs to compare: ``runs``, comma-separated run ids (at most :data:`MAX_COMPARE`)."""
+    ids = [r for r in (req.query_params.get("runs") or "").split(",") if r]
+    if not ids:
+        raise BadRequest("runs is required: comma-separated run ids from /api/runs")
+    if len(ids) > MAX_COMPARE:
+        raise BadRequest(f"compare at most {MAX_COMPARE} runs at once, got {len(ids)}")
+    return [catalog.open(r) for r in ids]
 
 
 def run_param(req: Request, catalog: Catalog, name: str = "run") -> RunView:
@@ -241,6 +264,47 @@ def series(
         }
 
 
+def compare_series(views: list[RunView], metric: str, x: str = "step", points: int = 2000) -> dict[str, Any]:
+    """``metric`` of each run (its lowest rank), by step, wall-clock time, or ``elapsed``: seconds since each run's start."""
+    out = []
+    for view in views:
+        view.refresh()
+        if view.columns:
+            s = series(view, metric, x="step" if x == "step" else "time", points=points, refresh=False)
+        else:  # a run that has not written a step yet
+            s = {"run": view.id, "metric": metric, "total": 0, "points": [], "nonfinite": []}
+        if x == "elapsed" and s["points"]:
+            t0 = view.meta.get("started_at") or s["points"][0][0]
+            s["points"] = [[p[0] - t0, p[1]] for p in s["points"]]
+            s["nonfinite"] = [[p[0] - t0, p[1]] for p in s["nonfinite"]]
+        s["state"] = view.status_summary()["state"]
+        out.append(s)
+    return {"metric": metric, "x": x, "series": out}
+
+
+def compare_runs(views: list[RunView]) -> dict[str, Any]:
+    """The compare page's tables: each run's :class:`~mindwatch.analysis.summary.RunSummary` (the full form) and
+    metrics, and every config key with each run's value (``present`` false where a run has none)."""
+    runs = []
+    for view in views:
+        view.refresh()
+        with view.lock:
+            summary = summarize_run(view)
+        row = {k: _json_value(v) for k, v in summary.to_dict().items() if k not in ("config", "path")}
+        runs.append({"id": view.id, "rank_text": summary.rank_text, "summary": row, "metrics": view.metrics})
+    configs = [view.meta.get("config") or {} for view in views]
+    keys = [
+        {
+            "key": k.key,
+            "differs": k.differs,
+            "values": [None if v is MISSING else _json_value(v) for v in k.values],
+            "present": [v is not MISSING for v in k.values],
+        }
+        for k in config_diff(configs)
+    ]
+    return {"runs": runs, "config": keys, "labels": SUMMARY_LABELS}
+
+
 def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
     """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.analysis.bands`), thinned keeping extremes."""
     b = band_across_ranks(view, metric, refresh)
@@ -315,6 +379,17 @@ def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[
         return {"run": view.id, "prefix": prefix, "layers": names, "steps": grid.steps, "values": grid.values}
 
 
+def histograms(view: RunView, rank: int | None) -> dict[str, Any]:
+    """The last recorded histograms of each layer's weights and gradients (:mod:`mindwatch.analysis.histograms`)."""
+    view.refresh()
+    with view.lock:
+        if rank is None:
+            rank = min(view.columns) if view.columns else 0
+        steps, hist = view.layer_histograms(rank)
+        grids = {kind: histogram_grid(steps, hist, kind) for kind in KINDS}
+        return {"run": view.id, "rank": rank, **{kind: g.as_dict() if g else None for kind, g in grids.items()}}
+
+
 # -- endpoints -----------------------------------------------------------------------------
 class Api:
     """Starlette endpoints bound to one catalog."""
@@ -362,6 +437,10 @@ class Api:
         buckets = int_param(req, "buckets", HEATMAP_BUCKETS, 1, 2000) or HEATMAP_BUCKETS
         return JSONResponse(heatmap(view, prefix, int_param(req, "rank", None, 0, 1 << 20), buckets))
 
+    def histograms(self, req: Request) -> JSONResponse:
+        view = run_param(req, self.catalog)
+        return JSONResponse(histograms(view, int_param(req, "rank", None, 0, 1 << 20)))
+
     def alerts(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
         view.refresh()
@@ -369,26 +448,14 @@ class Api:
             return JSONResponse({"run": view.id, "alerts": [_plain_alert(a) for a in view.alerts]})
 
     def compare(self, req: Request) -> JSONResponse:
-        raw = req.query_params.get("runs") or ""
-        ids = [r for r in raw.split(",") if r]
-        if not ids:
-            raise BadRequest("runs is required: comma-separated run ids from /api/runs")
-        if len(ids) > MAX_COMPARE:
-            raise BadRequest(f"compare at most {MAX_COMPARE} runs at once, got {len(ids)}")
+        views = runs_param(req, self.catalog)
         metric = metric_param(req)
         x = choice_param(req, "x", ("step", "time", "elapsed"))
         points = int_param(req, "points", 2000, 10, MAX_POINTS) or 2000
-        out = []
-        for run_id in ids:
-            view = self.catalog.open(run_id)
-            s = series(view, metric, x="step" if x == "step" else "time", points=points)
-            if x == "elapsed" and s["points"]:
-                t0 = view.meta.get("started_at") or s["points"][0][0]
-                s["points"] = [[p[0] - t0, p[1]] for p in s["points"]]
-                s["nonfinite"] = [[p[0] - t0, p[1]] for p in s["nonfinite"]]
-            s["state"] = view.status_summary()["state"]
-            out.append(s)
-        return JSONResponse({"metric": metric, "x": x, "series": out})
+        return JSONResponse(compare_series(views, metric, x, points))
+
+    def compare_runs(self, req: Request) -> JSONResponse:
+        return JSONResponse(compare_runs(runs_param(req, self.catalog)))
 
 
 def _plain_alert(alert: dict[str, Any]) -> dict[str, Any]:

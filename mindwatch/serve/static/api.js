@@ -21,7 +21,12 @@ export const api = {
   outliers: (run, metric, k) => getJSON(`/api/outliers?${query({ run, metric, k })}`),
   /** A family's members ``<prefix><layer>`` binned over steps (mindwatch.analysis.heatmap's bucket policy). */
   heatmap: (run, rank, prefix) => getJSON(`/api/heatmap?${query({ run, prefix, rank })}`),
-  compare: (runs, metric, x) => getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x })}`),
+  /** The layers' last histograms of weights and gradients (mindwatch.analysis.histograms): {weights, grads}. */
+  histograms: (run, rank) => getJSON(`/api/histograms?${query({ run, rank })}`),
+  /** One metric of every run: {series: [{run, points, nonfinite, state}]}; x "elapsed" counts from each run's start. */
+  compare: (runs, metric, x, points) => getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x, points })}`),
+  /** The runs' summaries (mindwatch.analysis.summary) and config keys: {runs: [{id, summary, rank_text, metrics}], config}. */
+  compareRuns: (runs) => getJSON(`/api/compare/runs?runs=${runs.map(encodeURIComponent).join(",")}`),
 };
 
 /**

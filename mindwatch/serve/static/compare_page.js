@@ -1,42 +1,177 @@
-// The compare page: one metric of several runs on one chart, by step or by time since each run's start.
+// The compare page: several runs side by side. Every chart group of the vocabulary, one chart per metric with one
+// line per run (a run keeps its colour on every chart), drawn like the run page's (run_charts.js, charts.js: smoothing
+// with the raw line faint behind, log scale, x by step, time or elapsed, the robust y range); the config keys that
+// differ between the runs; their summaries (mindwatch.analysis.summary.RunSummary). The view lives in the URL's hash:
+// #/compare?runs=p/a,p/b&smoothing=0.6&log=1&y=all&x=elapsed&config=all
 
 import { api } from "./api.js";
-import { line } from "./charts.js";
-import { h } from "./dom.js";
-import { vocab } from "./vocabulary.js";
+import { PALETTE, fmtDuration, fmtNumber, line } from "./charts.js";
+import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
+import { badge, h } from "./dom.js";
+import { POINTS, chartGroups, metricAxis } from "./run_charts.js";
+import { chartControls } from "./run_panels.js";
+
+/** A run's colour on every chart and in the tables: its place in the URL's list. */
+export const runColor = (i) => PALETTE[i % PALETTE.length];
+
+/** The summary rows, in the order a person reads them: [RunSummary field, its value of a run's {summary, rank_text}];
+ * each row's label comes from the server (/api/compare/runs' labels), like the runs table's headers. */
+const SUMMARY_ROWS = [
+  ["state", (r) => badge(r.summary.state)],
+  ["last_step", (r) => (r.summary.last_step ?? "–") + (r.summary.total_steps ? ` of ${r.summary.total_steps}` : "")],
+  ["best_loss", (r) => number(r.summary.best_loss) + (r.summary.best_loss_step != null ? ` (step ${r.summary.best_loss_step})` : "")],
+  ["final_loss", (r) => number(r.summary.final_loss)],
+  ["duration", (r) => (r.summary.duration == null ? "–" : fmtDuration(r.summary.duration, r.summary.duration >= 3600))],
+  ["ranks", (r) => r.rank_text],
+  ["alert_count", (r) => String(r.summary.alert_count)],
+  ["samples_per_second_p50", (r) => number(r.summary.samples_per_second_p50)],
+  ["max_grad_norm", (r) => number(r.summary.max_grad_norm)],
+  ["started_at", (r) => (r.summary.started_at ? new Date(r.summary.started_at * 1000).toLocaleString() : "–")],
+  ["error", (r) => r.summary.error || ""],
+];
+
+/** A table cell of one run; long text (an error, a list) wraps, the rest stays on one line. */
+const cell = (run, content) => h("td", { "data-run": run, class: typeof content === "string" && content.length > 40 ? "long" : "" }, content);
+const number = (v) => (v === null || v === undefined ? "–" : typeof v === "number" ? fmtNumber(v) : String(v));
+const configText = (v, present) => (!present ? "(not set)" : typeof v === "string" ? v : JSON.stringify(v));
+
+/** The compare page's view from the hash's query: the runs, the chart view (chart_view.js), all config keys or not. */
+export function compareViewFromParams(p) {
+  return Object.assign(chartViewFromParams(p), {
+    runs: (p.get("runs") || "").split(",").filter(Boolean),
+    allConfig: p.get("config") === "all",
+  });
+}
+
+function compareHash(v) {
+  const q = new URLSearchParams({ runs: v.runs.join(",") });
+  setChartViewParams(q, v);
+  if (v.allConfig) q.set("config", "all");
+  return `#/compare?${q.toString().replaceAll("%2C", ",").replaceAll("%2F", "/")}`;
+}
 
 export class ComparePage {
-  /** params: the hash's query (runs=a,b&metric=loss&x=step). */
+  /** params: the hash's query (compareViewFromParams). */
   constructor(main, params) {
-    this.ids = (params.get("runs") || "").split(",").filter(Boolean);
-    this.chart = null;
-    const metric = params.get("metric") || vocab.metrics[0].name;
-    const x = params.get("x") || "step";
-    const el = h("div", { class: "chart big", id: "compare-chart" });
-    const metricInput = h("input", { id: "compare-metric", list: "metric-names", value: metric });
-    const names = h("datalist", { id: "metric-names" });
-    const xSel = h("select", { id: "compare-x" }, h("option", { value: "step" }, "step"), h("option", { value: "elapsed" }, "time since start"));
-    xSel.value = x;
-    const go = () => {
-      location.hash = `#/compare?runs=${this.ids.map(encodeURIComponent).join(",")}&metric=${encodeURIComponent(metricInput.value)}&x=${xSel.value}`;
-    };
-    metricInput.addEventListener("change", go);
-    xSel.addEventListener("change", go);
+    this.view = compareViewFromParams(params);
+    this.runs = [];  // /api/compare/runs: [{id, summary, rank_text, metrics}]
+    this.config = [];
+    this.labels = {};
+    this.charts = [];  // [{metric, chart, series}]
+    this.disposed = false;
+    this.controls = h("section", { class: "toolbar", id: "compare-controls" });
+    this.summary = h("section", { class: "compare-table", id: "compare-summary" });
+    this.configBox = h("section", { class: "compare-table", id: "compare-config" });
+    this.grid = h("section", { class: "charts", id: "compare-charts" });
     document.title = "mindwatch: compare";
-    main.replaceChildren(h("section", { class: "toolbar" }, h("a", { href: "#/" }, "← runs"), h("label", {}, "metric ", metricInput, names),
-      h("label", {}, "x ", xSel), h("span", { class: "muted" }, `${this.ids.length} run(s)`)), el);
-    this.onResize = () => this.chart && this.chart.resize();
+    main.replaceChildren(h("h2", {}, `Compare ${this.view.runs.length} run(s)`), this.controls, this.summary, this.configBox,
+      h("h3", { class: "compare-heading" }, "Charts"), this.grid);
+    this.onResize = () => this.charts.forEach((c) => c.chart.resize());
     window.addEventListener("resize", this.onResize);
-    if (!this.ids.length) { el.replaceWith(h("p", { class: "empty" }, "Select runs on the runs page, then “Compare selected”.")); return; }
-    this.chart = line(el, { title: metric, series: [], x });
-    api.run(this.ids[0]).then((i) => names.replaceChildren(...i.metrics.map((m) => h("option", { value: m }))));
-    api.compare(this.ids, metric, x).then((d) => {
-      this.chart.update({ series: d.series.map((s) => ({ name: `${s.run} (${s.state})`, points: s.points, nonfinite: s.nonfinite })), x: d.x });
-    }).catch((e) => el.replaceWith(h("p", { class: "error" }, e.message)));
+    this.renderControls();
+    if (!this.view.runs.length) {
+      this.grid.replaceChildren(h("p", { class: "empty" }, "Select runs on the runs page, then “Compare selected”."));
+      return;
+    }
+    this.keepView();
+    this.build().catch((e) => this.grid.replaceChildren(h("p", { class: "error" }, e.message)));
+  }
+
+  renderControls() {
+    const redraw = () => { this.keepView(); this.drawAll(); };
+    this.controls.replaceChildren(h("a", { href: "#/" }, "← runs"), ...chartControls(this.view, {
+      smoothing: (v) => { this.view.smoothing = v; redraw(); },
+      log: (on) => { this.view.log = on; redraw(); },
+      robust: (on) => { this.view.robust = on; redraw(); },
+      x: async (kind) => { this.view.x = kind; this.keepView(); await this.loadAll(); },
+    }));
+  }
+
+  /** The view into the URL's hash, without a new history entry: a reload or a copied link shows the same. */
+  keepView() {
+    const hash = compareHash(this.view);
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }
+
+  async build() {
+    const d = await api.compareRuns(this.view.runs);
+    if (this.disposed) return;
+    this.runs = d.runs;
+    this.config = d.config;
+    this.labels = d.labels;
+    this.renderSummary();
+    this.renderConfig();
+    this.buildCharts();
+    await this.loadAll();
+  }
+
+  renderSummary() {
+    const head = h("tr", {}, h("th", {}, ""), ...this.runs.map((r, i) => h("th", { "data-run": r.id },
+      h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ",
+      h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.id), " ",
+      h("button", { type: "button", class: "link remove-run", title: `leave ${r.id} out`, "aria-label": `leave ${r.id} out`,
+        onclick: () => this.removeRun(r.id) }, "×"))));
+    const rows = SUMMARY_ROWS.map(([field, value]) => h("tr", { "data-row": field }, h("th", {}, this.labels[field] || field),
+      ...this.runs.map((r) => cell(r.id, value(r)))));
+    this.summary.replaceChildren(h("h3", {}, "Summary"), h("div", { class: "scroll" }, h("table", { class: "runs", id: "summary-table" }, h("thead", {}, head), h("tbody", {}, ...rows))));
+  }
+
+  renderConfig() {
+    const differ = this.config.filter((k) => k.differs);
+    const shown = this.view.allConfig ? this.config : differ;
+    const toggle = h("label", {}, h("input", { type: "checkbox", id: "config-all", checked: this.view.allConfig,
+      onchange: (e) => { this.view.allConfig = e.target.checked; this.keepView(); this.renderConfig(); } }), ` show all ${this.config.length} keys`);
+    const head = h("tr", {}, h("th", {}, "key"), ...this.runs.map((r, i) => h("th", { "data-run": r.id },
+      h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ", r.id)));
+    const rows = shown.map((k) => h("tr", { "data-key": k.key, class: k.differs ? "differs" : "" }, h("th", {}, k.key),
+      ...k.values.map((v, i) => cell(this.runs[i].id, configText(v, k.present[i])))));
+    const note = differ.length ? `${differ.length} of ${this.config.length} config keys differ` : `The configs are the same (${this.config.length} keys)`;
+    this.configBox.replaceChildren(h("h3", {}, "Config"), h("div", { class: "toolbar" }, h("span", { class: "muted", id: "config-note" }, note), toggle),
+      shown.length ? h("div", { class: "scroll" }, h("table", { class: "runs", id: "config-table" }, h("thead", {}, head), h("tbody", {}, ...rows))) : "");
+  }
+
+  /** One chart per metric of each chart group any run has (run_charts.chartGroups), in the groups' order; a chart
+   * whose group holds several metrics names the group under its title. */
+  buildCharts() {
+    const metrics = [...new Set(this.runs.flatMap((r) => r.metrics))];
+    this.grid.replaceChildren();
+    for (const g of chartGroups(metrics)) {
+      for (const m of g.metrics) {
+        const el = h("div", { class: "chart", id: `compare-${m}`, "data-metric": m, "data-group": g.id });
+        this.grid.append(el);
+        const subtitle = g.metrics.length > 1 || g.title !== m ? g.title : "";
+        this.charts.push({ metric: m, series: [], chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x }) });
+      }
+    }
+    echarts.connect(this.charts.map((c) => c.chart.chart));
+  }
+
+  /** Every chart's points: one request per metric for all runs. */
+  async loadAll() {
+    await Promise.all(this.charts.map(async (c) => {
+      const d = await api.compare(this.view.runs, c.metric, this.view.x, POINTS);
+      if (this.disposed) return;
+      c.series = d.series.map((s, i) => ({ name: s.run, run: s.run, color: runColor(i), points: s.points, nonfinite: s.nonfinite }))
+        .filter((s) => s.points.length);
+      this.draw(c);
+    }));
+  }
+
+  draw(c) {
+    // elapsed: the server counts each run's x from its own start
+    c.chart.update({ series: c.series, x: this.view.x, xOrigin: 0, smoothing: this.view.smoothing, log: this.view.log, robust: this.view.robust });
+  }
+
+  drawAll() { this.charts.forEach((c) => this.draw(c)); }
+
+  removeRun(id) {
+    this.view.runs = this.view.runs.filter((r) => r !== id);
+    location.hash = compareHash(this.view);  // a new page: the colours follow the list
   }
 
   dispose() {
+    this.disposed = true;
     window.removeEventListener("resize", this.onResize);
-    if (this.chart) this.chart.dispose();
+    this.charts.forEach((c) => c.chart.dispose());
   }
 }

@@ -13,6 +13,8 @@ export const POINTS = 2000;
 const RANGE_BY_UNIT = { GB: { fromZero: true, robust: false }, "%": { fromZero: true, robust: false } };
 const unitOf = (m) => (vocab.metrics.find((x) => x.name === m) || {}).unit || "";
 const rangeOf = (metrics) => RANGE_BY_UNIT[unitOf(metrics[0])] || {};
+/** The y axis of a chart of one metric: named by its unit, ranged by RANGE_BY_UNIT (the compare page's charts). */
+export const metricAxis = (m) => Object.assign({}, rangeOf([m]), { name: unitOf(m) });
 
 /** The chart groups of mindwatch.metrics; an axis list names one y axis per metric when scales differ. */
 const GROUPS = vocab.groups.map((g) => Object.assign({}, g, { axes: g.axes.length ? g.axes.map((name) => ({ name })) : undefined }));

@@ -5,9 +5,11 @@
 
 import { api, openLive } from "./api.js";
 import { heatmap } from "./charts.js";
+import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
 import { LayersView, hasLayers } from "./layers_view.js";
+import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { attentionFamilies, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
@@ -21,25 +23,16 @@ const OUTLIER_RANKS = 5;
 
 /** The run page's view from the hash's query; anything missing or malformed is the default. */
 export function viewFromParams(p) {
-  const num = (k, lo, hi, d) => { const v = Number(p.get(k)); return p.has(k) && Number.isFinite(v) && v >= lo && v <= hi ? v : d; };
   const zoom = (p.get("zoom") || "").split(",").map(Number);
-  return {
-    x: ["step", "time", "elapsed"].includes(p.get("x")) ? p.get("x") : "step",
-    smoothing: num("smoothing", 0, 0.99, 0),
-    log: p.get("log") === "1",
-    robust: p.get("y") !== "all",
+  return Object.assign(chartViewFromParams(p), {
     rank: p.get("rank") || "0",
     zoom: zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1] ? zoom : null,
-  };
+  });
 }
 
 /** The hash's query for a view: only what differs from the default. */
 function viewParams(v, pickedRank) {
-  const q = new URLSearchParams();
-  if (v.x !== "step") q.set("x", v.x);
-  if (v.smoothing) q.set("smoothing", String(v.smoothing));
-  if (v.log) q.set("log", "1");
-  if (!v.robust) q.set("y", "all");
+  const q = setChartViewParams(new URLSearchParams(), v);
   if (pickedRank) q.set("rank", v.rank);
   if (v.zoom) q.set("zoom", v.zoom.map((x) => Number(x.toPrecision(12))).join(","));
   return q.toString().replaceAll("%2C", ",");
@@ -55,6 +48,7 @@ export class RunPage {
     this.cards = [];
     this.heats = new Map();  // attention family prefix -> its heat map, when the model reports it
     this.layers = null;  // the layers view, when the run has per-layer statistics
+    this.histograms = null;  // the layers' weight and gradient histograms, beside the layers view
     this.live = null;
     this.serverOffset = 0;  // our clock minus the server's
     this.disposed = false;
@@ -72,7 +66,7 @@ export class RunPage {
     document.title = `mindwatch: ${runId}`;
     main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress, this.actions.el),
       this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
-    this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); };
+    this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); if (this.histograms) this.histograms.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
     this.build().catch((e) => this.showError(e.message));
@@ -132,7 +126,9 @@ export class RunPage {
     this.heats.forEach((m) => m.dispose());
     this.heats.clear();
     if (this.layers) this.layers.dispose();
+    if (this.histograms) this.histograms.dispose();
     this.layers = null;
+    this.histograms = null;
     this.grid.replaceChildren();
     this.cards = chartGroups(this.info.metrics).map((g) => {
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": g.metrics.join(",") });
@@ -155,6 +151,8 @@ export class RunPage {
     if (hasLayers(this.info.metrics)) {
       this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0]);
       await this.layers.refresh();
+      this.histograms = new HistogramsView(this.grid, this.runId, this.ranksShown()[0]);
+      await this.histograms.refresh();
     }
   }
 
@@ -271,6 +269,7 @@ export class RunPage {
       try {
         for (const [prefix, m] of this.heats) m.update(await this.fetchHeat(prefix));
         if (this.layers) await this.layers.refresh();
+        if (this.histograms) await this.histograms.refresh();
         if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
         this.drawAll();
       } catch (e) { /* the next points try again */ }
@@ -298,5 +297,6 @@ export class RunPage {
     this.cards.forEach((c) => c.dispose());
     this.heats.forEach((m) => m.dispose());
     if (this.layers) this.layers.dispose();
+    if (this.histograms) this.histograms.dispose();
   }
 }

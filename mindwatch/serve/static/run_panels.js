@@ -19,6 +19,16 @@ export function runControls(runId, ranks, view, on) {
     onchange: (e) => { if (ranks.includes(Number(e.target.value))) on.rank(String(Number(e.target.value))); } }) : null;
   return [
     h("a", { href: "#/" }, "← runs"),
+    ...chartControls(view, on),
+    h("label", {}, rankSel, pick),
+    h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}` }, "compare…"),
+    h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
+  ];
+}
+
+/** The line charts' controls (chart_view.js): smoothing, log scale, y: all points, x; on: {smoothing, log, robust, x}. */
+export function chartControls(view, on) {
+  return [
     h("label", {}, "smoothing ", h("input", { id: "smoothing", type: "range", min: 0, max: 0.99, step: 0.01, value: view.smoothing,
       oninput: (e) => { const v = Number(e.target.value); $("#smoothing-v").textContent = v.toFixed(2); on.smoothing(v); } }),
       h("span", { id: "smoothing-v" }, view.smoothing.toFixed(2))),
@@ -26,9 +36,6 @@ export function runControls(runId, ranks, view, on) {
     h("label", { title: "by default the y range ignores outliers (1st–99th percentile); points outside it are triangles at the edge" },
       h("input", { id: "y-all", type: "checkbox", checked: !view.robust, onchange: (e) => on.robust(!e.target.checked) }), " y: all points"),
     h("label", {}, "x ", xSelect(view.x, on.x)),
-    h("label", {}, rankSel, pick),
-    h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}` }, "compare…"),
-    h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
   ];
 }
 
