@@ -1,7 +1,8 @@
 """One worker of ``python -m bench signal`` (run under msrun by bench/bench_signal.py): paired rounds, rank 0 prints.
 
 Arms, on one data-parallel demo-sized model: our train cell without the signal vector and with it (the
-AllReduce of the signal inside the step), and a loop of its own that reads the loss, without and with the
+AllReduce of the signal inside the step; the vector written before each step with this rank's timings and the
+sum read after it, as the callback does), and a loop of its own that reads the loss, without and with the
 loop's one small AllReduce of the signal every ``distributed.coordination.loop_every`` steps (what
 ``start_run`` does). Prints one JSON line per arm: seconds per step per round, CPU seconds per step of the
 training thread and of all the others, per round.
@@ -52,8 +53,23 @@ def main(rounds: int, steps: int) -> None:
     every = load_config({}).distributed.coordination.loop_every  # start_run's default: one sum every N steps
     count = [0]
 
+    with_signal = cells["train cell + signal"]
+    cell_signal = RankSignal(with_signal.mindwatch_signal, rank=rank, world_size=get_group_size())
+    at = with_signal.mindwatch_outputs.index("signal")
+    last = [time.perf_counter()]
+
     def run(arm: str) -> None:
-        if arm.startswith("train cell"):
+        if arm == "train cell + signal":  # what the callback does each step: write the vector, read the sum
+            cell_signal.send()
+            outputs = with_signal(ids, ids)
+            outputs[0].asnumpy()
+            reduced = outputs[at].asnumpy()
+            cell_signal.read(reduced)
+            cell_signal.timings(reduced)
+            now = time.perf_counter()
+            cell_signal.time(now - last[0], 0.0)  # this rank's step time, out with the next step
+            last[0] = now
+        elif arm == "train cell":
             cells[arm](ids, ids)[0].asnumpy()
         else:
             cells["train cell"](ids, ids)[0].asnumpy()
