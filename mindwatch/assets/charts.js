@@ -329,9 +329,9 @@ function heatmapOption(d, opts) {
   return {
     animation: false,
     title: titleOption(opts.title || "attention entropy per layer", opts.subtitle),
-    tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ step ~${d.steps[p.value[0]]}: ${fmtNumber(p.value[opts.log ? 3 : 2])}` },
+    tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ ${opts.xName ? `${esc(opts.xName)} ` : "step ~"}${esc(d.steps[p.value[0]])}: ${fmtNumber(p.value[opts.log ? 3 : 2])}` },
     grid: { left: 140, right: 100, top: opts.subtitle ? 56 : 36, bottom: 40 },
-    xAxis: { type: "category", data: d.steps, name: "step" },
+    xAxis: { type: "category", data: d.steps, name: opts.xName || "step" },
     yAxis: { type: "category", data: d.layers, axisLabel: { formatter: (v) => rowLabel(v, opts.selected) } },
     visualMap: { min: vals.length ? Math.min(...vals) : 0, max: vals.length ? Math.max(...vals) : 1, calculable: true,
       orient: "vertical", right: 4, top: 36, itemHeight: 120, precision: opts.log ? 1 : 3, dimension: 2,
@@ -343,7 +343,7 @@ function heatmapOption(d, opts) {
 
 /**
  * A heat map of per-layer values over step buckets: {layers, steps, values: [[bucket, layer, v], ...]};
- * opts {title, subtitle?, log?} (log: colour on a log scale).
+ * opts {title, subtitle?, log?, xName?} (log: colour on a log scale; xName: what the columns are, default "step").
  */
 export function heatmap(el, data, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });

@@ -2,7 +2,7 @@
 // mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
-import { heatmap, line, titleOption } from "../assets/charts.js";
+import { esc, heatmap, line, titleOption } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
 const SEV_COLORS = { error: "#c62828", warning: "#e09100", info: "#1e88e5" };
@@ -50,12 +50,14 @@ if (DATA.histogram) {
   const hist = DATA.histogram;
   make(chartDiv(dist, "chart-grad-norm-histogram", false), (el) => plainChart(el, {
     title: titleOption(`${hist.metric} distribution`, hist.note),
-    tooltip: { trigger: "axis" },
+    tooltip: { trigger: "axis", formatter: (ps) => [`${esc(hist.metric)} ${esc(hist.ranges[ps[0].dataIndex])}`,
+      ...ps.map((p) => `${esc(p.seriesName)}: ${p.value} steps`)].join("<br>") },
     legend: hist.series.length > 1 ? { right: 10, top: 6 } : undefined,
-    grid: { left: 56, right: 24, top: 58, bottom: 56 },
-    xAxis: { type: "category", data: hist.labels, name: hist.log ? `${hist.metric} (log bins)` : hist.metric, nameLocation: "middle", nameGap: 40,
-             axisLabel: { rotate: 40, fontSize: 10 } },
-    yAxis: { type: "value", name: "steps" },
+    grid: { left: 56, right: 24, top: 58, bottom: 48 },
+    xAxis: { type: "category", data: hist.labels, name: hist.log ? `${hist.metric} (log bins)` : hist.metric,
+             nameLocation: "middle", nameGap: 28, axisTick: { alignWithLabel: true, interval: (i) => hist.labels[i] !== "" },
+             axisLabel: { interval: 0, fontSize: 11 } },
+    yAxis: { type: "value", name: "steps", minInterval: 1 },
     series: hist.series.map((s) => ({ name: s.label, type: "bar", data: s.counts, barGap: "5%", barCategoryGap: "10%" })),
   }));
 }
@@ -86,7 +88,7 @@ if (DATA.layers) {
   for (const [kind, what] of [["weights", "weights"], ["grads", "gradients"]]) {
     const hm = ly[`histogram_${kind}`];
     if (hm) make(chartDiv(box, `chart-histogram-${kind}`, false), (el) => heatmap(el, hm, {
-      title: `${what} per layer at step ${hm.step} (log colour: count; x: value / max |value|)`, log: true }));
+      title: `${what} per layer at step ${hm.step} (log colour: count)`, xName: "value / max |value|", log: true }));
   }
 }
 
