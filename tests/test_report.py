@@ -385,3 +385,62 @@ def test_alert_numbers_and_the_stop_reason_read_in_words(browser, tmp_path: Path
     with TestClient(create_app(tmp_path / "logs")) as c:  # the dashboard's banner: the same sentence
         status = c.get("/api/run", params={"run": "proj/stopped"}).json()["status"]
     assert status["banner"] == banner.removeprefix("stopped: ")
+
+
+# Every canvas of every chart inside its chart's box (a print style that unpins ECharts' layers draws them below it).
+CANVASES_OUTSIDE = """() => Array.from(document.querySelectorAll('.chart')).flatMap((box) => {
+  const b = box.getBoundingClientRect();
+  return Array.from(box.querySelectorAll('canvas')).filter((c) => {
+    const r = c.getBoundingClientRect();
+    return r.width === 0 || r.top < b.top - 1 || r.bottom > b.bottom + 1 || r.left < b.left - 1 || r.right > b.right + 1;
+  }).map(() => box.id);
+})"""
+SLIDERS = """() => Array.from(document.querySelectorAll('.chart')).filter((el) => {
+  const c = echarts.getInstanceByDom(el);
+  return c && (c.getOption().dataZoom || []).some((z) => z.type === 'slider');
+}).map((el) => el.id)"""
+
+
+def test_pdf_packs_the_charts_inside_their_frames_without_sliders(
+    report_runs, browser, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    out = tmp_path / "paper.html"
+    assert main(["report", str(report_runs["finished"]), "-o", str(out), "--pdf"]) == 0
+    pdf = out.with_suffix(".pdf").read_bytes()
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf))
+    (artifacts_dir / "report-finished.pdf").write_bytes(pdf)
+    data = report_data(out.read_text())
+    charts = len(data["metrics"]) + 1 + (1 if data["heatmap"] else 0) + (1 if data["alerts"]["series"] else 0)
+    assert charts >= 10 and pages <= 5, pages  # two charts a row, not a page per chart
+
+    # the page as the PDF printer lays it out (report.html#print, print media, the A4 column's width)
+    page = browser.new_page(viewport={"width": 794, "height": 1123})
+    page.emulate_media(media="print")
+    page.goto(out.resolve().as_uri() + "#print")
+    page.wait_for_function("document.readyState === 'complete'", timeout=30_000)
+    assert page.evaluate(CHARTS_SHOWN)["errors"] == []
+    assert page.evaluate(CANVASES_OUTSIDE) == []
+    assert page.evaluate(SLIDERS) == []
+    heat = page.evaluate(
+        """() => { const c = echarts.getInstanceByDom(document.getElementById('chart-attention-entropy'));
+                   const grid = c.getModel().getComponent('grid').coordinateSystem.getRect();
+                   const box = document.getElementById('chart-attention-entropy').getBoundingClientRect();
+                   return {grid: [grid.x, grid.y, grid.width, grid.height], box: [box.width, box.height]}; }"""
+    )
+    x, y, w, h = heat["grid"]
+    assert w > 200 and h > 100 and x + w <= heat["box"][0] and y + h <= heat["box"][1], heat  # the cells' frame fits the box
+    page.screenshot(path=str(artifacts_dir / "report-print.png"), full_page=True)
+    page.close()
+
+    # on the screen the same report keeps its zoom sliders, and a browser's print dialog drops them
+    page, problems, _ = open_page(browser, out)
+    assert problems == [] and len(page.evaluate(SLIDERS)) == len(data["metrics"])
+    page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+    assert page.evaluate(SLIDERS) == [] and page.evaluate("document.body.classList.contains('print')")
+    page.close()
+    page, problems, _ = open_page(browser, out)  # a phone: one chart a row, nothing wider than the screen
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(200)
+    assert problems == [] and page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(artifacts_dir / "report-390.png"), full_page=True)
+    page.close()

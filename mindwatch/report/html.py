@@ -141,7 +141,7 @@ def _step_range(runs: list[Run]) -> list[int] | None:
 
 
 def _metric_names(runs: list[Run]) -> list[str]:
-    names = {m for r in runs for m in r.metrics if m != "epoch" and not is_layer_metric(m)}  # layers: their own section
+    names = {m for r in runs for m in r.metrics if m not in vocab.NOT_CHARTED and not is_layer_metric(m)}  # layers: their own
     plain = ordered_metrics({m for m in names if not m.startswith(_PER_LAYER)})
     return plain + [p + "*" for p in _PER_LAYER if any(m.startswith(p) for m in names)]  # one chart for all layers
 
