@@ -310,7 +310,7 @@ def test_report_and_dashboard_show_the_same_heat_map(tmp_path: Path) -> None:
 
 
 def test_numbers_read_in_significant_digits() -> None:
-    from mindwatch.analysis.units import format_change, format_number, format_times
+    from mindwatch.units import format_change, format_number, format_times
 
     written = {
         -236670.4: "-236,700",

@@ -34,12 +34,12 @@ from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.hang import diagnose
 from mindwatch.alerts.liveness import ExitWatch, LostRank, RankLiveness
 from mindwatch.alerts.rules import value_of
-from mindwatch.analysis.units import format_ms
 from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.reader import JsonlTail
 from mindwatch.store.states import FINAL_STATES
 from mindwatch.store.tails import RankTails, StepAligner
+from mindwatch.units import format_ms
 
 if TYPE_CHECKING:
     from mindwatch.config import DistributedSection

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mindwatch.analysis.units import format_duration
 from mindwatch.store.reader import Run
+from mindwatch.units import format_duration
 
 #: Seconds of recent steps the rate is measured over.
 RATE_WINDOW_SECS = 60.0

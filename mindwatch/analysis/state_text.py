@@ -12,7 +12,7 @@ page only shows it; the report puts the run's label before it.
 
 from __future__ import annotations
 
-from mindwatch.analysis.units import format_duration
+from mindwatch.units import format_duration
 
 
 def _ago(t: float | None, now: float) -> str:

@@ -36,10 +36,10 @@ from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.state_text import state_sentence
 from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
-from mindwatch.analysis.units import format_duration, format_number
 from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
 from mindwatch.store.reader import Run, open_run
+from mindwatch.units import format_duration, format_number
 
 #: Points per series in a chart; min/max pairs per bucket, so spikes survive.
 MAX_POINTS = 2000

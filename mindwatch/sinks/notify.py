@@ -59,10 +59,10 @@ from typing import Any, Protocol
 
 from mindwatch.alerts.alert import Alert, severity_at_least, step_text
 from mindwatch.analysis.progress import Progress
-from mindwatch.analysis.units import format_duration
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.sink import BaseSink
 from mindwatch.store.states import FINAL_STATES, rank_state
+from mindwatch.units import format_duration
 
 log = logging.getLogger("mindwatch")
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from mindwatch.analysis.progress import Progress, steps_per_second
 from mindwatch.analysis.summary import RunSummary, list_run
-from mindwatch.analysis.units import format_duration
 from mindwatch.store.catalog import find_runs
+from mindwatch.units import format_duration
 
 #: rich styles of run states, shared with ``mindwatch tail``.
 STATE_STYLE = {"finished": "bold green", "failed": "bold red", "stalled": "bold red", "stale": "bold red", "stopped": "yellow"}

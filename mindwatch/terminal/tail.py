@@ -27,12 +27,12 @@ from rich.text import Text
 
 from mindwatch.analysis.progress import run_progress
 from mindwatch.analysis.summary import list_run, ordered_metrics
-from mindwatch.analysis.units import format_number
 from mindwatch.store.catalog import find_runs
 from mindwatch.store.layerfiles import is_layer_metric
 from mindwatch.store.layout import is_run_dir
 from mindwatch.store.reader import Run, open_run
 from mindwatch.terminal.runs import STATE_STYLE
+from mindwatch.units import format_number
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

@@ -8,6 +8,8 @@ Example::
     format_number(1200)          # "1,200"      (an int is exact: a step, a count)
     format_times(8116389.4)      # "8.1 million times"
     format_change(0.35)          # "+35 %"      (a relative change: a percent, or times beyond 10x)
+    format_change(8116388.4, "the median")   # "8.1 million times the median"
+    format_share(0.125, "their norm")        # "12.5 % of their norm"
     format_duration(3723.4)      # "1h 02m 03s"
     format_duration(83)          # "1m 23s"
     format_duration(4.31)        # "4.3 s"
@@ -53,22 +55,30 @@ def format_number(v: Any, digits: int = 4) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def format_times(ratio: float) -> str:
-    """How many times a value is of another: ``13 times``, ``1.5 thousand times``, ``8.1 million times``."""
+def format_times(ratio: float, of: str = "") -> str:
+    """How many times one value is another: ``13 times``, ``1.5 thousand times``, ``8.1 million times the median``."""
+    tail = f" {of}" if of else ""
     if not math.isfinite(ratio):
-        return f"{ratio} times"
+        return f"{ratio} times{tail}"
     for size, word in _LARGE:
-        if ratio >= size and ratio < size * 1000:
-            return f"{format_number(ratio / size, 2)} {word} times"
-    return f"{format_number(ratio, 2)} times"
+        if size <= ratio < size * 1000:
+            return f"{format_number(ratio / size, 2)} {word} times{tail}"
+    return f"{format_number(ratio, 2)} times{tail}"
 
 
-def format_change(rel: float) -> str:
-    """A relative change (``new / old - 1``): ``+35 %``, ``-20 %``; from :data:`TIMES_FROM` up, ``13 times``
-    (the new value over the old) where a percent would read as a wall of digits."""
+def format_share(share: float, of: str = "") -> str:
+    """A part of a whole: ``12.5 % of their norm``; from :data:`TIMES_FROM` up, ``8.1 million times their norm``."""
+    if math.isfinite(share) and share < TIMES_FROM:
+        return f"{format_number(100 * share, 3)} %" + (f" of {of}" if of else "")
+    return format_times(share, of)
+
+
+def format_change(rel: float, of: str = "") -> str:
+    """A relative change (``new / old - 1``): ``+35 %``, ``-20 % on the median``; from :data:`TIMES_FROM` up,
+    ``8.1 million times the median`` (the new value over the old), where a percent would be a wall of digits."""
     if math.isfinite(rel) and 1 + rel < TIMES_FROM:
-        return f"{100 * rel:+.0f} %"
-    return format_times(1 + rel)
+        return f"{100 * rel:+.0f} %" + (f" on {of}" if of else "")
+    return format_times(1 + rel, of)
 
 
 def format_duration(secs: float | None) -> str:
