@@ -288,6 +288,9 @@ def test_the_report_compares_the_layers_and_maps_them(tmp_path: Path) -> None:
         assert state["errors"] == [] and problems == [] and requests == []
         for chart in ("chart-layer-norms", "chart-layers-grad_norm", "chart-layers-update_ratio", "chart-histogram-weights"):
             assert page.evaluate(f"() => !!echarts.getInstanceByDom(document.getElementById('{chart}'))"), chart
+        for chart in ("chart-histogram-weights", "chart-histogram-grads"):  # their columns are values, not steps
+            x_name = f"() => echarts.getInstanceByDom(document.getElementById('{chart}')).getOption().xAxis[0].name"
+            assert page.evaluate(x_name) == "value / max |value|", chart
         browser.close()
 
 

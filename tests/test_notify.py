@@ -215,7 +215,7 @@ def test_a_training_notifies_and_keeps_secrets_out_of_logs_and_files(
     threshold = [r for r in reqs if "mindwatch WARNING: threshold" in json.dumps(r["json"])]  # other rules may fire too
     assert sorted(r["path"] for r in threshold) == ["/robot/send", "/services/inline-slack-token"]
     dt = next(r for r in threshold if r["path"] == "/robot/send")
-    assert "is below the limit 1e+09" in dt["json"]["markdown"]["text"]
+    assert "is below the limit 1e9" in dt["json"]["markdown"]["text"]
     assert dt["query"]["access_token"] == "tok-from-env" and "sign" in dt["query"]
     assert "gave up sending the threshold alert to slack (127.0.0.1)" in caplog.text
 

@@ -138,7 +138,7 @@ def test_a_training_emails_its_alert_and_its_end_to_a_real_smtp_server(
 
     alert = mails[subjects.index(f"mindwatch WARNING: threshold in mail/{run.id}")]
     plain, rich = parts(alert)
-    assert "is below the limit 1e+09" in plain and "step 1, rank 0" in plain
+    assert "is below the limit 1e9" in plain and "step 1, rank 0" in plain
     link = f"http://dash.example:8080/#/run/mail%2F{run.id}"
     assert f"dashboard: {link}" in plain and f'<a href="{link}">' in rich
 

@@ -121,18 +121,20 @@ def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, a
     last, planned = recs[-1]["step"], {"finished": 16, "failed": 40, "killed": 5000}[kind]  # tests/scripts/report_training.py
     assert summary_cell(page, "steps") == f"{last:,}/{planned:,} ({100 * last // planned} %)"
     assert summary_cell(page, "records") == str(len(recs))
-    assert float(summary_cell(page, "final loss")) == pytest.approx(losses[-1], rel=1e-5, nan_ok=True)
+    assert summary_cell(page, "ranks") == "1"  # the number of ranks, not the last rank's index
+    # numbers read with 4 significant digits
+    assert float(summary_cell(page, "final loss")) == pytest.approx(losses[-1], rel=5e-4, nan_ok=True)
     best = summary_cell(page, "best loss")
-    assert float(best.split()[0]) == pytest.approx(min(finite), rel=1e-5)
+    assert float(best.split()[0]) == pytest.approx(min(finite), rel=5e-4)
     assert f"(step {recs[losses.index(min(finite))]['step']})" in best
     norms = [r["grad_norm"] for r in recs]
     max_norm = summary_cell(page, "max grad norm").split()[0]
     # the largest finite norm (issue 22: a NaN norm is the non-finite rule's, not the maximum)
-    assert float(max_norm) == pytest.approx(max(v for v in norms if math.isfinite(v)), rel=1e-5)
+    assert float(max_norm) == pytest.approx(max(v for v in norms if math.isfinite(v)), rel=5e-4)
     sps = [r["samples_per_second"] for r in recs[1:]]
-    p50, p5 = (float(x) for x in summary_cell(page, "samples/s p50 / p5").split(" / "))
-    assert p50 == pytest.approx(float(np.percentile(sps, 50)), rel=1e-4)
-    assert p5 == pytest.approx(float(np.percentile(sps, 5)), rel=1e-4)
+    p50, p5 = (float(x.replace(",", "")) for x in summary_cell(page, "samples/s p50 / p5").split(" / "))
+    assert p50 == pytest.approx(float(np.percentile(sps, 50)), rel=5e-4)
+    assert p5 == pytest.approx(float(np.percentile(sps, 5)), rel=5e-4)
     share = sum(r["data_time"] for r in recs[1:]) / sum(r["step_time"] for r in recs[1:])
     assert summary_cell(page, "data-wait share") == f"{100 * share:.1f} %"
     alerts = raw_alerts(run_dir)
@@ -305,3 +307,140 @@ def test_report_and_dashboard_show_the_same_heat_map(tmp_path: Path) -> None:
     assert report["layers"] == ["0", "2", "10"] and dashboard["layers"] == ["attention_entropy/" + k for k in report["layers"]]
     assert report["steps"] == dashboard["steps"] and report["values"] == dashboard["values"]
     assert len(report["steps"]) == MAX_HEATMAP_STEPS and "mean of each of 300 step buckets" in report["note"]
+
+
+def test_numbers_read_in_significant_digits() -> None:
+    from mindwatch.units import format_change, format_number, format_times
+
+    written = {
+        -236670.4: "-236,700",
+        811638936.0: "8.116e8",
+        0.00312345: "0.003123",
+        2.312345: "2.312",
+        1e-4: "1e-4",
+        0.5: "0.5",
+        1234.5: "1,234",
+        0.0: "0",
+        1200: "1,200",
+        float("nan"): "nan",
+        None: "-",
+    }
+    assert {v if v == v else "nan": format_number(v) for v in written} == {
+        v if v == v else "nan": text for v, text in written.items()
+    }
+    assert format_times(8116389.4) == "8.1 million times" and format_times(12.7) == "13 times"
+    assert format_change(0.35) == "+35 %" and format_change(-0.2) == "-20 %" and format_change(8116388.4) == "8.1 million times"
+
+
+def test_gradient_norm_distribution_has_log_bins_and_few_labels(browser, tmp_path: Path, artifacts_dir: Path) -> None:
+    run_dir = tmp_path / "proj" / "outlier"
+    rng = np.random.default_rng(0)
+    norms = np.exp(rng.normal(0.0, 0.2, 300))
+    norms[150] = 50.0  # one outlier: on linear bins every other norm would fall in the first bar
+    w = RunWriter(run_dir)
+    w.write([{"step": i + 1, "t": time.time(), "grad_norm": float(v)} for i, v in enumerate(norms)])
+    w.close("finished")
+    out = tmp_path / "outlier.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    hist = report_data(out.read_text())["histogram"]
+    reference, _ = np.histogram(norms, bins=np.geomspace(norms.min(), norms.max(), 31))
+    assert hist["log"] and hist["series"][0]["counts"] == reference.tolist()
+    assert max(reference) < 0.5 * len(norms)  # the bulk spreads over several bars
+    shown = [label for label in hist["labels"] if label]
+    assert 3 <= len(shown) <= 6 and len(set(shown)) == len(shown) and max(map(len, shown)) <= 5, shown
+    assert len(hist["ranges"]) == 30 and "–" in hist["ranges"][0]
+    page, problems, _ = open_page(browser, out)
+    assert problems == []
+    axis = page.evaluate(
+        "() => echarts.getInstanceByDom(document.getElementById('chart-grad-norm-histogram')).getOption().xAxis[0]"
+    )
+    assert axis["name"] == "grad_norm (log bins)"
+    page.locator("#chart-grad-norm-histogram").screenshot(path=str(artifacts_dir / "report-grad-norm-histogram.png"))
+    page.close()
+
+
+def test_alert_numbers_and_the_stop_reason_read_in_words(browser, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mindwatch.serve.app import create_app
+
+    run_dir = tmp_path / "logs" / "proj" / "stopped"
+    w = RunWriter(run_dir)
+    w.write([{"step": s, "t": time.time(), "loss": 2.0} for s in range(1, 31)])
+    message = "loss is diverging: up 7.554e5 (8.1 million times the window's median) over the last 50 recorded steps"
+    w.append_alert(
+        {"t": time.time(), "step": 30, "rank": 0, "rule": "divergence", "severity": "error", "metric": "loss",
+         "value": 811638936.0, "threshold": -236670.4, "message": message, "actions": ["stop"]}
+    )  # fmt: skip
+    w.close("stopped", reason=f"stopped by mindwatch: {message}")
+    out = tmp_path / "stopped.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    page, problems, _ = open_page(browser, out)
+    assert problems == []
+    cells = page.eval_on_selector_all("#alerts tbody td", "tds => tds.map((td) => td.textContent)")
+    assert "8.116e8" in cells and "-236,700" in cells
+    banner = page.inner_text(".banner.stopped")
+    assert banner == f"stopped: Stopped at step 30 by mindwatch: {message}."
+    page.close()
+    with TestClient(create_app(tmp_path / "logs")) as c:  # the dashboard's banner: the same sentence
+        status = c.get("/api/run", params={"run": "proj/stopped"}).json()["status"]
+    assert status["banner"] == banner.removeprefix("stopped: ")
+
+
+# Every canvas of every chart inside its chart's box (a print style that unpins ECharts' layers draws them below it).
+CANVASES_OUTSIDE = """() => Array.from(document.querySelectorAll('.chart')).flatMap((box) => {
+  const b = box.getBoundingClientRect();
+  return Array.from(box.querySelectorAll('canvas')).filter((c) => {
+    const r = c.getBoundingClientRect();
+    return r.width === 0 || r.top < b.top - 1 || r.bottom > b.bottom + 1 || r.left < b.left - 1 || r.right > b.right + 1;
+  }).map(() => box.id);
+})"""
+SLIDERS = """() => Array.from(document.querySelectorAll('.chart')).filter((el) => {
+  const c = echarts.getInstanceByDom(el);
+  return c && (c.getOption().dataZoom || []).some((z) => z.type === 'slider');
+}).map((el) => el.id)"""
+
+
+def test_pdf_packs_the_charts_inside_their_frames_without_sliders(
+    report_runs, browser, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    out = tmp_path / "paper.html"
+    assert main(["report", str(report_runs["finished"]), "-o", str(out), "--pdf"]) == 0
+    pdf = out.with_suffix(".pdf").read_bytes()
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf))
+    (artifacts_dir / "report-finished.pdf").write_bytes(pdf)
+    data = report_data(out.read_text())
+    charts = len(data["metrics"]) + 1 + (1 if data["heatmap"] else 0) + (1 if data["alerts"]["series"] else 0)
+    assert charts >= 10 and pages <= 5, pages  # two charts a row, not a page per chart
+
+    # the page as the PDF printer lays it out (report.html#print, print media, the A4 column's width)
+    page = browser.new_page(viewport={"width": 794, "height": 1123})
+    page.emulate_media(media="print")
+    page.goto(out.resolve().as_uri() + "#print")
+    page.wait_for_function("document.readyState === 'complete'", timeout=30_000)
+    assert page.evaluate(CHARTS_SHOWN)["errors"] == []
+    assert page.evaluate(CANVASES_OUTSIDE) == []
+    assert page.evaluate(SLIDERS) == []
+    heat = page.evaluate(
+        """() => { const c = echarts.getInstanceByDom(document.getElementById('chart-attention-entropy'));
+                   const grid = c.getModel().getComponent('grid').coordinateSystem.getRect();
+                   const box = document.getElementById('chart-attention-entropy').getBoundingClientRect();
+                   return {grid: [grid.x, grid.y, grid.width, grid.height], box: [box.width, box.height]}; }"""
+    )
+    x, y, w, h = heat["grid"]
+    assert w > 200 and h > 100 and x + w <= heat["box"][0] and y + h <= heat["box"][1], heat  # the cells' frame fits the box
+    page.screenshot(path=str(artifacts_dir / "report-print.png"), full_page=True)
+    page.close()
+
+    # on the screen the same report keeps its zoom sliders, and a browser's print dialog drops them
+    page, problems, _ = open_page(browser, out)
+    assert problems == [] and len(page.evaluate(SLIDERS)) == len(data["metrics"])
+    page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+    assert page.evaluate(SLIDERS) == [] and page.evaluate("document.body.classList.contains('print')")
+    page.close()
+    page, problems, _ = open_page(browser, out)  # a phone: one chart a row, nothing wider than the screen
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(200)
+    assert problems == [] and page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(artifacts_dir / "report-390.png"), full_page=True)
+    page.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -244,3 +245,23 @@ def test_default_config_switches_on_the_documented_rules() -> None:
         "throughput_drop",
     ]
     assert build_rules(load_config({"alerts": {"enabled": False}})) == []
+
+
+def test_a_blown_up_loss_reads_in_times_not_a_wall_of_percent_digits() -> None:
+    """The divergence and spike messages of a loss from ~0.09 to ~7.5e5: 'x million times', no '811638936 %'."""
+    losses = [0.093 + 0.001 * (i % 3) for i in range(60)] + [7.554e5] * 6
+    rule = DivergenceRule(window=50, min_rise=0.2, min_t=0.5)
+    alerts = [a for rec in records("loss", losses) for a in rule.check(rec)]
+    assert alerts
+    msg = alerts[0]["message"]
+    assert re.search(r"up [\d.,e]+ \((\d+(\.\d)?) (thousand|million) times the window's median\)", msg), msg
+    assert "e+" not in msg and "%" not in msg
+    spike = SpikeRule("loss", warmup=20, count=1)
+    fired = [a for rec in records("loss", losses) for a in spike.check(rec)][0]["message"]
+    ratio = 7.554e5 / float(sorted(losses[10:60])[25])  # the value over the median of the 50 values before it
+    times = re.search(r"spiked to 755,400, ([\d.]+) million times its rolling median 0\.09\d", fired)
+    assert times and float(times.group(1)) == pytest.approx(ratio / 1e6, abs=0.051), fired
+    ramp = [1 + 0.01 * i for i in range(60)]
+    rule = DivergenceRule(window=50, min_t=0.5)
+    small = [a for rec in records("loss", ramp) for a in rule.check(rec)]
+    assert small and "(+" in small[0]["message"] and "% on the window's median)" in small[0]["message"]

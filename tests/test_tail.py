@@ -46,9 +46,9 @@ def test_tail_follows_a_run_until_it_ends(tmp_path: Path) -> None:
         child.expect("proj/live")
         child.expect("running")
         child.expect("step 3")
-        writer.write([record(4, 1.2345)])  # a new step, written while tail watches
+        writer.write([record(4, 1.2375)])  # a new step, written while tail watches
         child.expect("step 4")
-        child.expect("1.2345")
+        child.expect("1.238")  # 4 significant digits
         writer.append_alert(
             {
                 "t": time.time(),

@@ -19,6 +19,13 @@ def _ago(t: float | None, now: float) -> str:
     return f"{format_duration(max(0.0, now - t))} ago" if t is not None else "never"
 
 
+def _stopped_why(reason: str | None) -> str:
+    """`` by alice: diverged`` for the reason ``stopped by alice: diverged``; ``: <reason>`` for any other."""
+    if not reason:
+        return ""
+    return f" {reason.removeprefix('stopped ')}" if reason.startswith("stopped by ") else f": {reason}"
+
+
 def state_sentence(
     state: str,
     *,
@@ -36,7 +43,7 @@ def state_sentence(
         "running": f"The run is still running: step {last_step}, last point {last}.",
         "finished": f"Finished: the run ended normally at step {last_step}. No more data will arrive.",
         "failed": f"Failed at step {last_step}: {error or 'see the training log'}. Data stopped {last}.",
-        "stopped": f"Stopped at step {last_step}{why}.",
+        "stopped": f"Stopped at step {last_step}{_stopped_why(reason)}.",
         "lost": f"The run lost a rank: {error or 'a rank stopped without a final state'}.",
         "stalled": f"Stalled: the process is alive but no step finished for a while (last point {last}){why}.",
         "stale": (

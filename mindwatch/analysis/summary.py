@@ -20,6 +20,7 @@ form (:func:`summarize_run`) adds what needs the series. Definitions (docs/repor
   lowest rank that has one (the status file's running ``best_loss`` in a listing, the series in full);
 - ``ranks``: the ranks that wrote a file, ``world_size`` meta.json's (:func:`rank_count` says both);
 - ``state``: :func:`mindwatch.store.states.run_state`; ``error`` a lost rank's message, else the first error;
+  ``reason`` why it stopped (the lowest rank's: the rule's alert, or who asked and why), from the status files;
 - ``max_grad_norm``: largest finite ``grad_norm`` over every rank (NaN/Inf are the non-finite rule's);
 - throughput percentiles and the data-wait share skip each rank's first record, which holds the
   graph compilation; ``data_wait_share = sum(data_time) / sum(step_time)``;
@@ -67,6 +68,8 @@ class RunSummary:
     project: str
     state: str
     error: str | None = None
+    #: Why the run stopped or stalled: the alert that stopped it, or the person's request (``stopped by ...``).
+    reason: str | None = None
     tags: Any = field(default_factory=list)
     world_size: int = 1
     ranks: list[int] = field(default_factory=list)
@@ -137,6 +140,7 @@ def listed(run: RunFacts, now: float | None = None) -> RunSummary:
     """The listing of a run from what ``run`` already holds: no file is read."""
     meta, statuses = run.meta, run.statuses
     errors = [s["error"] for s in statuses.values() if s.get("error")]
+    reasons = [s["reason"] for _, s in sorted(statuses.items()) if s.get("reason")]
     lowest = next((rec for _, rec in sorted(run.last_record.items()) if "loss" in rec), None)
     bests = [b for _, s in sorted(statuses.items()) if _number(b := s.get("best_loss")) is not None]
     starts = [s["started_at"] for s in statuses.values() if isinstance(s.get("started_at"), (int, float))]
@@ -149,6 +153,7 @@ def listed(run: RunFacts, now: float | None = None) -> RunSummary:
         project=str(meta.get("project", run.path.parent.name)),
         state=run_state(rank_states(statuses, now).values()),
         error=lost_message(statuses) or (errors[0] if errors else None),
+        reason=str(reasons[0]) if reasons else None,
         tags=meta.get("tags", []),
         world_size=int(meta.get("world_size", max(len(ranks), 1))),
         ranks=ranks,

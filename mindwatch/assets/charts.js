@@ -257,7 +257,7 @@ function lineOption(o, win) {
     animation: false,
     title: titleOption(o.title, o.subtitle),
     color: PALETTE,
-    grid: { left: axes.length > 1 ? 64 : 56, right: axes.length > 1 ? 64 : 16, top: o.subtitle ? 56 : 36, bottom: 66 },
+    grid: { left: axes.length > 1 ? 64 : 56, right: axes.length > 1 ? 64 : 16, top: o.subtitle ? 56 : 36, bottom: o.slider ? 66 : 40 },
     tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, formatter: (p) => tooltipText(p, o, px) },
     legend: { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 },
       data: o.series.map((s) => s.name) },
@@ -270,7 +270,7 @@ function lineOption(o, win) {
         axisLabel: { formatter: r.format || fmtNumber, showMinLabel: clippedLog ? false : undefined, showMaxLabel: clippedLog ? false : undefined },
         nameLocation: "middle", nameGap: 44, nameTextStyle: { color: "#52606d" }, splitLine: { show: i === 0 } };
     }),
-    dataZoom: [{ type: "inside", filterMode: "none" }, { type: "slider", height: 18, bottom: 6, filterMode: "none" }],
+    dataZoom: [{ type: "inside", filterMode: "none" }].concat(o.slider ? [{ type: "slider", height: 18, bottom: 6, filterMode: "none" }] : []),
     series,
   };
 }
@@ -280,11 +280,12 @@ function lineOption(o, win) {
  * data units (steps, or epoch seconds for "time" and "elapsed").
  * Options: title, subtitle?, axes? ([{name, robust?, fromZero?}]), yName?, alerts?, restarts? ([{step, t, attempt}]),
  * x ("step", "time" or "elapsed"), xOrigin? (elapsed: the data x of 0 s), xMin?, xMax?, smoothing (the raw line
- * stays, faint), log, robust (default true: the y range ignores outliers, see robustRange; false: every point sets it).
+ * stays, faint), log, robust (default true: the y range ignores outliers, see robustRange; false: every point sets it),
+ * slider (default true: a zoom slider under the x axis; false on paper, where it cannot be used).
  */
 export function line(el, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });
-  const state = { opts: Object.assign({ x: "step", smoothing: 0, log: false, robust: true, alerts: [] }, opts) };
+  const state = { opts: Object.assign({ x: "step", smoothing: 0, log: false, robust: true, alerts: [], slider: true }, opts) };
   chart.setOption(lineOption(state.opts), { notMerge: true });
   return {
     chart,
@@ -292,7 +293,7 @@ export function line(el, opts) {
       Object.assign(state.opts, patch);
       const zoom = chart.getOption() && chart.getOption().dataZoom;
       const opt = lineOption(state.opts, zoom && zoom[0] && !(zoom[0].start <= 0 && zoom[0].end >= 100) ? this.window() : null);
-      if (zoom && zoom[0]) opt.dataZoom = opt.dataZoom.map((z, i) => Object.assign(z, { start: zoom[i].start, end: zoom[i].end }));
+      if (zoom && zoom[0]) opt.dataZoom = opt.dataZoom.map((z) => Object.assign(z, { start: zoom[0].start, end: zoom[0].end }));
       chart.setOption(opt, { notMerge: true, lazyUpdate: true });
     },
     /** The x window shown, in data units, or null when the whole range is shown. */
@@ -329,7 +330,7 @@ function heatmapOption(d, opts) {
   return {
     animation: false,
     title: titleOption(opts.title || "attention entropy per layer", opts.subtitle),
-    tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ ${esc(opts.xName || "step")} ~${d.steps[p.value[0]]}: ${fmtNumber(p.value[opts.log ? 3 : 2])}` },
+    tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ ${opts.xName ? `${esc(opts.xName)} ` : "step ~"}${esc(d.steps[p.value[0]])}: ${fmtNumber(p.value[opts.log ? 3 : 2])}` },
     grid: { left: 140, right: 100, top: opts.subtitle ? 56 : 36, bottom: 40 },
     xAxis: { type: "category", data: d.steps, name: opts.xName || "step", nameLocation: "middle", nameGap: 26 },
     yAxis: { type: "category", data: d.layers, axisLabel: { formatter: (v) => rowLabel(v, opts.selected) } },

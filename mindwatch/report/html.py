@@ -40,7 +40,7 @@ from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_ru
 from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
 from mindwatch.store.reader import Run, open_run
-from mindwatch.units import format_duration
+from mindwatch.units import format_duration, format_number
 
 #: Points per series in a chart; min/max pairs per bucket, so spikes survive.
 MAX_POINTS = 2000
@@ -142,7 +142,7 @@ def _step_range(runs: list[Run]) -> list[int] | None:
 
 
 def _metric_names(runs: list[Run]) -> list[str]:
-    names = {m for r in runs for m in r.metrics if m != "epoch" and not is_layer_metric(m)}  # layers: their own section
+    names = {m for r in runs for m in r.metrics if m not in vocab.NOT_CHARTED and not is_layer_metric(m)}  # layers: their own
     plain = ordered_metrics({m for m in names if not m.startswith(_PER_LAYER)})
     return plain + [p + "*" for p in _PER_LAYER if any(m.startswith(p) for m in names)]  # one chart for all layers
 
@@ -178,7 +178,9 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
     return charts
 
 
-def _histogram(runs: list[Run], labels: list[str], bins: int = 30) -> dict[str, Any] | None:
+def _histogram(runs: list[Run], labels: list[str], bins: int = 30, ticks: int = 6) -> dict[str, Any] | None:
+    """The gradient-norm distribution: log bins when every norm is positive (one outlier then takes one bar at the
+    right, not the whole range), a short rounded label at about ``ticks`` bins, each bin's range in its tooltip."""
     per_run = []
     for run in runs:
         parts = [run.series(vocab.GRAD_NORM, rank=r).value for r in run.ranks]
@@ -189,11 +191,12 @@ def _histogram(runs: list[Run], labels: list[str], bins: int = 30) -> dict[str, 
     if not len(pooled):
         return None
     lo, hi = float(pooled.min()), float(pooled.max())
-    log = lo > 0 and hi / lo >= 100
+    log = lo > 0 and hi > lo
     if hi == lo:
         edges = np.array([lo - 0.5, hi + 0.5]) if lo == 0 else np.array([lo * 0.95, hi * 1.05])
     elif log:
-        edges = np.logspace(math.log10(lo), math.log10(hi), bins + 1)
+        edges = np.geomspace(lo, hi, bins + 1)
+        edges[[0, -1]] = lo, hi  # exactly: a rounded last edge would leave the largest norm out
     else:
         edges = np.linspace(lo, hi, bins + 1)
     series = [
@@ -203,8 +206,13 @@ def _histogram(runs: list[Run], labels: list[str], bins: int = 30) -> dict[str, 
     ]
     nonfinite = sum(int((~np.isfinite(v)).sum()) for v in per_run)
     note = f"{sum(len(f) for f in finite)} values, every rank" + (f"; {nonfinite} non-finite not shown" if nonfinite else "")
-    labels_out = [f"{_short(a)}–{_short(b)}" for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)]
-    return {"metric": vocab.GRAD_NORM, "labels": labels_out, "series": series, "log": bool(log), "note": note}
+    centres = np.sqrt(edges[:-1] * edges[1:]) if log else (edges[:-1] + edges[1:]) / 2
+    every = max(1, math.ceil(len(centres) / ticks))
+    shown = centres[::every].tolist()
+    digits = next((d for d in range(2, 7) if len({format_number(c, d) for c in shown}) == len(shown)), 6)
+    ticks_out = [format_number(float(c), digits) if i % every == 0 else "" for i, c in enumerate(centres.tolist())]
+    ranges = [f"{format_number(a)} – {format_number(b)}" for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)]
+    return {"metric": vocab.GRAD_NORM, "labels": ticks_out, "ranges": ranges, "series": series, "log": bool(log), "note": note}
 
 
 def _heatmap(run: Run) -> dict[str, Any] | None:
@@ -300,7 +308,7 @@ def _alerts_chart(runs: list[Run], labels: list[str]) -> dict[str, Any]:
 def _banner(s: RunSummary, label: str, now: float) -> str:
     if s.state == "finished":
         return ""
-    text = state_sentence(s.state, last_step=s.last_step, now=now, error=s.error, last_time=s.last_time)
+    text = state_sentence(s.state, last_step=s.last_step, now=now, error=s.error, reason=s.reason, last_time=s.last_time)
     return f'<div class="banner {_e(s.state)}">{_e(label)}: {_e(text)}</div>'
 
 
@@ -308,7 +316,7 @@ def _steps(s: RunSummary) -> str:
     """Steps done out of planned: ``12/20 (60 %)``; the last step alone for a run with no plan recorded."""
     if s.last_step is None:
         return "-"
-    return Progress(s.last_step, s.total_steps).steps_text() if s.total_steps is not None else _num(s.last_step)
+    return Progress(s.last_step, s.total_steps).steps_text() if s.total_steps is not None else format_number(s.last_step)
 
 
 def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
@@ -320,21 +328,33 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         ("started", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
         ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),
-        ("final loss", [_e(_num(s.final_loss)) for s in summaries]),
+        ("final loss", [_e(format_number(s.final_loss)) for s in summaries]),
         (
             "best loss",
-            [_e(_num(s.best_loss) + (f" (step {s.best_loss_step})" if s.best_loss_step is not None else "")) for s in summaries],
-        ),
-        ("loss non-finite from", [_e(_num(s.first_nonfinite_loss_step)) for s in summaries]),
-        (
-            "max grad norm",
             [
-                _e(_num(s.max_grad_norm) + (f" (step {s.max_grad_norm_step})" if s.max_grad_norm_step is not None else ""))
+                _e(format_number(s.best_loss) + (f" (step {s.best_loss_step})" if s.best_loss_step is not None else ""))
                 for s in summaries
             ],
         ),
-        ("samples/s p50 / p5", [_e(f"{_num(s.samples_per_second_p50)} / {_num(s.samples_per_second_p5)}") for s in summaries]),
-        ("tokens/s p50 / p5", [_e(f"{_num(s.tokens_per_second_p50)} / {_num(s.tokens_per_second_p5)}") for s in summaries]),
+        ("loss non-finite from", [_e(format_number(s.first_nonfinite_loss_step)) for s in summaries]),
+        (
+            "max grad norm",
+            [
+                _e(
+                    format_number(s.max_grad_norm)
+                    + (f" (step {s.max_grad_norm_step})" if s.max_grad_norm_step is not None else "")
+                )
+                for s in summaries
+            ],
+        ),
+        (
+            "samples/s p50 / p5",
+            [_e(f"{format_number(s.samples_per_second_p50)} / {format_number(s.samples_per_second_p5)}") for s in summaries],
+        ),
+        (
+            "tokens/s p50 / p5",
+            [_e(f"{format_number(s.tokens_per_second_p50)} / {format_number(s.tokens_per_second_p5)}") for s in summaries],
+        ),
         ("data-wait share", [_e(_percent(s.data_wait_share)) for s in summaries]),
         (
             "alerts",
@@ -365,13 +385,13 @@ def _alerts_table(runs: list[Run], labels: list[str]) -> str:
         sev = str(a.get("severity", ""))
         cells = [
             _time(a.get("t")),
-            _num(a.get("step")),
-            _num(a.get("rank")),
+            format_number(a.get("step")),
+            format_number(a.get("rank")),
             f'<span class="sev-{_e(sev)}">{_e(sev)}</span>',
             a.get("rule"),
             a.get("metric"),
-            _num(a.get("value")),
-            _num(a.get("threshold")),
+            format_number(a.get("value")),
+            format_number(a.get("threshold")),
             a.get("message"),
             ", ".join(map(str, a.get("actions") or [])),
         ]
@@ -391,7 +411,14 @@ def _batches_table(runs: list[Run], labels: list[str]) -> str:
     head = ("<th>run</th>" if multi else "") + "".join(f"<th>{c}</th>" for c in cols)
     out = []
     for lab, b in rows[:MAX_ALERT_ROWS]:
-        cells = [_num(b.step), _num(b.rank), _num(b.epoch), _num(b.batch), ", ".join(b.rules), ids_text(b.sample_ids)]
+        cells = [
+            format_number(b.step),
+            format_number(b.rank),
+            format_number(b.epoch),
+            format_number(b.batch),
+            ", ".join(b.rules),
+            ids_text(b.sample_ids),
+        ]
         tds = "".join(f"<td>{_e(c)}</td>" for c in cells)
         out.append("<tr>" + (f"<td>{_e(lab)}</td>" if multi else "") + tds + "</tr>")
     return f'<h3>Flagged batches</h3><table id="batches"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>'
@@ -434,22 +461,6 @@ def _e(text: str) -> str:
 
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
-
-
-def _num(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, (bool, int)):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            return str(v)
-        return f"{v:.6g}" if v == 0 or 1e-4 <= abs(v) < 1e6 else f"{v:.4e}"
-    return str(v)
-
-
-def _short(v: float) -> str:
-    return f"{v:.3g}"
 
 
 def _percent(v: float | None) -> str:

@@ -53,7 +53,7 @@ def html_to_pdf(html: Path, pdf: Path, timeout: float = 120.0) -> Path:
             "--no-pdf-header-footer",
             "--virtual-time-budget=10000",  # let the charts draw before printing
             f"--print-to-pdf={pdf}",
-            Path(html).resolve().as_uri(),
+            Path(html).resolve().as_uri() + "#print",  # report.js lays the page out for paper (template.html)
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0 or not pdf.is_file() or pdf.stat().st_size == 0:

@@ -2,11 +2,17 @@
 // mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
-import { heatmap, line, titleOption } from "../assets/charts.js";
+import { esc, heatmap, line, titleOption } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
 const SEV_COLORS = { error: "#c62828", warning: "#e09100", info: "#1e88e5" };
 const drawn = [];
+const curveCharts = [];
+// On paper (mindwatch/report/pdf.py opens the page as report.html#print; a browser's print dialog fires beforeprint)
+// the page is laid out at the A4 column's width (template.html, body.print), so the charts are drawn at the size they
+// print at, and without zoom sliders.
+const onPaper = () => location.hash === "#print" || window.matchMedia("print").matches;
+if (onPaper()) document.body.classList.add("print");
 
 /** Draw one chart into el with draw(el); a failure is shown in the chart's place. */
 function make(el, draw) {
@@ -25,9 +31,10 @@ function plainChart(el, option) {
   return chart;
 }
 
-function chartDiv(parent, id, wide) {
+/** A chart's box: wide (a row of its own), or a heat map (a row of its own on paper, where half a row is too narrow). */
+function chartDiv(parent, id, wide, heat) {
   const div = document.createElement("div");
-  div.className = wide ? "chart wide" : "chart";
+  div.className = ["chart", wide ? "wide" : "", heat ? "heat" : ""].filter(Boolean).join(" ");
   div.id = id;
   parent.appendChild(div);
   return div;
@@ -35,14 +42,18 @@ function chartDiv(parent, id, wide) {
 
 // -- one chart per metric ------------------------------------------------------------------
 const curves = document.getElementById("curves");
-DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) => line(el, {
-  title: m.name, subtitle: m.points_note, log: m.log,
-  xMin: DATA.step_range ? DATA.step_range[0] : undefined, xMax: DATA.step_range ? DATA.step_range[1] : undefined,
-  series: m.series.map((s) => ({
-    name: s.label, points: s.points,  // the wire shape of analysis/lines.py; one mark where the values stop being finite
-    nonfinite: s.nonfinite.slice(0, 1).map(([at]) => [at, `non-finite from step ${at}`]),
-  })),
-})));
+DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) => {
+  const chart = line(el, {
+    title: m.name, subtitle: m.points_note, log: m.log, slider: !onPaper(),
+    xMin: DATA.step_range ? DATA.step_range[0] : undefined, xMax: DATA.step_range ? DATA.step_range[1] : undefined,
+    series: m.series.map((s) => ({
+      name: s.label, points: s.points,  // the wire shape of analysis/lines.py; one mark where the values stop being finite
+      nonfinite: s.nonfinite.slice(0, 1).map(([at]) => [at, `non-finite from step ${at}`]),
+    })),
+  });
+  curveCharts.push(chart);
+  return chart;
+}));
 
 // -- gradient-norm histogram ------------------------------------------------------------------
 const dist = document.getElementById("distributions");
@@ -50,12 +61,14 @@ if (DATA.histogram) {
   const hist = DATA.histogram;
   make(chartDiv(dist, "chart-grad-norm-histogram", false), (el) => plainChart(el, {
     title: titleOption(`${hist.metric} distribution`, hist.note),
-    tooltip: { trigger: "axis" },
+    tooltip: { trigger: "axis", formatter: (ps) => [`${esc(hist.metric)} ${esc(hist.ranges[ps[0].dataIndex])}`,
+      ...ps.map((p) => `${esc(p.seriesName)}: ${p.value} steps`)].join("<br>") },
     legend: hist.series.length > 1 ? { right: 10, top: 6 } : undefined,
-    grid: { left: 56, right: 24, top: 58, bottom: 56 },
-    xAxis: { type: "category", data: hist.labels, name: hist.log ? `${hist.metric} (log bins)` : hist.metric, nameLocation: "middle", nameGap: 40,
-             axisLabel: { rotate: 40, fontSize: 10 } },
-    yAxis: { type: "value", name: "steps" },
+    grid: { left: 56, right: 24, top: 58, bottom: 48 },
+    xAxis: { type: "category", data: hist.labels, name: hist.log ? `${hist.metric} (log bins)` : hist.metric,
+             nameLocation: "middle", nameGap: 28, axisTick: { alignWithLabel: true, interval: (i) => hist.labels[i] !== "" },
+             axisLabel: { interval: 0, fontSize: 11 } },
+    yAxis: { type: "value", name: "steps", minInterval: 1 },
     series: hist.series.map((s) => ({ name: s.label, type: "bar", data: s.counts, barGap: "5%", barCategoryGap: "10%" })),
   }));
 }
@@ -63,7 +76,7 @@ if (DATA.histogram) {
 // -- attention-entropy heat map (binned by mindwatch.analysis.heatmap, like the dashboard's) ---------
 if (DATA.heatmap) {
   const hm = DATA.heatmap;
-  make(chartDiv(dist, "chart-attention-entropy", false),
+  make(chartDiv(dist, "chart-attention-entropy", false, true),
     (el) => heatmap(el, hm, { title: hm.title, subtitle: hm.note }));
 }
 
@@ -81,12 +94,12 @@ if (DATA.layers) {
     series: ly.bars.map(([k, name]) => ({ name, type: "bar", data: ly.last[k].map((v) => (v > 0 ? v : "-")) })),
   }));
   for (const [stat, title] of ly.maps) {
-    make(chartDiv(box, `chart-layers-${stat}`, false), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
+    make(chartDiv(box, `chart-layers-${stat}`, false, true), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
   }
   for (const [kind, what] of [["weights", "weights"], ["grads", "gradients"]]) {
     const hm = ly[`histogram_${kind}`];
-    if (hm) make(chartDiv(box, `chart-histogram-${kind}`, false), (el) => heatmap(el, hm, {
-      title: `${what} per layer at step ${hm.step} (log colour: count; x: value / max |value|)`, log: true }));
+    if (hm) make(chartDiv(box, `chart-histogram-${kind}`, false, true), (el) => heatmap(el, hm, {
+      title: `${what} per layer at step ${hm.step} (log colour: count)`, xName: "value / max |value|", log: true }));
   }
 }
 
@@ -108,5 +121,13 @@ if (DATA.alerts && DATA.alerts.series.length) {
 }
 
 function resizeAll() { drawn.forEach((c) => c.resize()); }
+
+/** Lay the page out for paper (on) or the screen: the print column's width, no zoom sliders. */
+function paper(on) {
+  document.body.classList.toggle("print", on);
+  curveCharts.forEach((c) => c.update({ slider: !on }));
+  resizeAll();
+}
 window.addEventListener("resize", resizeAll);
-window.addEventListener("beforeprint", resizeAll);
+window.addEventListener("beforeprint", () => paper(true));
+window.addEventListener("afterprint", () => paper(location.hash === "#print"));

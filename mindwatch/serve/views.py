@@ -101,8 +101,7 @@ class RunView(Run):
         now = now or time.time()
         summary = listed(self, now)
         beats = [s["updated_at"] for s in self.statuses.values() if isinstance(s.get("updated_at"), (int, float))]
-        reasons = [s["reason"] for s in self.statuses.values() if s.get("reason")]
-        heartbeat_at, reason = (max(beats) if beats else None), (reasons[0] if reasons else None)
+        heartbeat_at, reason = (max(beats) if beats else None), summary.reason
         return {
             "state": summary.state,
             "ranks": {

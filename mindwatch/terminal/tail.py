@@ -32,6 +32,7 @@ from mindwatch.store.layerfiles import is_layer_metric
 from mindwatch.store.layout import is_run_dir
 from mindwatch.store.reader import Run, open_run
 from mindwatch.terminal.runs import STATE_STYLE
+from mindwatch.units import format_number
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -68,15 +69,6 @@ def resolve_run(path: str | os.PathLike[str]) -> Path:
     return max(runs, key=lambda r: (list_run(r).started_at or 0.0, str(r)))
 
 
-def fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if not math.isfinite(v):
-        return str(v)
-    a = abs(v)
-    return f"{v:.4e}" if a and (a < 1e-3 or a >= 1e6) else f"{v:.5g}"
-
-
 def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int = 8) -> Group:
     """One frame: state line, metrics table, recent alerts."""
     ranks = run.ranks
@@ -105,9 +97,9 @@ def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int =
         finite = s.value[np.isfinite(s.value)]
         table.add_row(
             metric,
-            fmt(values[-1]),
-            fmt(float(finite.min())) if len(finite) else "-",
-            fmt(float(finite.max())) if len(finite) else "-",
+            format_number(values[-1]),
+            format_number(float(finite.min())) if len(finite) else "-",
+            format_number(float(finite.max())) if len(finite) else "-",
             sparkline(values, width),
         )
     parts: list[Any] = [head]
@@ -162,7 +154,7 @@ def step_line(run: Run, rank: int | None = None) -> str:
     r = rank if rank is not None else (run.ranks[0] if run.ranks else 0)
     rec = run.last_record.get(r, {})
     names = [m for m in ordered_metrics(list(rec)) if isinstance(rec.get(m), (int, float)) and not is_layer_metric(m)]
-    shown = " | ".join(f"{m} {fmt(float(rec[m]))}" for m in names[:6])
+    shown = " | ".join(f"{m} {format_number(float(rec[m]))}" for m in names[:6])
     return f"step {rec.get('step', run.last_step)} {run.state}" + (f" | {shown}" if shown else "")
 
 

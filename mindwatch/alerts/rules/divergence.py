@@ -16,6 +16,7 @@ from pydantic import Field
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, settings_from, value_of
 from mindwatch.schema import RuleSettings
+from mindwatch.units import format_change, format_number
 
 
 class DivergenceSettings(RuleSettings):
@@ -71,8 +72,9 @@ class DivergenceRule(RuleBase):
         t = slope / se if se > 0 else math.inf
         if t < self.min_t:
             return []
-        pct = 100 * rise / level
-        msg = f"{self.metric} is diverging: up {rise:.4g} ({pct:.0f} %) over the last {n} recorded steps (t = {t:.1f})"
+        change = format_change(rise / level, "the window's median")
+        over = f"over the last {n} recorded steps (t = {format_number(t, 3)})"
+        msg = f"{self.metric} is diverging: up {format_number(rise)} ({change}) {over}"
         return [self._alert(rec, msg, metric=self.metric, value=v, threshold=ym - slope * xm + self.min_rise * level)]
 
 

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec, settings_from
 from mindwatch.schema import RuleSettings
+from mindwatch.units import format_number, format_times
 
 
 class LayerSpikeSettings(RuleSettings):
@@ -56,7 +57,8 @@ class LayerSpikeRule(LayerRule):
 
     def describe(self, layer: str, value: float, j: int) -> str:
         median = self.median[j]
-        return f"layer {layer}: its gradient norm spiked to {value:.4g}, above {self.factor:g} x its rolling median {median:.4g}"
+        times = format_times(value / median, f"its rolling median {format_number(float(median))}")
+        return f"layer {layer}: its gradient norm spiked to {format_number(value)}, {times} (limit {self.factor:g} x)"
 
 
 def _build(s: LayerSpikeSettings, ctx: RuleContext) -> list[LayerSpikeRule]:

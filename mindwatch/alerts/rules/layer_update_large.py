@@ -14,6 +14,7 @@ from pydantic import Field
 
 from mindwatch.alerts.rules.base import LayerRule, RuleContext, RuleSpec, settings_from
 from mindwatch.schema import RuleSettings
+from mindwatch.units import format_share
 
 
 class LayerUpdateLargeSettings(RuleSettings):
@@ -41,7 +42,9 @@ class LayerUpdateLargeRule(LayerRule):
         return self.limit
 
     def describe(self, layer: str, value: float, j: int) -> str:
-        return f"layer {layer}: one step changed its weights by {100 * value:.1f} % of their norm (limit {100 * self.limit:g} %)"
+        return (
+            f"layer {layer}: one step changed its weights by {format_share(value, 'their norm')} (limit {100 * self.limit:g} %)"
+        )
 
 
 def _build(s: LayerUpdateLargeSettings, ctx: RuleContext) -> list[LayerUpdateLargeRule]:

@@ -16,6 +16,7 @@ from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, Streak, settings_from, value_of
 from mindwatch.schema import RuleSettings
+from mindwatch.units import format_number, format_times
 
 
 class SpikeSettings(RuleSettings):
@@ -49,7 +50,8 @@ class SpikeRule(RuleBase):
         if median is None:
             return []
         in_a_row = f" for {self.count} recorded steps in a row" if self.count > 1 else ""
-        msg = f"{self.metric} spiked to {v:.4g}, above {self.factor:g} x its rolling median {median:.4g}{in_a_row}"
+        times = format_times(v / median, f"its rolling median {format_number(median)}")
+        msg = f"{self.metric} spiked to {format_number(v)}, {times} (limit {self.factor:g} x){in_a_row}"
         return [self._alert(rec, msg, metric=self.metric, value=v, threshold=self.factor * median)]
 
 

@@ -16,6 +16,7 @@ from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec, value_of
 from mindwatch.schema import RuleSettings
+from mindwatch.units import format_number
 
 #: Metrics where more is better: a bare ``warn_on_value`` limit on them is a lower bound.
 THROUGHPUT_METRICS = frozenset(vocab.in_group("throughput"))
@@ -42,7 +43,7 @@ class ThresholdRule(RuleBase):
             side, limit = "below", self.below
         else:
             return []
-        message = f"{self.metric} {v:.4g} is {side} the limit {limit:.4g}"
+        message = f"{self.metric} {format_number(v)} is {side} the limit {format_number(limit)}"
         return [self._alert(rec, message, metric=self.metric, value=v, threshold=limit)]
 
 

@@ -29,6 +29,7 @@ from mindwatch.alerts.rules.base import (
     value_of,
 )
 from mindwatch.schema import RuleSettings
+from mindwatch.units import format_number
 
 
 class ThroughputDropSettings(RuleSettings):
@@ -79,7 +80,7 @@ class ThroughputDropRule(RuleBase):
             share = data_share(rec)
             why = f"; {100 * share:.0f} % of the step is spent waiting for data" if share is not None else ""
             msg = (
-                f"{metric} fell to {v:.4g}, below {self.fraction:g} x its rolling median {median:.4g}, "
+                f"{metric} fell to {format_number(v)}, below {self.fraction:g} x its rolling median {format_number(median)}, "
                 f"while the loss looks normal{why}"
             )
             out.append(self._alert(rec, msg, metric=metric, value=v, threshold=self.fraction * median))
