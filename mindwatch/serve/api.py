@@ -119,8 +119,9 @@ def _num(v: float) -> float | str:
 
 # -- queries (plain functions: the live stream and the benchmark reuse them) ----------------------
 def progress_info(view: RunView, state: str | None) -> dict[str, Any]:
-    """:func:`mindwatch.analysis.progress.run_progress` as JSON (``view.lock`` held); no ETA unless running."""
-    progress = run_progress(view).as_dict()
+    """:func:`mindwatch.analysis.progress.run_progress` as JSON (``view.lock`` held); no ETA unless running, and then
+    the rate is the run's average (``rate: "average"``), not a pace it no longer has."""
+    progress = run_progress(view, running=state == "running").as_dict()
     if state != "running":
         progress["eta_secs"] = None  # an ended (or stalled, or killed) run has no time left to estimate
     return progress

@@ -18,6 +18,7 @@ const DERIVED_MS = 1000;  // the heat map and the bands are binned on the server
 const ZOOM_MS = 250;
 const RESCAN_MS = 10000;
 const OUTLIER_RANKS = 5;
+const WAITING_MS = 1000;  // the "waiting for the first step" clock ticks this often
 
 /** The run page's view from the hash's query; anything missing or malformed is the default. */
 export function viewFromParams(p) {
@@ -64,6 +65,7 @@ export class RunPage {
     this.zoomOrigin = null;
     this.origin = null;  // elapsed x: the epoch second of 0 s
     this.banner = h("div", { class: "banner", id: "banner", hidden: true });
+    this.waiting = h("div", { class: "waiting", id: "run-waiting", role: "status", hidden: true });
     this.progress = h("span", { class: "progress", id: "run-progress" });
     this.controls = h("section", { class: "toolbar" });
     this.actions = new RunActions(runId);  // stop / checkpoint / lr buttons, only with --allow-control
@@ -71,10 +73,11 @@ export class RunPage {
     this.side = h("aside", { class: "side" });
     document.title = `mindwatch: ${runId}`;
     main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress, this.actions.el),
-      this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
+      this.banner, this.controls, this.waiting, h("div", { class: "run-body" }, this.grid, this.side));
     this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
+    this.waitClock = setInterval(() => this.showWaiting(), WAITING_MS);
     this.build().catch((e) => this.showError(e.message));
   }
 
@@ -107,6 +110,7 @@ export class RunPage {
     this.showStatus(this.info.status);
     this.showProgress(this.info.progress);
     await this.buildCharts();
+    this.showWaiting();
     this.connect();
   }
 
@@ -194,7 +198,7 @@ export class RunPage {
   restarts() {
     return ((this.info && this.info.attempts) || []).slice(1).map((a, i) => ({ step: a.first_step, t: a.started_at, attempt: a.attempt || i + 2 }));
   }
-  drawAll() { this.cards.forEach((c) => this.draw(c)); }
+  drawAll() { this.cards.forEach((c) => this.draw(c)); this.showWaiting(); }
 
   zoomed(card) {
     // Connected charts all fire "datazoom": the window comes from the one the user zoomed (the first),
@@ -220,7 +224,20 @@ export class RunPage {
     this.progress.replaceChildren(...progressBar(p, this.info.status.state));
   }
 
+  /** A live run before its first step (the graph compiles, the first batch loads): what it waits for, and how long. */
+  showWaiting() {
+    const st = this.info && this.info.status;
+    const drawn = this.cards.some((c) => c.defs.some((d) => d.points.length));
+    const waits = Boolean(st) && st.state === "running" && (st.last_step === null || st.last_step === undefined) && !drawn;
+    this.waiting.hidden = !waits;
+    if (!waits) return;
+    const started = this.startedAt();
+    const secs = started ? Math.max(0, Math.round(Date.now() / 1000 - this.serverOffset - started)) : null;
+    this.waiting.textContent = `compiling the graph / waiting for the first step${secs === null ? "" : `: ${secs} s`}`;
+  }
+
   showStatus(st) {
+    this.showWaiting();
     $("#run-state").replaceChildren(...stateBadge(st));
     this.actions.show(st.state);
     const text = bannerText(st);
@@ -245,6 +262,7 @@ export class RunPage {
       open: () => liveDot(true),
       error: () => liveDot(false),
       points: (d) => {
+        if (this.waitsForCharts()) { this.live.close(); this.build(); return; }  // the first step: the charts it has
         const added = mergePoints(this.cards.flatMap((c) => c.defs), d, this.view.x);
         if (added) { this.scheduleDraw(); this.refreshDerived(); }
       },
@@ -259,6 +277,9 @@ export class RunPage {
       reload: async () => { this.live.close(); await this.build(); },
     });
   }
+
+  /** Whether points came for metrics the page has no chart for yet (it opened before the first step). */
+  waitsForCharts() { return !this.cards.length; }
 
   scheduleDraw() {
     if (this.timers.draw) return;
@@ -294,6 +315,7 @@ export class RunPage {
     if (this.live) this.live.close();
     Object.values(this.timers).forEach(clearTimeout);
     clearInterval(this.rescan);
+    clearInterval(this.waitClock);
     window.removeEventListener("resize", this.onResize);
     this.cards.forEach((c) => c.dispose());
     this.heats.forEach((m) => m.dispose());

@@ -77,10 +77,14 @@ function etaText(secs) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-/** The header's progress: a bar of steps done out of planned, steps/s and the ETA; "total unknown" without a plan. */
+/** The header's progress: a bar of steps done out of planned, steps/s (recent, or an ended run's average) and the ETA;
+ * "total unknown" without a plan. */
 export function progressBar(p, state) {
   if (!p || p.step === null || p.step === undefined) return [];
-  const rate = p.steps_per_second ? h("span", { class: "muted", id: "progress-rate" }, ` ${p.steps_per_second.toPrecision(3)} steps/s`) : "";
+  // an ended run has no current pace: its average over all steps, said as such
+  const avg = p.rate === "average";
+  const rate = p.steps_per_second ? h("span", { class: "muted", id: "progress-rate", title: avg ? "the average over all its steps (it is not running)" : "over the last minute" },
+    ` ${avg ? "average " : ""}${p.steps_per_second.toPrecision(3)} steps/s`) : "";
   if (!p.total_steps) {
     return [h("span", { id: "progress-text" }, `step ${p.step.toLocaleString("en")} (total unknown)`), rate];
   }
