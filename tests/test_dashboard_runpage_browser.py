@@ -88,3 +88,114 @@ def test_an_ended_run_shows_its_average_rate_labelled_as_such(tmp_path: Path) ->
         assert rate.strip() == f"average {average:.3g} steps/s"
         assert page.query_selector("#progress-eta") is None
         browser.close()
+
+
+VISIBLE_CHARTS = """() => [...document.querySelectorAll('#charts > .card, #charts > .layers-view')]
+  .filter((f) => !f.hidden && f.offsetParent !== null)
+  .map((f) => f.dataset.chart || f.id)"""
+
+SERIES_NAMES = """(id) => {
+  const el = document.querySelector(id);
+  const c = el && echarts.getInstanceByDom(el);
+  return c ? c.getOption().series.filter((s) => s.type === 'line').map((s) => [s.name, s.data.length]) : null;
+}"""
+
+
+def _training_records(steps: int, t0: float) -> list[dict]:
+    out = []
+    for s in range(1, steps + 1):
+        rec = {"step": s, "t": t0 + s * 0.01, "loss": 3.0 / (1 + s / 300) + (0.1 if s % 7 == 0 else 0.0), "lr": 1e-3}
+        rec |= {"grad_norm": 1.0 + (s % 5) / 10, "samples_per_second": 64.0 + s % 3, "tokens_per_second": 16384.0 + 50 * (s % 4)}
+        if s % 10 == 0:
+            rec |= {"grad_norm/blocks.0": 0.5, "grad_norm/blocks.1": 0.25}
+        out.append(rec)
+    return out
+
+
+def test_each_chart_downloads_its_png_and_every_point_as_csv_and_goes_full_screen(tmp_path: Path, artifacts_dir: Path) -> None:
+    import csv
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    t0 = time.time() - 3600
+    run_dir = tmp_path / "logs" / "p" / "tools"
+    writer = RunWriter(run_dir, 0)
+    writer.write(_training_records(3000, t0))
+    writer.close("finished")
+    _meta(run_dir, started_at=t0)
+    # the reference: the metrics file itself, read here with json
+    in_file = [json.loads(line) for line in (run_dir / "metrics.rank0.jsonl").read_text().splitlines()]
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{dash.url}#/run/p%2Ftools")
+        drawn = wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-loss"), 60, "the loss chart")
+        assert drawn[0][0] == "loss" and drawn[0][1] < 3000  # the chart draws thinned points
+
+        # samples/s and tokens/s: a chart each, not twin axes hiding each other
+        for chart, metric in (("#chart-throughput", "samples_per_second"), ("#chart-tokens", "tokens_per_second")):
+            names = wait_for(lambda c=chart: (n := page.evaluate(SERIES_NAMES, c)) and all(k for _, k in n) and n, 30, chart)
+            assert [name for name, _ in names] == [metric]
+
+        with page.expect_download() as got:
+            page.click('[data-chart="chart-loss"] .tool-csv')
+        rows = list(csv.DictReader(got.value.path().open()))
+        assert got.value.suggested_filename == "p_tools_loss.csv"
+        assert [(int(r["step"]), float(r["time"]), r["metric"], float(r["value"])) for r in rows] == [
+            (rec["step"], rec["t"], "loss", rec["loss"]) for rec in in_file
+        ]  # every recorded point, exactly the file's values
+
+        with page.expect_download() as got:
+            page.click('[data-chart="chart-tokens"] .tool-png')
+        png = got.value.path().read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000 and got.value.suggested_filename == "p_tools_tokens.png"
+
+        page.click('[data-chart="chart-loss"] .tool-full')
+        full = "() => document.fullscreenElement && document.fullscreenElement.dataset.chart"
+        assert wait_for(lambda: page.evaluate(full), 10, "full screen") == "chart-loss"
+        tall = "() => document.querySelector('#chart-loss canvas').getBoundingClientRect().height"
+        wait_for(lambda: page.evaluate(tall) > 700, 10, "the chart to fill the screen")
+        page.screenshot(path=str(artifacts_dir / "run_page_full_screen.png"))
+        page.click('[data-chart="chart-loss"] .tool-full')
+        wait_for(lambda: page.evaluate("() => document.fullscreenElement === null"), 10, "full screen to end")
+        wait_for(lambda: page.evaluate(tall) < 400, 10, "the chart back in its card")
+        assert not errors, errors
+        browser.close()
+
+
+def test_the_metric_search_shows_only_the_matching_charts_and_survives_a_reload(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    run_dir = tmp_path / "logs" / "p" / "search"
+    writer = RunWriter(run_dir, 0)
+    writer.write(_training_records(200, time.time() - 600))
+    writer.close("finished")
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Fsearch")
+        wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-loss"), 60, "the loss chart")
+        everything = wait_for(lambda: "layers" in (v := page.evaluate(VISIBLE_CHARTS)) and v, 30, "the layers view")
+        assert {"chart-loss", "chart-lr", "chart-grad_norm", "chart-throughput", "chart-tokens", "layers"} <= set(everything)
+
+        page.fill("#metric-filter", "norm")  # grad_norm and the per-layer grad_norm/<layer> family
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["chart-grad_norm", "layers"], 10, "the norm charts")
+        page.fill("#metric-filter", "BLOCKS.1")  # a layer's name, any case: its family's view
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["layers"], 10, "the layers view alone")
+        page.fill("#metric-filter", "tokens samples")  # any of the words
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["chart-throughput", "chart-tokens"], 10, "throughput")
+        _look_at(page, artifacts_dir, "run_page_search")
+        assert "q=tokens+samples" in page.evaluate("() => location.hash")
+        page.reload()
+        wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-tokens"), 60, "the tokens chart again")
+        assert page.input_value("#metric-filter") == "tokens samples"
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["chart-throughput", "chart-tokens"], 10, "the same charts")
+        page.fill("#metric-filter", "perplexity")
+        wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == [], 10, "no chart")
+        assert "no chart has a metric matching" in page.inner_text("#charts")
+        page.fill("#metric-filter", "")
+        assert wait_for(lambda: set(page.evaluate(VISIBLE_CHARTS)) == set(everything), 10, "every chart again")
+        browser.close()

@@ -52,6 +52,7 @@ STATIC_FILES = {
     "compare_page.js": "text/javascript",
     "layers_view.js": "text/javascript",
     "run_actions.js": "text/javascript",
+    "chart_tools.js": "text/javascript",
     "style.css": "text/css",
     "index.html": "text/html",
 }
@@ -141,6 +142,7 @@ def create_app(
             Route("/api/runs", api.runs),
             Route("/api/run", api.run),
             Route("/api/series", api.series),
+            Route("/api/csv", api.csv),
             Route("/api/band", api.band),
             Route("/api/outliers", api.outliers),
             Route("/api/heatmap", api.heatmap),

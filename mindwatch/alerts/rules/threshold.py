@@ -18,7 +18,7 @@ from mindwatch.alerts.rules.base import Record, RuleBase, RuleContext, RuleSpec,
 from mindwatch.schema import RuleSettings
 
 #: Metrics where more is better: a bare ``warn_on_value`` limit on them is a lower bound.
-THROUGHPUT_METRICS = frozenset(vocab.in_group("throughput"))
+THROUGHPUT_METRICS = frozenset(vocab.ALIASES["throughput"])
 
 
 class ThresholdRule(RuleBase):

@@ -1,12 +1,13 @@
 // The run page: the charts of one run, kept live by the stream; zoom fetches the window's detail.
 // State: what the user chose (view), what the server said (info, alerts), what is drawn (cards, heats),
 // and the live stream with the timers that batch its redraws. The view lives in the URL's hash, so a reload or a
-// copied link shows the same charts: #/run/<id>?smoothing=0.6&log=1&y=all&x=time&rank=all&zoom=120,480
+// copied link shows the same charts: #/run/<id>?smoothing=0.6&log=1&y=all&x=time&rank=all&zoom=120,480&q=norm
 
 import { api, openLive } from "./api.js";
 import { heatmap } from "./charts.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
+import { chartFrame, csvUrl } from "./chart_tools.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { attentionFamilies, vocab } from "./vocabulary.js";
@@ -31,6 +32,7 @@ export function viewFromParams(p) {
     robust: p.get("y") !== "all",
     rank: p.get("rank") || "0",
     zoom: zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1] ? zoom : null,
+    filter: p.get("q") || "",
   };
 }
 
@@ -42,6 +44,7 @@ function viewParams(v, pickedRank) {
   if (v.log) q.set("log", "1");
   if (!v.robust) q.set("y", "all");
   if (pickedRank) q.set("rank", v.rank);
+  if (v.filter) q.set("q", v.filter);
   if (v.zoom) q.set("zoom", v.zoom.map((x) => Number(x.toPrecision(12))).join(","));
   return q.toString().replaceAll("%2C", ",");
 }
@@ -117,6 +120,7 @@ export class RunPage {
   renderControls() {
     this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
       smoothing: (v) => { this.view.smoothing = v; this.keepView(); this.drawAll(); },
+      filter: (text) => { this.view.filter = text; this.keepView(); this.applyFilter(); },
       log: (on) => { this.view.log = on; this.keepView(); this.drawAll(); },
       robust: (on) => { this.view.robust = on; this.keepView(); this.drawAll(); },
       x: async (kind) => { this.view.x = kind; this.view.zoom = null; this.keepView(); await this.buildCharts(); },
@@ -140,8 +144,10 @@ export class RunPage {
     this.grid.replaceChildren();
     this.cards = chartGroups(this.info.metrics).map((g) => {
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": g.metrics.join(",") });
-      this.grid.append(el);
-      const card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
+      let card = null;
+      this.grid.append(chartFrame(el, { name: `${this.runId}_${g.id}`, chart: () => card && card.chart.chart,
+        csv: () => csvUrl(this.runId, g.metrics, this.ranksShown()) }));
+      card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
       card.chart.chart.on("datazoom", () => this.zoomed(card));
       return card;
     });
@@ -152,14 +158,37 @@ export class RunPage {
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
     if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom);  // the shared link's window
     for (const f of attentionFamilies.filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
-      const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}` });
-      this.grid.append(el);
+      const members = this.info.metrics.filter((m) => m.startsWith(f.prefix));
+      const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}`, "data-metrics": members.join(",") });
+      this.grid.append(chartFrame(el, { name: `${this.runId}_${f.name}`, wide: true, chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
+        csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]]) }));
       this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per layer` }));
     }
     if (hasLayers(this.info.metrics)) {
-      this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0]);
+      this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0], this.info.metrics);
       await this.layers.refresh();
     }
+    this.applyFilter();
+  }
+
+  /** The metric search: only the charts with a metric whose name holds the text (any of its words) stay shown. */
+  applyFilter() {
+    const words = this.view.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    const matches = (metrics) => !words.length || metrics.some((m) => words.some((w) => m.toLowerCase().includes(w)));
+    let shown = 0;
+    for (const frame of this.grid.querySelectorAll(":scope > .card, :scope > .layers-view")) {
+      const el = frame.matches(".card") ? frame.querySelector(".chart") : frame;
+      const hit = matches((el.dataset.metrics || "").split(",").filter(Boolean));
+      frame.hidden = !hit;
+      shown += hit ? 1 : 0;
+    }
+    const none = $("#filter-none", this.grid);
+    if (none) none.remove();
+    if (!shown && words.length) this.grid.append(h("p", { class: "empty", id: "filter-none" }, `no chart has a metric matching "${this.view.filter}"`));
+    // charts that were hidden drew at zero size
+    this.cards.forEach((c) => c.resize());
+    this.heats.forEach((m) => m.resize());
+    if (this.layers) this.layers.resize();
   }
 
   async loadCard(card, win) {

@@ -5,7 +5,7 @@ import { $, badge, h, tagList } from "./dom.js";
 /** Above this many ranks the overlay draws the band and the top outlier ranks, not a line per rank. */
 export const MANY_RANKS = 16;
 
-/** The toolbar; on: {smoothing(v), log(on), robust(on), x(kind), rank(value)} called when the user changes one. */
+/** The toolbar; on: {smoothing(v), filter(text), log(on), robust(on), x(kind), rank(value)} called when the user changes one. */
 export function runControls(runId, ranks, view, on) {
   const many = ranks.length > MANY_RANKS;
   const rankSel = h("select", { id: "rank", onchange: (e) => on.rank(e.target.value) },
@@ -26,6 +26,8 @@ export function runControls(runId, ranks, view, on) {
     h("label", { title: "by default the y range ignores outliers (1st–99th percentile); points outside it are triangles at the edge" },
       h("input", { id: "y-all", type: "checkbox", checked: !view.robust, onchange: (e) => on.robust(!e.target.checked) }), " y: all points"),
     h("label", {}, "x ", xSelect(view.x, on.x)),
+    h("input", { id: "metric-filter", type: "search", placeholder: "search metrics", "aria-label": "show only the charts of metrics matching",
+      value: view.filter, oninput: (e) => on.filter(e.target.value) }),
     h("label", {}, rankSel, pick),
     h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}` }, "compare…"),
     h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
