@@ -199,3 +199,50 @@ def test_the_metric_search_shows_only_the_matching_charts_and_survives_a_reload(
         page.fill("#metric-filter", "")
         assert wait_for(lambda: set(page.evaluate(VISIBLE_CHARTS)) == set(everything), 10, "every chart again")
         browser.close()
+
+
+def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywhere(tmp_path: Path, artifacts_dir: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from playwright.sync_api import sync_playwright
+    from test_dashboard_control_browser import TOKEN, serve
+
+    run_dir = tmp_path / "logs" / "p" / "run_7"
+    writer = RunWriter(run_dir, 0)
+    writer.write(_training_records(50, time.time() - 100))
+    writer.close("finished")
+    _meta(run_dir, started_at=time.time() - 100)
+    proc, url = serve(tmp_path / "logs", "--allow-control")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{url}/?token={TOKEN}")  # the sign-in link sets the cookie
+            page.goto(f"{url}/#/run/p%2Frun_7")
+            page.wait_for_selector("#run-rename:visible", timeout=30_000)
+            answers = iter(["lr 3e-4 baseline", "loss flat after step 30"])
+            page.on("dialog", lambda d: d.accept(next(answers)))
+            page.click("#run-rename")
+            wait_for(lambda: page.inner_text("#run-title").startswith("lr 3e-4 baseline"), 10, "the new name")
+            page.click("#run-annotate")
+            wait_for(lambda: page.inner_text("#run-note") == "loss flat after step 30", 10, "the note")
+            page.reload()
+            wait_for(lambda: page.inner_text("#run-title") == "lr 3e-4 baseline p/run_7", 30, "the name after a reload")
+            assert page.inner_text("#run-note") == "loss flat after step 30"
+            _look_at(page, artifacts_dir, "run_page_named")
+            page.goto(f"{url}/#/")
+            cell = wait_for(lambda: page.query_selector('tr[data-run="p/run_7"] td.run-name'), 30, "the runs table")
+            assert cell.inner_text().split("\n") == ["lr 3e-4 baseline run_7", "loss flat after step 30"]
+            _look_at(page, artifacts_dir, "runs_page_named")
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    listed = subprocess.run(
+        [sys.executable, "-m", "mindwatch.cli", "runs", str(tmp_path / "logs"), "--json"], capture_output=True, text=True
+    )
+    row = json.loads(listed.stdout)[0]
+    assert (row["run_id"], row["name"], row["note"]) == ("run_7", "lr 3e-4 baseline", "loss flat after step 30")
+    assert not (tmp_path / "logs" / "p" / "run_7").with_name("lr 3e-4 baseline").exists()  # the id (the folder) stays

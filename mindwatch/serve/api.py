@@ -140,6 +140,7 @@ def run_info(view: RunView) -> dict[str, Any]:
             "id": view.id,
             "project": meta.get("project"),
             "tags": meta.get("tags", []),
+            "notes": {k: view.notes[k] for k in ("name", "note") if view.notes.get(k)},
             "config": meta.get("config", {}),
             "meta": {k: v for k, v in meta.items() if k not in ("config", "tags")},
             "metrics": view.metrics,

@@ -53,6 +53,7 @@ STATIC_FILES = {
     "layers_view.js": "text/javascript",
     "run_actions.js": "text/javascript",
     "chart_tools.js": "text/javascript",
+    "run_notes.js": "text/javascript",
     "style.css": "text/css",
     "index.html": "text/html",
 }
@@ -151,6 +152,7 @@ def create_app(
             Route("/api/live", live),
             Route("/api/control", control.control),
             Route("/api/request", control.request, methods=["GET", "POST"]),
+            Route("/api/notes", control.notes, methods=["POST"]),
         ],
         exception_handlers={BadRequest: bad_request, NotFound: not_found, Exception: server_error},
         lifespan=lifespan,

@@ -12,6 +12,7 @@ import { LayersView, hasLayers } from "./layers_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { attentionFamilies, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
+import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const DRAW_MS = 100;  // live points are drawn at most this often
@@ -75,8 +76,9 @@ export class RunPage {
     this.grid = h("section", { class: "charts", id: "charts" });
     this.side = h("aside", { class: "side" });
     document.title = `mindwatch: ${runId}`;
-    main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress, this.actions.el),
-      this.banner, this.controls, this.waiting, h("div", { class: "run-body" }, this.grid, this.side));
+    this.notes = new RunNotes(runId);  // its display name and note; rename / note buttons only with --allow-control
+    main.replaceChildren(h("div", { class: "run-head" }, this.notes.title, h("span", { id: "run-state" }), this.progress, this.actions.el),
+      this.notes.el, this.banner, this.controls, this.waiting, h("div", { class: "run-body" }, this.grid, this.side));
     this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
@@ -106,6 +108,7 @@ export class RunPage {
       await this.loadOutliers();
     }
     this.serverOffset = Date.now() / 1000 - this.info.status.now;
+    this.notes.show(this.info.notes);
     this.alerts = (await api.alerts(this.runId)).alerts;
     this.renderControls();
     this.renderSide();
