@@ -285,6 +285,32 @@ def _file_request(action: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _notes(sub: argparse._SubParsersAction) -> None:
+    """``rename`` and ``note``: a person's display name and note for a run (``store/notes.py``)."""
+    for command, field, meta, text in (
+        ("rename", "name", "NAME", "give a run a display name (runs table, run page, report, mindwatch runs); its id stays"),
+        ("note", "note", "TEXT", "write a note on a run, shown with it on the dashboard, in the report and mindwatch runs"),
+    ):
+        p = sub.add_parser(command, help=text)
+        p.add_argument("run", metavar="RUN", help="run directory")
+        p.add_argument(field, metavar=meta, help=f'the {field}; "" removes it')
+        p.set_defaults(func=lambda args, command=command, field=field: _write_notes(command, field, args))
+
+
+def _write_notes(command: str, field: str, args: argparse.Namespace) -> int:
+    from mindwatch.store.notes import write_notes
+    from mindwatch.store.requests import requester
+
+    try:
+        write_notes(args.run, **{field: getattr(args, field)}, by=requester())
+    except (ValueError, OSError) as e:
+        print(f"mindwatch {command}: {e}", file=sys.stderr)
+        return 2
+    value = getattr(args, field).strip()
+    print(f"mindwatch {command}: {args.run}: {field} {value!r}" if value else f"mindwatch {command}: {args.run}: {field} removed")
+    return 0
+
+
 #: Each entry adds one subcommand. Keep one function per subcommand.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _demo,
@@ -297,6 +323,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _hang,
     _batches,
     _requests,
+    _notes,
 ]
 
 

@@ -102,7 +102,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric(
         SAMPLES_PER_SECOND, "samples per second", "1/s", "throughput", across_ranks="sum", switch=SAMPLES_PER_SECOND, band=True
     ),
-    Metric(TOKENS_PER_SECOND, "tokens per second", "1/s", "throughput", across_ranks="sum", switch=TOKENS_PER_SECOND, band=True),
+    Metric(TOKENS_PER_SECOND, "tokens per second", "1/s", "tokens", across_ranks="sum", switch=TOKENS_PER_SECOND, band=True),
     Metric(HOST_RSS_GB, "resident memory of the process, in GB", "GB", "memory", across_ranks="max", switch=HOST_RSS_GB),
     Metric(DEVICE_MEM_GB, "device memory in use, in GB", "GB", "memory", across_ranks="max", switch=DEVICE_MEM_GB),
     Metric(DEVICE_MEM_PEAK_GB, "peak device memory, in GB", "GB", "memory", across_ranks="max", switch=DEVICE_MEM_PEAK_GB),
@@ -167,7 +167,9 @@ CHART_GROUPS: tuple[ChartGroup, ...] = (
     ChartGroup("loss", "loss"),
     ChartGroup("lr", "learning rate"),
     ChartGroup("grad_norm", "gradient norm"),
-    ChartGroup("throughput", "throughput (1/s)", ("samples/s", "tokens/s")),
+    # samples/s and tokens/s differ by the sequence length: on one chart's twin axes their lines hide each other
+    ChartGroup("throughput", "samples per second"),
+    ChartGroup("tokens", "tokens per second"),
     ChartGroup("time", "step time vs data wait (s)"),
     ChartGroup("memory", "memory (GB)"),
     ChartGroup("device_util", "device utilization (%)"),
@@ -240,7 +242,7 @@ def banded() -> tuple[str, ...]:
 
 
 def in_group(group: str) -> tuple[str, ...]:
-    """The metrics of a chart group: ``in_group("throughput")`` -> ``('samples_per_second', 'tokens_per_second')``."""
+    """The metrics of a chart group: ``in_group("memory")`` -> ``('host_rss_gb', 'device_mem_gb', 'device_mem_peak_gb')``."""
     return tuple(m.name for m in STEP_METRICS if m.group == group)
 
 

@@ -265,6 +265,18 @@ LAYER_CURVE = """() => {
 }"""
 
 
+LAYER_HEAT = """() => {
+  const c = echarts.getInstanceByDom(document.querySelector('#chart-layers'));
+  const o = c.getOption();
+  const columns = {};
+  for (const v of o.series[0].data) columns[v[0]] = (columns[v[0]] || 0) + 1;
+  const outline = o.series.find((s) => s.type === 'custom');
+  const axis = c.getModel().getComponent('yAxis', 0).axis;
+  return {steps: o.xAxis[0].data.map(String), columns, outlined: outline ? outline.data : null,
+          labels: axis.getViewLabels().map((l) => l.formattedLabel)};
+}"""
+
+
 def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, artifacts_dir: Path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -287,6 +299,7 @@ def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, 
         assert sorted(rows) == sorted(layers)
         assert not page.query_selector("#chart-grad_norm\\/blocks\\.0\\.attn\\.qkv")  # no chart per layer metric
         target = rows.index("blocks.0.attn.qkv")
+        page.query_selector("#chart-layers").scroll_into_view_if_needed()
         box = page.query_selector("#chart-layers").bounding_box()
         x, y = page.evaluate(
             """(row) => echarts.getInstanceByDom(document.querySelector('#chart-layers'))
@@ -299,5 +312,11 @@ def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, 
         assert curve["title"] == "layer blocks.0.attn.qkv"
         expected = [len(run.series(f"{stat}/blocks.0.attn.qkv")) for stat in ("grad_norm", "update_ratio")]
         assert curve["points"] == expected and expected[0] == 16  # the first step and every 2nd of 30 steps
+        # no blank column: a column per measured step (1, 2, 4, ..., 30), each with a cell for every layer
+        heat = wait_for(lambda: (h := page.evaluate(LAYER_HEAT)) and h["outlined"] and h, 10, "the picked row outlined")
+        measured = run.series("grad_norm/blocks.0.attn.qkv").step.tolist()
+        assert heat["steps"] == [str(s) for s in measured] == [str(s) for s in [1, *range(2, 31, 2)]]
+        assert sorted(map(int, heat["columns"])) == list(range(len(measured))) and set(heat["columns"].values()) == {len(layers)}
+        assert heat["outlined"] == [[0, target]] and heat["labels"][target].startswith("▶")
         page.screenshot(path=str(artifacts_dir / "dashboard_layers.png"), full_page=True)
         browser.close()

@@ -155,3 +155,25 @@ def test_the_rate_is_measured_over_the_last_minute() -> None:
         rate.add(step, when)
     assert rate.value == pytest.approx(4.0)
     assert steps_per_second([1], [0.0]) is None
+
+
+def test_a_step_that_compiles_a_second_graph_is_left_out_of_the_eta() -> None:
+    # 300 planned steps of 0.05 s; step 21 compiles a second graph for 10 s (an eval graph, a new shape)
+    durations = [0.05] * 300
+    durations[20] = 10.0
+    t = np.cumsum(durations)
+    s = np.arange(1, 301)
+    at = 100  # the page asks at step 100
+    rate = steps_per_second(s[:at].tolist(), t[:at].tolist())
+    eta = Progress(at, 300, rate).eta_secs
+    others = [d for i, d in enumerate(durations[:at]) if i != 20]
+    expected = (300 - at) * float(np.mean(others))  # the bound: the other steps' pace
+    assert eta is not None and abs(eta - expected) <= 0.1 * expected, (eta, expected)
+
+
+def test_slow_steps_that_recur_still_count_in_the_rate() -> None:
+    # every 10th step saves a checkpoint for 1 s: that is the pace, not a compile
+    durations = [1.0 if i % 10 == 9 else 0.05 for i in range(200)]
+    t = np.cumsum(durations)
+    s = np.arange(1, 201)
+    assert steps_per_second(s.tolist(), t.tolist()) == pytest.approx(200 / t[-1], rel=0.05)

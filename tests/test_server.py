@@ -159,6 +159,16 @@ def test_heatmap_of_attention_entropy_per_layer(logdir: Path) -> None:
     assert len(d["steps"]) == 4 and {(v[1], v[2]) for v in d["values"]} == {(0, 1.0), (1, 3.0), (2, 2.0)}
 
 
+def test_a_heat_map_of_layers_measured_at_the_first_step_and_every_tenth_has_no_blank_column(logdir: Path) -> None:
+    root = logdir / "p" / "every10"
+    measured = [1, *range(10, 101, 10)]  # the layer watch measures the first step, then every k
+    RunWriter(root, 0).write([{"step": s, "t": s, "grad_norm/a": 1.0, "grad_norm/b": 2.0} for s in measured])
+    with client(logdir) as c:
+        d = c.get("/api/heatmap", params={"run": "p/every10", "prefix": "grad_norm/"}).json()
+    assert d["steps"] == measured  # a column per measured step
+    assert sorted((v[0], v[1]) for v in d["values"]) == [(col, row) for col in range(len(measured)) for row in (0, 1)]
+
+
 def test_compare_overlays_one_metric_from_several_runs(logdir: Path) -> None:
     make_run(logdir, "p", "a", steps=20)
     make_run(logdir, "p", "b", steps=30, state="failed")

@@ -6,7 +6,7 @@ Example::
     from mindwatch.analysis.heatmap import bin_layers
     steps = np.arange(1, 101)
     grid = bin_layers([(steps, np.full(100, 1.0)), (steps, np.full(100, 2.0))], buckets=4)
-    grid.steps    # [14, 38, 64, 88]: the centre step of each bucket (rounded)
+    grid.steps    # [13, 38, 63, 88]: the middle of each bucket's first and last step (rounded)
     grid.values   # [[0, 0, 1.0], [1, 0, 1.0], ..., [3, 1, 2.0]]: [bucket, layer, mean]
 
 Pure numpy, no I/O: callers read the columns (the dashboard's column cache, the report's run).
@@ -36,28 +36,31 @@ class LayerGrid:
 def bin_layers(columns: Sequence[tuple[np.ndarray, np.ndarray]], buckets: int) -> LayerGrid:
     """Mean of each layer's finite values per step bucket; ``columns`` holds ``(steps, values)`` per layer.
 
-    There are at most ``buckets`` buckets and never more than distinct steps, so a metric
-    recorded every k steps fills every bucket instead of leaving k - 1 of each k empty.
+    The buckets split the distinct measured steps into at most ``buckets`` runs of equal count, so no column is
+    empty: with fewer measured steps than buckets each column is one measured step (the layers are measured at the
+    first step and then every k, and step-wide buckets would leave one of them between steps 1 and k empty).
+    A bucket's label is the middle of its first and last step.
     """
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     present = [np.asarray(s) for s, _ in columns if len(s)]
     if not present:
         return LayerGrid([], [])
-    all_steps = np.concatenate(present)
-    first, last = int(all_steps.min()), int(all_steps.max())
-    n = max(1, min(buckets, len(np.unique(all_steps))))
-    edges = np.linspace(first, last + 1, n + 1)
+    distinct = np.unique(np.concatenate(present))
+    n = max(1, min(buckets, len(distinct)))
+    bucket_of = np.arange(len(distinct)) * n // len(distinct)  # the bucket of each distinct step, in order
     values: list[list[Any]] = []
     for layer, (s, v) in enumerate(columns):
         v = np.asarray(v, dtype=np.float64)
         ok = np.isfinite(v)
-        b = np.clip(np.searchsorted(edges, np.asarray(s)[ok], side="right") - 1, 0, n - 1)
+        b = bucket_of[np.searchsorted(distinct, np.asarray(s)[ok])]
         sums = np.bincount(b, weights=v[ok], minlength=n)
         counts = np.bincount(b, minlength=n)
         for j in np.flatnonzero(counts):
             values.append([int(j), layer, round(float(sums[j] / counts[j]), 6)])
-    centers = ((edges[:-1] + edges[1:]) / 2).round().astype(int).tolist()
+    starts = np.searchsorted(bucket_of, np.arange(n))
+    ends = np.append(starts[1:], len(distinct)) - 1
+    centers = np.floor((distinct[starts] + distinct[ends]) / 2 + 0.5).astype(int).tolist()
     return LayerGrid(centers, values)
 
 

@@ -10,11 +10,15 @@ Example::
 The total is the step the training ends at (``meta.json`` ``total_steps``, from ``Model.train``);
 ``None`` when it is unknown (an endless dataset), and then nothing is guessed. The rate is
 measured between recorded step ends over the last ``window_secs``: the first step's compilation
-ends before its step end, so it never slows the estimate.
+ends before its step end, so it never slows the estimate. A later graph compiles inside a step (a
+new shape, an evaluation graph): a step that takes over :data:`COMPILE_FACTOR` times the window's
+median step is a compile and left out of the rate (at most :data:`COMPILE_STEPS` of them a window,
+so that slow steps that recur, a checkpoint every 100 steps, still count).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,23 +29,40 @@ from mindwatch.units import format_duration
 
 #: Seconds of recent steps the rate is measured over.
 RATE_WINDOW_SECS = 60.0
+#: A step this many times slower than the window's median step is a graph compiling, not the pace.
+COMPILE_FACTOR = 10.0
+#: At most this many such steps a window are left out (more are the pace: a slow step that recurs).
+COMPILE_STEPS = 2
 #: The most recent points kept for it (at 1,000 steps/s the window shrinks to 4 s).
 _RECENT = 4096
 
 
 def steps_per_second(steps: Sequence[float], times: Sequence[float], window_secs: float = RATE_WINDOW_SECS) -> float | None:
-    """Steps per second between the newest point and the oldest within ``window_secs`` of it (at least two points)."""
+    """Steps per second between the newest point and the oldest within ``window_secs`` of it (at least two points),
+    leaving out the steps that compiled a graph (see the module's docstring).
+
+    Example::
+
+        steps_per_second([1, 2, 3, 4, 5], [0.0, 0.1, 0.2, 12.2, 12.3])   # ~10: the 12 s step compiled a graph
+    """
     pts = [(s, t) for s, t in zip(steps, times, strict=True) if t == t]  # t is nan where a line has none
     if len(pts) < 2:
         return None
-    last_step, last_t = pts[-1]
+    last_t = pts[-1][1]
     i = len(pts) - 2
     while i > 0 and last_t - pts[i - 1][1] <= window_secs:
         i -= 1
-    first_step, first_t = pts[i]
-    if last_t <= first_t or last_step <= first_step:
+    window = pts[i:]
+    gaps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(window, window[1:], strict=False) if b[0] > a[0]]
+    if not gaps:
         return None
-    return (last_step - first_step) / (last_t - first_t)
+    per_step = sorted(secs / n for n, secs in gaps)
+    median = per_step[len(per_step) // 2]
+    slow = [g for g in gaps if g[1] / g[0] > COMPILE_FACTOR * median]
+    if 0 < len(slow) <= COMPILE_STEPS and len(gaps) > 2 * len(slow):
+        gaps = [g for g in gaps if g not in slow]
+    done, secs = sum(n for n, _ in gaps), sum(s for _, s in gaps)
+    return done / secs if secs > 0 else None
 
 
 class StepRate:
@@ -71,6 +92,8 @@ class Progress:
     step: int | None
     total: int | None
     steps_per_second: float | None = None
+    #: The rate is the whole run's average (an ended run), not the recent pace.
+    average: bool = False
 
     @property
     def known_total(self) -> int | None:
@@ -110,13 +133,15 @@ class Progress:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        """For the dashboard API: ``total_steps`` (null when unknown), ``fraction``, ``steps_per_second``, ``eta_secs``."""
+        """For the dashboard API: ``total_steps`` (null when unknown), ``fraction``, ``steps_per_second``, ``eta_secs``,
+        ``rate``: ``"recent"`` (the last minute's pace) or ``"average"`` (an ended run's, over all its steps)."""
         return {
             "step": self.step,
             "total_steps": self.known_total,
             "fraction": self.fraction,
             "steps_per_second": self.steps_per_second,
             "eta_secs": self.eta_secs,
+            "rate": "average" if self.average else "recent",
         }
 
 
@@ -126,9 +151,13 @@ def total_steps_of(meta: dict[str, Any]) -> int | None:
     return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
 
 
-def run_progress(run: Run) -> Progress:
-    """An opened run's progress: its last step, ``total_steps`` from meta.json, its lowest rank's recent rate."""
+def run_progress(run: Run, running: bool = True) -> Progress:
+    """An opened run's progress: its last step, ``total_steps`` from meta.json, its lowest rank's rate: the recent one
+    while ``running``, else the average over all its steps (an ended run has no current pace)."""
     rank = run.ranks[0] if run.ranks else None
     t = run.series("t", rank=rank)
+    if not running:
+        rate = steps_per_second(t.step.tolist(), t.value.tolist(), window_secs=math.inf)
+        return Progress(run.last_step, total_steps_of(run.meta), rate, average=True)
     steps, times = t.step[-_RECENT:].tolist(), t.value[-_RECENT:].tolist()  # the window is the last minute: the tail will do
     return Progress(run.last_step, total_steps_of(run.meta), steps_per_second(steps, times))

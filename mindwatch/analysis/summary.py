@@ -70,6 +70,9 @@ class RunSummary:
     error: str | None = None
     #: Why the run stopped or stalled: the alert that stopped it, or the person's request (``stopped by ...``).
     reason: str | None = None
+    #: A person's display name and note (``notes.json``, :mod:`mindwatch.store.notes`); the run id stays.
+    name: str | None = None
+    note: str | None = None
     tags: Any = field(default_factory=list)
     world_size: int = 1
     ranks: list[int] = field(default_factory=list)
@@ -129,6 +132,7 @@ class RunFacts(Protocol):
 
     path: Path
     meta: dict[str, Any]
+    notes: dict[str, Any]
     statuses: dict[int, dict[str, Any]]
     last_record: dict[int, dict[str, Any]]
 
@@ -154,6 +158,8 @@ def listed(run: RunFacts, now: float | None = None) -> RunSummary:
         state=run_state(rank_states(statuses, now).values()),
         error=lost_message(statuses) or (errors[0] if errors else None),
         reason=str(reasons[0]) if reasons else None,
+        name=str(run.notes["name"]) if run.notes.get("name") else None,
+        note=str(run.notes["note"]) if run.notes.get("note") else None,
         tags=meta.get("tags", []),
         world_size=int(meta.get("world_size", max(len(ranks), 1))),
         ranks=ranks,

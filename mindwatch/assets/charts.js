@@ -335,16 +335,30 @@ function heatmapOption(d, opts) {
     xAxis: { type: "category", data: d.steps, name: opts.xName || "step", nameLocation: "middle", nameGap: 26 },
     yAxis: { type: "category", data: d.layers, axisLabel: { formatter: (v) => rowLabel(v, opts.selected) } },
     visualMap: { min: vals.length ? Math.min(...vals) : 0, max: vals.length ? Math.max(...vals) : 1, calculable: true,
-      orient: "vertical", right: 4, top: 36, itemHeight: 120, precision: opts.log ? 1 : 3, dimension: 2,
+      orient: "vertical", right: 4, top: 36, itemHeight: 120, precision: opts.log ? 1 : 3, dimension: 2, seriesIndex: 0,
       formatter: opts.log ? (v) => fmtNumber(Number(Math.pow(10, v).toPrecision(2))) : (v) => fmtNumber(Number((+v).toPrecision(3))),
       inRange: { color: ["#313695", "#4575b4", "#abd9e9", "#fee090", "#f46d43", "#a50026"] } },
-    series: [{ type: "heatmap", data: cells, progressive: 0 }],
+    series: [{ type: "heatmap", data: cells, progressive: 0 }].concat(rowOutline(d.layers.indexOf(opts.selected))),
   };
+}
+
+/** An outline around the heat map's row `row` (the selected layer), across the whole grid; none for -1. */
+function rowOutline(row) {
+  if (row < 0) return [];
+  return [{ type: "custom", name: "selected layer", silent: true, z: 10, tooltip: { show: false }, data: [[0, row]], encode: { x: 0, y: 1 },
+    renderItem: (params, api) => {
+      const [, y] = api.coord([0, api.value(1)]);
+      const height = api.size([1, 1])[1];
+      const grid = params.coordSys;
+      return { type: "rect", shape: { x: grid.x, y: y - height / 2, width: grid.width, height },
+        style: { fill: "none", stroke: "#1f2933", lineWidth: 2 } };
+    } }];
 }
 
 /**
  * A heat map of per-layer values over step buckets: {layers, steps, values: [[bucket, layer, v], ...]};
- * opts {title, subtitle?, log?, xName?} (log: colour on a log scale; xName: what the columns are, default "step").
+ * opts {title, subtitle?, log?, xName?, selected?} (log: colour on a log scale; xName: what the columns are, default "step";
+ *   selected: a row's name, outlined and marked ▶).
  */
 export function heatmap(el, data, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });

@@ -87,6 +87,8 @@ def render_report(runs: list[Run]) -> str:
     }
     main = runs[0]
     title = f"mindwatch report: {main.meta.get('project', main.path.parent.name)}/{main.id}"
+    if summaries[0].name:  # a person's display name (notes.json); the id stays beside it
+        title = f"mindwatch report: {summaries[0].name} ({main.meta.get('project', main.path.parent.name)}/{main.id})"
     body = "\n".join(
         [
             f"<h1>{_e(title)}</h1>",
@@ -94,6 +96,7 @@ def render_report(runs: list[Run]) -> str:
             + (f" · compared with {_e(', '.join(labels[1:]))}" if len(runs) > 1 else "")
             + "</p>",
             *(_banner(s, lab, _now()) for s, lab in zip(summaries, labels, strict=True)),
+            *(f'<p class="note">note on {_e(lab)}: {_e(s.note)}</p>' for s, lab in zip(summaries, labels, strict=True) if s.note),
             "<h2>Summary</h2>",
             _summary_table(summaries, labels),
             "<h2>Curves</h2>",

@@ -5,8 +5,10 @@ Example::
     control = ControlApi(catalog, allowed=True)       # mindwatch serve --allow-control (a token is always set then)
     POST /api/request?run=proj/run_1  {"action": "stop", "reason": "diverged"}  -> {"id": ..., "requested_by": ...}
     GET  /api/request?run=proj/run_1&id=<id>                                    -> the training's answer (or null)
+    POST /api/notes?run=proj/run_1    {"name": "baseline", "note": "..."}       -> the run's notes.json
 
-Without ``--allow-control`` the dashboard writes nothing: the POST answers 403 and ``GET /api/control`` says
+A run's name and note (:mod:`mindwatch.store.notes`) are writes too, under the same permission.
+Without ``--allow-control`` the dashboard writes nothing: the POSTs answer 403 and ``GET /api/control`` says
 ``{"allowed": false}``, so the page shows no button. The request is the same file ``mindwatch stop`` writes
 (:mod:`mindwatch.store.requests`); who asked is the dashboard's user@host and the browser's address.
 """
@@ -21,6 +23,7 @@ from starlette.responses import JSONResponse
 
 from mindwatch.serve.api import run_param
 from mindwatch.serve.views import BadRequest, Catalog
+from mindwatch.store.notes import write_notes
 from mindwatch.store.requests import RequestError, file_request, read_answer, requester
 
 #: The requests the dashboard's buttons make (``set`` stays in the CLI): action -> its button (``factor``: a factor field).
@@ -40,6 +43,38 @@ class ControlApi:
         buttons = [{"action": a, **b} for a, b in BUTTONS.items()] if self.allowed else []
         return JSONResponse({"allowed": self.allowed, "actions": buttons})
 
+    async def _json_body(self, req: Request) -> dict[str, Any]:
+        if req.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise BadRequest("send the request as application/json")
+        try:
+            body: Any = json.loads((await req.body())[:8192] or b"{}")
+        except ValueError:
+            raise BadRequest("the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return body
+
+    def _refused(self) -> JSONResponse:
+        return JSONResponse(
+            {"error": "this dashboard takes no requests: start it with mindwatch serve --allow-control"}, status_code=403
+        )
+
+    async def notes(self, req: Request) -> JSONResponse:
+        """``POST /api/notes?run=ID {"name"?, "note"?}``: rename the run or note on it (``""`` removes one)."""
+        if not self.allowed:
+            return self._refused()
+        body = await self._json_body(req)
+        texts = {k: body[k] for k in ("name", "note") if k in body}
+        if not texts or not all(isinstance(v, str) for v in texts.values()):
+            raise BadRequest('send {"name": "..."} and/or {"note": "..."} (strings; "" removes one)')
+        view = run_param(req, self.catalog)
+        client = req.client.host if req.client else "?"
+        try:
+            notes = write_notes(view.path, **texts, by=f"{requester()} (dashboard, from {client})")
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
+        return JSONResponse(notes)
+
     async def request(self, req: Request) -> JSONResponse:
         if req.method == "GET":
             view = run_param(req, self.catalog)
@@ -48,16 +83,9 @@ class ControlApi:
                 raise BadRequest("id is required: the id POST /api/request answered")
             return JSONResponse({"answer": read_answer(view.path, rid)})
         if not self.allowed:
-            return JSONResponse(
-                {"error": "this dashboard takes no requests: start it with mindwatch serve --allow-control"}, status_code=403
-            )
-        if req.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            raise BadRequest("send the request as application/json")
-        try:
-            body: Any = json.loads((await req.body())[:4096] or b"{}")
-        except ValueError:
-            raise BadRequest("the request body is not JSON") from None
-        if not isinstance(body, dict) or body.get("action") not in BUTTONS:
+            return self._refused()
+        body = await self._json_body(req)
+        if body.get("action") not in BUTTONS:
             raise BadRequest(f"action must be one of {', '.join(BUTTONS)}")
         view = run_param(req, self.catalog)
         factor = body.get("factor")

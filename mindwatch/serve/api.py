@@ -5,6 +5,7 @@ Example (with the app from :func:`mindwatch.serve.app.create_app`)::
     GET /api/runs?columns=config.optimizer.lr,final_loss&filter=lr%20>%201e-3&sort=-final_loss
     GET /api/run?run=gpt/run_1
     GET /api/series?run=gpt/run_1&metric=loss&rank=0&x=step&lo=1000&hi=2000&points=2000
+    GET /api/csv?run=gpt/run_1&metrics=loss,lr&ranks=0       # every recorded point, not thinned: step,time,metric,rank,value
     GET /api/heatmap?run=gpt/run_1&prefix=attention_entropy/&buckets=100
     GET /api/vocabulary                      # mindwatch.metrics: names, families, chart groups
     GET /api/alerts?run=gpt/run_1
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from mindwatch import metrics as vocab
 from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_rows
@@ -54,6 +55,9 @@ SUMMARY_LABELS = {
     "samples_per_second_p50": "samples/s (median)",
     "max_grad_norm": "max grad norm",
 }
+
+#: The most series one CSV download holds (a heat map's family: one per layer, for each rank shown).
+MAX_CSV_SERIES = 1024
 _METRIC = re.compile(r"^[\w./@:+\-\[\] ]{1,200}$")
 
 
@@ -140,8 +144,9 @@ _num = encode_number
 
 # -- queries (plain functions: the live stream and the benchmark reuse them) ----------------------
 def progress_info(view: RunView, state: str | None) -> dict[str, Any]:
-    """:func:`mindwatch.analysis.progress.run_progress` as JSON (``view.lock`` held); no ETA unless running."""
-    progress = run_progress(view).as_dict()
+    """:func:`mindwatch.analysis.progress.run_progress` as JSON (``view.lock`` held); no ETA unless running, and then
+    the rate is the run's average (``rate: "average"``), not a pace it no longer has."""
+    progress = run_progress(view, running=state == "running").as_dict()
     if state != "running":
         progress["eta_secs"] = None  # an ended (or stalled, or killed) run has no time left to estimate
     return progress
@@ -157,6 +162,7 @@ def run_info(view: RunView) -> dict[str, Any]:
             "id": view.id,
             "project": meta.get("project"),
             "tags": meta.get("tags", []),
+            "notes": {k: view.notes[k] for k in ("name", "note") if view.notes.get(k)},
             "config": meta.get("config", {}),
             "meta": {k: v for k, v in meta.items() if k not in ("config", "tags")},
             "metrics": view.metrics,
@@ -304,6 +310,39 @@ def compare_runs(views: list[RunView]) -> dict[str, Any]:
     ]
     return {"runs": runs, "config": keys, "labels": SUMMARY_LABELS}
 
+def _csv_number(v: float) -> str:
+    return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+
+
+def series_csv(view: RunView, metrics: list[str], ranks: list[int] | None = None) -> str:
+    """Every recorded point of ``metrics`` on ``ranks`` (default: the lowest rank), not thinned, as CSV: one row a point
+    in file order, ``step,time,metric,rank,value`` (time in epoch seconds, empty where a line has none; NaN/Inf as
+    ``nan``/``inf``/``-inf``). The charts' per-chart CSV download."""
+    view.refresh()
+    with view.lock:
+        shown = ranks or ([min(view.columns)] if view.columns else [])
+        out = ["step,time,metric,rank,value"]
+        for rank in shown:
+            cols = view.columns.get(rank)
+            if cols is None:
+                raise BadRequest(f"rank {rank} has no metrics in run {view.id!r}; ranks: {sorted(view.columns)}")
+            for metric in metrics:
+                line, value = cols.column(metric)
+                steps, times = cols.steps[line].tolist(), cols.time_of_lines(line).tolist()
+                name = metric.replace('"', '""')
+                name = f'"{name}"' if any(c in name for c in ',"\n') else name
+                out.extend(
+                    f"{s},{'' if t != t else repr(t)},{name},{rank},{_csv_number(v)}"
+                    for s, t, v in zip(steps, times, value.tolist(), strict=True)
+                )
+        return "\n".join(out) + "\n"
+
+
+def csv_file_name(run_id: str, metrics: list[str]) -> str:
+    """``gpt_run_1_loss.csv``: the run and the first metric, in characters every file system takes."""
+    stem = f"{run_id}_{metrics[0]}" + ("_etc" if len(metrics) > 1 else "")
+    return re.sub(r"[^\w.-]+", "_", stem)[:120] + ".csv"
+
 
 def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
     """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.analysis.bands`), thinned keeping extremes."""
@@ -419,6 +458,24 @@ class Api:
                 hi=float_param(req, "hi"),
                 points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000,
             )
+        )
+
+    def csv(self, req: Request) -> Response:
+        view = run_param(req, self.catalog)
+        metrics = [check_metric(m, "metrics") for m in (req.query_params.get("metrics") or "").split(",") if m]
+        if not metrics:
+            raise BadRequest("metrics is required: comma-separated metric names, e.g. metrics=loss,lr")
+        raw_ranks = [r for r in (req.query_params.get("ranks") or "").split(",") if r]
+        if not all(r.isdigit() for r in raw_ranks):
+            raise BadRequest(f"ranks must be comma-separated rank numbers, e.g. ranks=0,1; got {','.join(raw_ranks)[:40]!r}")
+        ranks = [int(r) for r in raw_ranks]
+        if len(metrics) * max(len(ranks), 1) > MAX_CSV_SERIES:
+            raise BadRequest(f"at most {MAX_CSV_SERIES} series (metrics x ranks) in one CSV, got {len(metrics) * len(ranks)}")
+        name = csv_file_name(view.id, metrics)
+        return Response(
+            series_csv(view, metrics, ranks),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
 
     def band(self, req: Request) -> JSONResponse:

@@ -85,6 +85,8 @@ class RunHead:
         self.last_record: dict[int, dict[str, Any]] = {}
         self.alert_count = 0
         self._meta = JsonFile(self.layout.meta)
+        self.notes: dict[str, Any] = {}
+        self._notes = JsonFile(self.layout.notes)
         self._status: dict[int, JsonFile] = {}
         self._metrics: dict[int, tuple[int, int, int]] = {}  # rank -> the metrics file's signature at its last read
         self._alerts_read: dict[Path, int] = {}  # bytes of each alerts.jsonl counted
@@ -93,6 +95,7 @@ class RunHead:
     def refresh(self) -> RunHead:
         """Read what changed since the last call; returns ``self``."""
         self.meta = self._meta.read() or self.meta
+        self.notes = self._notes.read() or {}
         for rank in self.layout.ranks():
             status = self._status.setdefault(rank, JsonFile(self.layout.status(rank))).read()
             if status is not None:

@@ -43,6 +43,11 @@ class RunLayout:
         return self._where("meta.json")
 
     @property
+    def notes(self) -> Path:
+        """A person's display name and note for the run (:mod:`mindwatch.store.notes`)."""
+        return self._where("notes.json")
+
+    @property
     def alerts(self) -> Path:
         return self.root / "alerts.jsonl"
 

@@ -74,6 +74,8 @@ class Run:
         self.last_record: dict[int, dict[str, Any]] = {}  # each rank's last record with a step
         self._alert_tails = [JsonlTail(f) for f in self.layout.alert_files]
         self._meta = JsonFile(self.layout.meta)
+        self.notes: dict[str, Any] = {}  # a person's name and note (mindwatch.store.notes)
+        self._notes = JsonFile(self.layout.notes)
         self._status: dict[int, JsonFile] = {}  # read again only when a rank rewrites its status
         self._series: dict[tuple[int, str], tuple[int, int, Series]] = {}
         self._alerts_marked_for = 0  # attempts the alerts' marks were computed for
@@ -103,6 +105,8 @@ class Run:
         """Re-read meta and status, read appended lines and alerts; returns how many lines each rank added."""
         if self.readable(self.layout.meta):
             self.meta = self._meta.read() or self.meta
+        if self.readable(self.layout.notes):
+            self.notes = self._notes.read() or {}
         new: dict[int, int] = {}
         for rank in self.layout.ranks():
             status, metrics = self.layout.status(rank), self.layout.metrics(rank)

@@ -76,7 +76,7 @@ def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: A
         started = _dt.datetime.fromtimestamp(s.started_at).strftime("%Y-%m-%d %H:%M") if s.started_at else "-"
         table.add_row(
             s.project,
-            s.run_id,
+            run_cell(s),
             f"[{STATE_STYLE.get(s.state, 'cyan')}]{s.state}[/]",
             "-" if s.last_step is None else progress.steps_text() if s.total_steps is not None else str(s.last_step),
             "-" if eta is None else format_duration(eta),
@@ -92,6 +92,22 @@ def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: A
     finally:
         console.width = width
     return 0
+
+
+#: A note is cut to this many characters in the table (``--json`` has all of it).
+NOTE_CHARS = 60
+
+
+def run_cell(s: RunSummary) -> str:
+    """The run id, its display name after it, its note (cut) under it; markup in a person's text is escaped."""
+    from rich.markup import escape
+
+    cell = escape(s.run_id) + (f" [bold]{escape(s.name)}[/]" if s.name else "")
+    if s.note:
+        note = s.note.splitlines()[0]
+        cut = note if len(note) <= NOTE_CHARS and note == s.note else note[: NOTE_CHARS - 1] + "…"
+        cell += f"\n[dim]{escape(cut)}[/]"
+    return cell
 
 
 def table_width(table: Any) -> int:

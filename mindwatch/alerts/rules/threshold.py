@@ -19,7 +19,7 @@ from mindwatch.schema import RuleSettings
 from mindwatch.units import format_number
 
 #: Metrics where more is better: a bare ``warn_on_value`` limit on them is a lower bound.
-THROUGHPUT_METRICS = frozenset(vocab.in_group("throughput"))
+THROUGHPUT_METRICS = frozenset(vocab.ALIASES["throughput"])
 
 
 class ThresholdRule(RuleBase):

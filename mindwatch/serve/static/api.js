@@ -9,6 +9,14 @@ export async function getJSON(url) {
   return body;
 }
 
+/** POST ``body`` as JSON to ``url``; the answer's JSON, or an Error with the server's message. */
+export async function postJSON(url, body) {
+  const r = await fetch(url, { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const answer = await r.json();
+  if (!r.ok) throw new Error(answer.error || r.statusText);
+  return answer;
+}
+
 const query = (params) => new URLSearchParams(params).toString();
 
 export const api = {

@@ -4,6 +4,7 @@
 import { api } from "./api.js";
 import { heatmap, line } from "./charts.js";
 import { h } from "./dom.js";
+import { chartFrame, csvUrl } from "./chart_tools.js";
 import { POINTS } from "./run_charts.js";
 import { isLayerMetric, layerFamilies } from "./vocabulary.js";
 
@@ -14,7 +15,8 @@ const CURVES = layerFamilies.filter((f) => f.heat);
 export const hasLayers = (metrics) => metrics.some(isLayerMetric);
 
 export class LayersView {
-  constructor(container, runId, rank) {
+  /** metrics: the run's metric names (the layers' own, ``<statistic>/<layer>``, for the search and the CSV). */
+  constructor(container, runId, rank, metrics) {
     this.runId = runId;
     this.rank = rank;
     this.stat = layerFamilies[0].name;
@@ -26,10 +28,15 @@ export class LayersView {
     this.select.addEventListener("change", () => { this.stat = this.select.value; this.refresh(); });
     this.heatEl = h("div", { class: "chart heat layers", id: "chart-layers" });
     this.curveEl = h("div", { class: "chart heat", id: "chart-layer" });
-    this.curveEl.hidden = true;
-    this.el = h("section", { class: "layers-view", id: "layers" },
+    const own = (metrics || []).filter(isLayerMetric);
+    const ofStat = () => own.filter((m) => m.startsWith(`${this.stat}/`));
+    const ofPicked = () => CURVES.map((f) => `${f.name}/${this.picked}`);
+    this.curveFrame = chartFrame(this.curveEl, { name: `${runId}_layer`, chart: () => this.curve && this.curve.chart, csv: () => csvUrl(runId, ofPicked(), [rank]) });
+    this.curveFrame.hidden = true;
+    this.el = h("section", { class: "layers-view", id: "layers", "data-metrics": own.join(",") },
       h("h3", {}, "Layers ", this.select, h("span", { class: "muted" }, " click a cell for the layer's curves")),
-      this.heatEl, this.curveEl);
+      chartFrame(this.heatEl, { name: `${runId}_layers`, chart: () => this.heat && this.heat.chart, csv: () => csvUrl(runId, ofStat(), [rank]) }),
+      this.curveFrame);
     container.append(this.el);
   }
 
@@ -38,20 +45,27 @@ export class LayersView {
     const prefix = `${this.stat}/`;
     this.layers = d.layers.map((m) => m.slice(prefix.length));
     const data = Object.assign({}, d, { layers: this.layers });
-    const title = `${layerFamilies.find((f) => f.name === this.stat).title} per layer (log colour)`;
+    this.data = data;
     if (!this.heat) {
-      this.heat = heatmap(this.heatEl, data, { title, log: true });
-      this.heat.chart.on("click", (p) => this.pick(this.layers[p.value[1]]));
+      this.heat = heatmap(this.heatEl, data, this.heatOptions());
+      this.heat.chart.on("click", (p) => { if (p.seriesType === "heatmap") this.pick(this.layers[p.value[1]]); });
     } else {
-      this.heat.update(data, { title, log: true });
+      this.heat.update(data, this.heatOptions());
     }
     if (this.picked) await this.loadCurves();
+  }
+
+  /** The heat map's title and colour scale, and the picked layer's row outlined. */
+  heatOptions() {
+    const title = `${layerFamilies.find((f) => f.name === this.stat).title} per layer (log colour)`;
+    return { title, log: true, selected: this.picked };
   }
 
   /** Show the curves of ``layer`` (a click on the heat map, or an alert that names it). */
   async pick(layer) {
     this.picked = layer;
-    this.curveEl.hidden = false;
+    this.curveFrame.hidden = false;
+    if (this.heat && this.data) this.heat.update(this.data, this.heatOptions());
     this.el.scrollIntoView({ block: "nearest" });
     await this.loadCurves();
   }

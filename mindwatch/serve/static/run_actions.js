@@ -1,7 +1,7 @@
 // A person's requests to a live run from its page: stop, checkpoint, lr x factor (mindwatch serve --allow-control).
 // The server files the same request as `mindwatch stop RUN`; without --allow-control it shows no button.
 
-import { getJSON } from "./api.js";
+import { getJSON, postJSON } from "./api.js";
 import { h } from "./dom.js";
 
 const LIVE = new Set(["running", "stalled"]);
@@ -40,11 +40,9 @@ export class RunActions {
     if (!window.confirm(`${what} on ${this.runId}?`)) return;
     const body = { action, reason: this.reason.value || null };
     if (takesFactor) body.factor = Number(this.factor.value);
-    const r = await fetch(`/api/request?run=${encodeURIComponent(this.runId)}`, {
-      method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-    });
-    const filed = await r.json();
-    if (!r.ok) { this.note.textContent = `refused: ${filed.error}`; return; }
+    let filed;
+    try { filed = await postJSON(`/api/request?run=${encodeURIComponent(this.runId)}`, body); }
+    catch (e) { this.note.textContent = `refused: ${e.message}`; return; }
     this.note.textContent = `${action}: filed, waiting for the training…`;
     this.follow(action, filed.id, Date.now() + 60_000);
   }

@@ -1,18 +1,20 @@
 // The run page: the charts of one run, kept live by the stream; zoom fetches the window's detail.
 // State: what the user chose (view), what the server said (info, alerts), what is drawn (cards, heats),
 // and the live stream with the timers that batch its redraws. The view lives in the URL's hash, so a reload or a
-// copied link shows the same charts: #/run/<id>?smoothing=0.6&log=1&y=all&x=time&rank=all&zoom=120,480
+// copied link shows the same charts: #/run/<id>?smoothing=0.6&log=1&y=all&x=time&rank=all&zoom=120,480&q=norm
 
 import { api, openLive } from "./api.js";
 import { heatmap } from "./charts.js";
 import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./merge.js";
+import { chartFrame, csvUrl } from "./chart_tools.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { attentionFamilies, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
+import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const DRAW_MS = 100;  // live points are drawn at most this often
@@ -20,6 +22,7 @@ const DERIVED_MS = 1000;  // the heat map and the bands are binned on the server
 const ZOOM_MS = 250;
 const RESCAN_MS = 10000;
 const OUTLIER_RANKS = 5;
+const WAITING_MS = 1000;  // the "waiting for the first step" clock ticks this often
 
 /** The run page's view from the hash's query; anything missing or malformed is the default. */
 export function viewFromParams(p) {
@@ -27,6 +30,7 @@ export function viewFromParams(p) {
   return Object.assign(chartViewFromParams(p), {
     rank: p.get("rank") || "0",
     zoom: zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1] ? zoom : null,
+    filter: p.get("q") || "",
   });
 }
 
@@ -34,6 +38,7 @@ export function viewFromParams(p) {
 function viewParams(v, pickedRank) {
   const q = setChartViewParams(new URLSearchParams(), v);
   if (pickedRank) q.set("rank", v.rank);
+  if (v.filter) q.set("q", v.filter);
   if (v.zoom) q.set("zoom", v.zoom.map((x) => Number(x.toPrecision(12))).join(","));
   return q.toString().replaceAll("%2C", ",");
 }
@@ -58,17 +63,20 @@ export class RunPage {
     this.zoomOrigin = null;
     this.origin = null;  // elapsed x: the epoch second of 0 s
     this.banner = h("div", { class: "banner", id: "banner", hidden: true });
+    this.waiting = h("div", { class: "waiting", id: "run-waiting", role: "status", hidden: true });
     this.progress = h("span", { class: "progress", id: "run-progress" });
     this.controls = h("section", { class: "toolbar" });
     this.actions = new RunActions(runId);  // stop / checkpoint / lr buttons, only with --allow-control
     this.grid = h("section", { class: "charts", id: "charts" });
     this.side = h("aside", { class: "side" });
     document.title = `mindwatch: ${runId}`;
-    main.replaceChildren(h("div", { class: "run-head" }, h("h2", {}, runId), h("span", { id: "run-state" }), this.progress, this.actions.el),
-      this.banner, this.controls, h("div", { class: "run-body" }, this.grid, this.side));
+    this.notes = new RunNotes(runId);  // its display name and note; rename / note buttons only with --allow-control
+    main.replaceChildren(h("div", { class: "run-head" }, this.notes.title, h("span", { id: "run-state" }), this.progress, this.actions.el),
+      this.notes.el, this.banner, this.controls, this.waiting, h("div", { class: "run-body" }, this.grid, this.side));
     this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); if (this.histograms) this.histograms.resize(); };
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
+    this.waitClock = setInterval(() => this.showWaiting(), WAITING_MS);
     this.build().catch((e) => this.showError(e.message));
   }
 
@@ -94,6 +102,7 @@ export class RunPage {
       await this.loadOutliers();
     }
     this.serverOffset = Date.now() / 1000 - this.info.status.now;
+    this.notes.show(this.info.notes);
     this.alerts = (await api.alerts(this.runId)).alerts;
     this.renderControls();
     this.renderSide();
@@ -101,12 +110,14 @@ export class RunPage {
     this.showStatus(this.info.status);
     this.showProgress(this.info.progress);
     await this.buildCharts();
+    this.showWaiting();
     this.connect();
   }
 
   renderControls() {
     this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
       smoothing: (v) => { this.view.smoothing = v; this.keepView(); this.drawAll(); },
+      filter: (text) => { this.view.filter = text; this.keepView(); this.applyFilter(); },
       log: (on) => { this.view.log = on; this.keepView(); this.drawAll(); },
       robust: (on) => { this.view.robust = on; this.keepView(); this.drawAll(); },
       x: async (kind) => { this.view.x = kind; this.view.zoom = null; this.keepView(); await this.buildCharts(); },
@@ -132,8 +143,10 @@ export class RunPage {
     this.grid.replaceChildren();
     this.cards = chartGroups(this.info.metrics).map((g) => {
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": g.metrics.join(",") });
-      this.grid.append(el);
-      const card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
+      let card = null;
+      this.grid.append(chartFrame(el, { name: `${this.runId}_${g.id}`, chart: () => card && card.chart.chart,
+        csv: () => csvUrl(this.runId, g.metrics, this.ranksShown()) }));
+      card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
       card.chart.chart.on("datazoom", () => this.zoomed(card));
       return card;
     });
@@ -144,16 +157,39 @@ export class RunPage {
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
     if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom);  // the shared link's window
     for (const f of attentionFamilies.filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
-      const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}` });
-      this.grid.append(el);
+      const members = this.info.metrics.filter((m) => m.startsWith(f.prefix));
+      const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}`, "data-metrics": members.join(",") });
+      this.grid.append(chartFrame(el, { name: `${this.runId}_${f.name}`, wide: true, chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
+        csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]]) }));
       this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per layer` }));
     }
     if (hasLayers(this.info.metrics)) {
-      this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0]);
+      this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0], this.info.metrics);
       await this.layers.refresh();
       this.histograms = new HistogramsView(this.grid, this.runId, this.ranksShown()[0]);
       await this.histograms.refresh();
     }
+    this.applyFilter();
+  }
+
+  /** The metric search: only the charts with a metric whose name holds the text (any of its words) stay shown. */
+  applyFilter() {
+    const words = this.view.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    const matches = (metrics) => !words.length || metrics.some((m) => words.some((w) => m.toLowerCase().includes(w)));
+    let shown = 0;
+    for (const frame of this.grid.querySelectorAll(":scope > .card, :scope > .layers-view")) {
+      const el = frame.matches(".card") ? frame.querySelector(".chart") : frame;
+      const hit = matches((el.dataset.metrics || "").split(",").filter(Boolean));
+      frame.hidden = !hit;
+      shown += hit ? 1 : 0;
+    }
+    const none = $("#filter-none", this.grid);
+    if (none) none.remove();
+    if (!shown && words.length) this.grid.append(h("p", { class: "empty", id: "filter-none" }, `no chart has a metric matching "${this.view.filter}"`));
+    // charts that were hidden drew at zero size
+    this.cards.forEach((c) => c.resize());
+    this.heats.forEach((m) => m.resize());
+    if (this.layers) this.layers.resize();
   }
 
   async loadCard(card, win) {
@@ -192,7 +228,7 @@ export class RunPage {
   restarts() {
     return ((this.info && this.info.attempts) || []).slice(1).map((a, i) => ({ step: a.first_step, t: a.started_at, attempt: a.attempt || i + 2 }));
   }
-  drawAll() { this.cards.forEach((c) => this.draw(c)); }
+  drawAll() { this.cards.forEach((c) => this.draw(c)); this.showWaiting(); }
 
   zoomed(card) {
     // Connected charts all fire "datazoom": the window comes from the one the user zoomed (the first),
@@ -218,7 +254,20 @@ export class RunPage {
     this.progress.replaceChildren(...progressBar(p, this.info.status.state));
   }
 
+  /** A live run before its first step (the graph compiles, the first batch loads): what it waits for, and how long. */
+  showWaiting() {
+    const st = this.info && this.info.status;
+    const drawn = this.cards.some((c) => c.defs.some((d) => d.points.length));
+    const waits = Boolean(st) && st.state === "running" && (st.last_step === null || st.last_step === undefined) && !drawn;
+    this.waiting.hidden = !waits;
+    if (!waits) return;
+    const started = this.startedAt();
+    const secs = started ? Math.max(0, Math.round(Date.now() / 1000 - this.serverOffset - started)) : null;
+    this.waiting.textContent = `compiling the graph / waiting for the first step${secs === null ? "" : `: ${secs} s`}`;
+  }
+
   showStatus(st) {
+    this.showWaiting();
     $("#run-state").replaceChildren(...stateBadge(st));
     this.actions.show(st.state);
     const text = bannerText(st);
@@ -243,6 +292,7 @@ export class RunPage {
       open: () => liveDot(true),
       error: () => liveDot(false),
       points: (d) => {
+        if (this.waitsForCharts()) { this.live.close(); this.build(); return; }  // the first step: the charts it has
         const added = mergePoints(this.cards.flatMap((c) => c.defs), d, this.view.x);
         if (added) { this.scheduleDraw(); this.refreshDerived(); }
       },
@@ -257,6 +307,9 @@ export class RunPage {
       reload: async () => { this.live.close(); await this.build(); },
     });
   }
+
+  /** Whether points came for metrics the page has no chart for yet (it opened before the first step). */
+  waitsForCharts() { return !this.cards.length; }
 
   scheduleDraw() {
     if (this.timers.draw) return;
@@ -293,6 +346,7 @@ export class RunPage {
     if (this.live) this.live.close();
     Object.values(this.timers).forEach(clearTimeout);
     clearInterval(this.rescan);
+    clearInterval(this.waitClock);
     window.removeEventListener("resize", this.onResize);
     this.cards.forEach((c) => c.dispose());
     this.heats.forEach((m) => m.dispose());

@@ -5,7 +5,7 @@ import { $, badge, h, tagList } from "./dom.js";
 /** Above this many ranks the overlay draws the band and the top outlier ranks, not a line per rank. */
 export const MANY_RANKS = 16;
 
-/** The toolbar; on: {smoothing(v), log(on), robust(on), x(kind), rank(value)} called when the user changes one. */
+/** The toolbar; on: {smoothing(v), filter(text), log(on), robust(on), x(kind), rank(value)} called when the user changes one. */
 export function runControls(runId, ranks, view, on) {
   const many = ranks.length > MANY_RANKS;
   const rankSel = h("select", { id: "rank", onchange: (e) => on.rank(e.target.value) },
@@ -20,6 +20,8 @@ export function runControls(runId, ranks, view, on) {
   return [
     h("a", { href: "#/" }, "← runs"),
     ...chartControls(view, on),
+    h("input", { id: "metric-filter", type: "search", placeholder: "search metrics", "aria-label": "show only the charts of metrics matching",
+      value: view.filter, oninput: (e) => on.filter(e.target.value) }),
     h("label", {}, rankSel, pick),
     h("a", { href: `#/compare?runs=${encodeURIComponent(runId)}` }, "compare…"),
     h("span", { class: "live-dot", id: "run-live", title: "live updates" }, "live"),
@@ -84,10 +86,14 @@ function etaText(secs) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-/** The header's progress: a bar of steps done out of planned, steps/s and the ETA; "total unknown" without a plan. */
+/** The header's progress: a bar of steps done out of planned, steps/s (recent, or an ended run's average) and the ETA;
+ * "total unknown" without a plan. */
 export function progressBar(p, state) {
   if (!p || p.step === null || p.step === undefined) return [];
-  const rate = p.steps_per_second ? h("span", { class: "muted", id: "progress-rate" }, ` ${p.steps_per_second.toPrecision(3)} steps/s`) : "";
+  // an ended run has no current pace: its average over all steps, said as such
+  const avg = p.rate === "average";
+  const rate = p.steps_per_second ? h("span", { class: "muted", id: "progress-rate", title: avg ? "the average over all its steps (it is not running)" : "over the last minute" },
+    ` ${avg ? "average " : ""}${p.steps_per_second.toPrecision(3)} steps/s`) : "";
   if (!p.total_steps) {
     return [h("span", { id: "progress-text" }, `step ${p.step.toLocaleString("en")} (total unknown)`), rate];
   }

@@ -178,7 +178,8 @@ export class RunsPage {
         e.target.checked ? this.selected.add(r.id) : this.selected.delete(r.id);
         this.compareBtn.disabled = this.selected.size < 1;
       } })),
-      h("td", {}, h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.run_id)),
+      h("td", { class: "run-name" }, h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.name || r.run_id),
+        r.name ? h("span", { class: "muted run-id" }, ` ${r.run_id}`) : null, r.note ? h("div", { class: "note" }, r.note) : null),
       h("td", {}, r.project),
       h("td", {}, ...tagList(r.tags).map((t) => h("span", { class: "tag" }, t))),
       h("td", {}, badge(r.state), r.error ? h("div", { class: "err", title: r.error }, `⚠ ${r.error.length > 90 ? r.error.slice(0, 89) + "…" : r.error}`) : null),

@@ -1,0 +1,248 @@
+"""In headless Chromium, on runs written by RunWriter: the run page says what a live run waits for before its first
+step, an ended run's rate reads as its average, and the chart tools (download, full screen, metric search)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS
+from test_dashboard_browser import wait_for
+from test_dashboard_charts_browser import _look_at
+
+from mindwatch.serve.process import DashboardProcess
+from mindwatch.store.layout import write_json_atomic
+from mindwatch.store.writer import RunWriter
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)"),
+]
+
+LOSS = """() => {
+  const el = document.querySelector('#chart-loss');
+  const c = el && echarts.getInstanceByDom(el);
+  const s = c && c.getOption().series.find((x) => x.name === 'loss');
+  return s ? {points: s.data.filter((p) => p[1] !== '-').length, symbol: s.showSymbol} : null;
+}"""
+
+
+def _meta(run_dir: Path, **meta: object) -> None:
+    write_json_atomic(run_dir / "meta.json", {"run_id": run_dir.name, "project": run_dir.parent.name, **meta})
+
+
+def test_a_live_run_says_it_waits_for_its_first_step_and_its_first_point_draws_as_a_point(
+    tmp_path: Path, artifacts_dir: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    run_dir = tmp_path / "logs" / "p" / "compiling"
+    writer = RunWriter(run_dir, 0, flush_secs=60)  # running, no step yet: the graph compiles
+    _meta(run_dir, started_at=time.time() - 42)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{dash.url}#/run/p%2Fcompiling")
+        page.wait_for_selector("#run-waiting:not([hidden])", timeout=30_000)
+        said = page.inner_text("#run-waiting")
+        m = re.fullmatch(r"compiling the graph / waiting for the first step: (\d+) s", said.strip())
+        assert m and 42 <= int(m.group(1)) < 42 + 30, said
+        wait_for(lambda: int(re.findall(r"\d+", page.inner_text("#run-waiting"))[0]) > int(m.group(1)), 5, "the clock to tick")
+        _look_at(page, artifacts_dir, "run_page_compiling")
+
+        writer.write([{"step": 1, "t": time.time(), "loss": 2.5}])
+        writer.flush()
+        drawn = wait_for(lambda: page.evaluate(LOSS), 30, "the first point")
+        assert drawn == {"points": 1, "symbol": True}  # one value: a visible point, not an invisible line
+        wait_for(lambda: page.is_hidden("#run-waiting"), 10, "the waiting line to go")
+        writer.write([{"step": 2, "t": time.time(), "loss": 2.4}])
+        writer.flush()
+        assert wait_for(lambda: (d := page.evaluate(LOSS)) and d["points"] == 2 and d, 20, "the second point")["symbol"] is False
+        assert not errors, errors
+        browser.close()
+    writer.close("finished")
+
+
+def test_an_ended_run_shows_its_average_rate_labelled_as_such(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    t0 = time.time() - 600
+    # 300 steps at 10 steps/s, then 200 at 2 steps/s: the last minute says 2, the run's average is 500 / 130 s
+    times = [t0 + 0.1 * s for s in range(1, 301)] + [t0 + 30 + 0.5 * s for s in range(1, 201)]
+    run_dir = tmp_path / "logs" / "p" / "ended"
+    writer = RunWriter(run_dir, 0)
+    writer.write([{"step": s, "t": t, "loss": 1.0} for s, t in enumerate(times, start=1)])
+    writer.close("stopped")
+    _meta(run_dir, started_at=t0, total_steps=1000)
+    average = (500 - 1) / (times[-1] - times[0])  # the steps between the first and the last recorded step end
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Fended")
+        rate = wait_for(lambda: page.query_selector("#progress-rate") and page.inner_text("#progress-rate"), 30, "the rate")
+        assert rate.strip() == f"average {average:.3g} steps/s"
+        assert page.query_selector("#progress-eta") is None
+        browser.close()
+
+
+VISIBLE_CHARTS = """() => [...document.querySelectorAll('#charts > .card, #charts > .layers-view')]
+  .filter((f) => !f.hidden && f.offsetParent !== null)
+  .map((f) => f.dataset.chart || f.id)"""
+
+SERIES_NAMES = """(id) => {
+  const el = document.querySelector(id);
+  const c = el && echarts.getInstanceByDom(el);
+  return c ? c.getOption().series.filter((s) => s.type === 'line').map((s) => [s.name, s.data.length]) : null;
+}"""
+
+
+def _training_records(steps: int, t0: float) -> list[dict]:
+    out = []
+    for s in range(1, steps + 1):
+        rec = {"step": s, "t": t0 + s * 0.01, "loss": 3.0 / (1 + s / 300) + (0.1 if s % 7 == 0 else 0.0), "lr": 1e-3}
+        rec |= {"grad_norm": 1.0 + (s % 5) / 10, "samples_per_second": 64.0 + s % 3, "tokens_per_second": 16384.0 + 50 * (s % 4)}
+        if s % 10 == 0:
+            rec |= {"grad_norm/blocks.0": 0.5, "grad_norm/blocks.1": 0.25}
+        out.append(rec)
+    return out
+
+
+def test_each_chart_downloads_its_png_and_every_point_as_csv_and_goes_full_screen(tmp_path: Path, artifacts_dir: Path) -> None:
+    import csv
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    t0 = time.time() - 3600
+    run_dir = tmp_path / "logs" / "p" / "tools"
+    writer = RunWriter(run_dir, 0)
+    writer.write(_training_records(3000, t0))
+    writer.close("finished")
+    _meta(run_dir, started_at=t0)
+    # the reference: the metrics file itself, read here with json
+    in_file = [json.loads(line) for line in (run_dir / "metrics.rank0.jsonl").read_text().splitlines()]
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{dash.url}#/run/p%2Ftools")
+        drawn = wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-loss"), 60, "the loss chart")
+        assert drawn[0][0] == "loss" and drawn[0][1] < 3000  # the chart draws thinned points
+
+        # samples/s and tokens/s: a chart each, not twin axes hiding each other
+        for chart, metric in (("#chart-throughput", "samples_per_second"), ("#chart-tokens", "tokens_per_second")):
+            names = wait_for(lambda c=chart: (n := page.evaluate(SERIES_NAMES, c)) and all(k for _, k in n) and n, 30, chart)
+            assert [name for name, _ in names] == [metric]
+
+        with page.expect_download() as got:
+            page.click('[data-chart="chart-loss"] .tool-csv')
+        rows = list(csv.DictReader(got.value.path().open()))
+        assert got.value.suggested_filename == "p_tools_loss.csv"
+        assert [(int(r["step"]), float(r["time"]), r["metric"], float(r["value"])) for r in rows] == [
+            (rec["step"], rec["t"], "loss", rec["loss"]) for rec in in_file
+        ]  # every recorded point, exactly the file's values
+
+        with page.expect_download() as got:
+            page.click('[data-chart="chart-tokens"] .tool-png')
+        png = got.value.path().read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000 and got.value.suggested_filename == "p_tools_tokens.png"
+
+        page.click('[data-chart="chart-loss"] .tool-full')
+        full = "() => document.fullscreenElement && document.fullscreenElement.dataset.chart"
+        assert wait_for(lambda: page.evaluate(full), 10, "full screen") == "chart-loss"
+        tall = "() => document.querySelector('#chart-loss canvas').getBoundingClientRect().height"
+        wait_for(lambda: page.evaluate(tall) > 700, 10, "the chart to fill the screen")
+        page.screenshot(path=str(artifacts_dir / "run_page_full_screen.png"))
+        page.click('[data-chart="chart-loss"] .tool-full')
+        wait_for(lambda: page.evaluate("() => document.fullscreenElement === null"), 10, "full screen to end")
+        wait_for(lambda: page.evaluate(tall) < 400, 10, "the chart back in its card")
+        assert not errors, errors
+        browser.close()
+
+
+def test_the_metric_search_shows_only_the_matching_charts_and_survives_a_reload(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    run_dir = tmp_path / "logs" / "p" / "search"
+    writer = RunWriter(run_dir, 0)
+    writer.write(_training_records(200, time.time() - 600))
+    writer.close("finished")
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Fsearch")
+        wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-loss"), 60, "the loss chart")
+        everything = wait_for(lambda: "layers" in (v := page.evaluate(VISIBLE_CHARTS)) and v, 30, "the layers view")
+        assert {"chart-loss", "chart-lr", "chart-grad_norm", "chart-throughput", "chart-tokens", "layers"} <= set(everything)
+
+        page.fill("#metric-filter", "norm")  # grad_norm and the per-layer grad_norm/<layer> family
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["chart-grad_norm", "layers"], 10, "the norm charts")
+        page.fill("#metric-filter", "BLOCKS.1")  # a layer's name, any case: its family's view
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["layers"], 10, "the layers view alone")
+        page.fill("#metric-filter", "tokens samples")  # any of the words
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["chart-throughput", "chart-tokens"], 10, "throughput")
+        _look_at(page, artifacts_dir, "run_page_search")
+        assert "q=tokens+samples" in page.evaluate("() => location.hash")
+        page.reload()
+        wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-tokens"), 60, "the tokens chart again")
+        assert page.input_value("#metric-filter") == "tokens samples"
+        assert wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == ["chart-throughput", "chart-tokens"], 10, "the same charts")
+        page.fill("#metric-filter", "perplexity")
+        wait_for(lambda: page.evaluate(VISIBLE_CHARTS) == [], 10, "no chart")
+        assert "no chart has a metric matching" in page.inner_text("#charts")
+        page.fill("#metric-filter", "")
+        assert wait_for(lambda: set(page.evaluate(VISIBLE_CHARTS)) == set(everything), 10, "every chart again")
+        browser.close()
+
+
+def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywhere(tmp_path: Path, artifacts_dir: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from playwright.sync_api import sync_playwright
+    from test_dashboard_control_browser import TOKEN, serve
+
+    run_dir = tmp_path / "logs" / "p" / "run_7"
+    writer = RunWriter(run_dir, 0)
+    writer.write(_training_records(50, time.time() - 100))
+    writer.close("finished")
+    _meta(run_dir, started_at=time.time() - 100)
+    proc, url = serve(tmp_path / "logs", "--allow-control")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{url}/?token={TOKEN}")  # the sign-in link sets the cookie
+            page.goto(f"{url}/#/run/p%2Frun_7")
+            page.wait_for_selector("#run-rename:visible", timeout=30_000)
+            answers = iter(["lr 3e-4 baseline", "loss flat after step 30"])
+            page.on("dialog", lambda d: d.accept(next(answers)))
+            page.click("#run-rename")
+            wait_for(lambda: page.inner_text("#run-title").startswith("lr 3e-4 baseline"), 10, "the new name")
+            page.click("#run-annotate")
+            wait_for(lambda: page.inner_text("#run-note") == "loss flat after step 30", 10, "the note")
+            page.reload()
+            wait_for(lambda: page.inner_text("#run-title") == "lr 3e-4 baseline p/run_7", 30, "the name after a reload")
+            assert page.inner_text("#run-note") == "loss flat after step 30"
+            _look_at(page, artifacts_dir, "run_page_named")
+            page.goto(f"{url}/#/")
+            cell = wait_for(lambda: page.query_selector('tr[data-run="p/run_7"] td.run-name'), 30, "the runs table")
+            assert cell.inner_text().split("\n") == ["lr 3e-4 baseline run_7", "loss flat after step 30"]
+            _look_at(page, artifacts_dir, "runs_page_named")
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    listed = subprocess.run(
+        [sys.executable, "-m", "mindwatch.cli", "runs", str(tmp_path / "logs"), "--json"], capture_output=True, text=True
+    )
+    row = json.loads(listed.stdout)[0]
+    assert (row["run_id"], row["name"], row["note"]) == ("run_7", "lr 3e-4 baseline", "loss flat after step 30")
+    assert not (tmp_path / "logs" / "p" / "run_7").with_name("lr 3e-4 baseline").exists()  # the id (the folder) stays
