@@ -310,6 +310,7 @@ def compare_runs(views: list[RunView]) -> dict[str, Any]:
     ]
     return {"runs": runs, "config": keys, "labels": SUMMARY_LABELS}
 
+
 def _csv_number(v: float) -> str:
     return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
 

@@ -13,7 +13,8 @@ export class HistogramsView {
     this.runId = runId;
     this.rank = rank;
     this.maps = {};  // kind -> its heat map, once the run has histograms of it
-    this.el = h("section", { class: "layers-view", id: "histograms", hidden: true });
+    // the metric search matches it by these words (its data are the layers' histograms, not a metric's values)
+    this.el = h("section", { class: "layers-view", id: "histograms", hidden: true, "data-metrics": "histograms,weights,gradients" });
     container.append(this.el);
   }
 

@@ -179,7 +179,7 @@ export class RunPage {
     let shown = 0;
     for (const frame of this.grid.querySelectorAll(":scope > .card, :scope > .layers-view")) {
       const el = frame.matches(".card") ? frame.querySelector(".chart") : frame;
-      const hit = matches((el.dataset.metrics || "").split(",").filter(Boolean));
+      const hit = matches((el.dataset.metrics || "").split(",").filter(Boolean)) && frame.children.length > 0;  // an empty view stays hidden
       frame.hidden = !hit;
       shown += hit ? 1 : 0;
     }
@@ -190,6 +190,7 @@ export class RunPage {
     this.cards.forEach((c) => c.resize());
     this.heats.forEach((m) => m.resize());
     if (this.layers) this.layers.resize();
+    if (this.histograms) this.histograms.resize();
   }
 
   async loadCard(card, win) {
