@@ -45,6 +45,38 @@ def host_norm(grads) -> float:
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_the_grad_norm_computed_inside_the_step_is_the_norm_of_its_gradients(tmp_path: Path, mode: str) -> None:
+    """``mw.grad_norm(grads)`` inside the user's ``@ms.jit`` step, passed as ``run.step(grad_norm=...)``: the recorded
+    norm is the gradients' own (numpy over the same step's gradients), and a NaN in it stops the loop."""
+    set_mode(mode)
+    ms.set_seed(7)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=LR)
+    grad_fn = ms.value_and_grad(net, None, optimizer.parameters)
+
+    @ms.jit
+    def train_step(ids, targets):
+        loss, grads = grad_fn(ids, targets)
+        optimizer(grads)
+        return loss, mw.grad_norm(grads), grads
+
+    norms = {}
+    config = {"save_dir": str(tmp_path), "project": "p", "interval": 60, "alerts": {"nonfinite": {"actions": ["stop"]}}}
+    with mw.start_run(config, network=net, optimizer=optimizer, total_steps=6) as run:
+        for step, (ids, targets) in enumerate(run.batches(gpt_dataset(6).create_tuple_iterator()), start=1):
+            loss, norm, grads = train_step(ids, targets)
+            norms[step] = host_norm(grads)
+            run.step(loss=loss, grad_norm=norm if step < 5 else ms.Tensor(float("nan"), ms.float32))
+            if run.should_stop:
+                break
+    r = mindwatch.open_run(run.run_dir)
+    s = r.series("grad_norm")
+    assert s.step.tolist() == [1, 2, 3, 4, 5]
+    assert s.value[:4].tolist() == pytest.approx([norms[k] for k in range(1, 5)], rel=1e-4)  # a float32 sum in the graph
+    assert math.isnan(s.value[4]) and r.state == "stopped" and step == 5
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
 def test_the_tutorial_loop_records_its_own_loss_lr_grad_norm_and_layer_norms(tmp_path: Path, mode: str) -> None:
     loop = TutorialLoop(mode)
     names = [p.name for p in loop.optimizer.parameters]

@@ -8,6 +8,7 @@ Example::
 
 from mindwatch.mindspore.callback import MonitorCallback
 from mindwatch.mindspore.loop import Run, start_run
+from mindwatch.mindspore.reduction import grad_norm
 from mindwatch.mindspore.skip_step import SkipStep
 from mindwatch.mindspore.train_step import TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
 
@@ -21,5 +22,6 @@ __all__ = [
     "SkipStep",
     "TrainOneStepWithGradNorm",
     "TrainOneStepWithGradNormAndLossScale",
+    "grad_norm",
     "start_run",
 ]
