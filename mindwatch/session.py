@@ -49,7 +49,8 @@ from mindwatch.store.sink import hook
 from mindwatch.store.writer import RunWriter
 
 if TYPE_CHECKING:
-    from mindwatch.alerts.crossrank import CrossRankWatch
+    from mindwatch.alerts.crossrank import CrossRankWatch, RankZeroWatch
+    from mindwatch.alerts.lifeline import LifelineClient, LifelineServer
 
 log = logging.getLogger("mindwatch")
 
@@ -81,6 +82,10 @@ class RunSession:
     inbox: RequestInbox | None = None
     #: Rank 0 of a multi-rank run: the straggler rule, the bands, the hang diagnosis, the other ranks' alerts.
     cross_rank: CrossRankWatch | None = None
+    #: Rank 1: rank 0's liveness (``rank_lost`` for rank 0).
+    rank_zero: RankZeroWatch | None = None
+    #: A collective run: rank 0's lifeline server (every other rank holds a connection to it), or a rank's client.
+    lifeline: LifelineServer | LifelineClient | None = None
 
     @classmethod
     def start(
@@ -250,6 +255,17 @@ class RunSession:
             )
             self.cross_rank = watch
             sinks.append(watch)
+            if self.collective:  # every rank connects to it: a rank that dies is known at once, on any host
+                from mindwatch.alerts.lifeline import LifelineServer, local_address
+
+                try:
+                    self.lifeline = LifelineServer(
+                        local_address(os.environ.get("MS_SCHED_HOST")),
+                        me={"rank": 0, "pid": os.getpid(), "host": host},
+                        on_gone=watch.lifeline_gone,
+                    )
+                except OSError as e:
+                    log.warning("mindwatch: no lifeline for the other ranks (%r): a dead rank is known by its files only", e)
             self.monitor.tickers.append(watch)
         if self.rank == 1 and self.world_size > 1:
             from mindwatch.alerts.crossrank import RankZeroWatch
@@ -264,6 +280,7 @@ class RunSession:
                 stale_secs=max(10.0, 5 * cfg.flush_secs),
                 wake=self.monitor.wake,
             )
+            self.rank_zero = zero
             sinks.append(zero)
             self.monitor.tickers.append(zero)
         if self.control.coordinated and not self.collective:
@@ -334,7 +351,25 @@ class RunSession:
             self.meta["attempts"][-1]["first_step"] = step
             self.write_meta()
 
+    def join_lifeline(self, address: str) -> None:
+        """A rank > 0 of a collective run: hold a connection to rank 0's lifeline (``address``, from the signal), so
+        that rank 0 knows at once when this process ends, and rank 1 when rank 0's does."""
+        from mindwatch.alerts.lifeline import LifelineClient
+
+        zero = self.rank_zero
+        try:
+            self.lifeline = LifelineClient(
+                address,
+                me={"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname()},
+                on_gone=zero.lifeline_gone if zero is not None else lambda hello: None,
+            )
+        except (OSError, ValueError) as e:
+            log.warning("mindwatch: could not reach rank 0's lifeline at %s (%r): liveness by files only", address, e)
+
     def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
+        if self.lifeline is not None:  # first: this end is clean, whatever the launcher does next
+            self.lifeline.close()
+            self.lifeline = None
         if self.watchdog is not None:
             self.watchdog.stop()
         self.monitor.close(state, error, reason)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +90,45 @@ def test_two_hosts_with_their_own_save_dirs_train_from_step_1_and_stop_together(
     run = mindwatch.open_run(dirs[0], dirs[1])
     assert run.ranks == [0, 1] and run.state == "stopped"
     assert [a["rank"] for a in run.alerts if a["rule"] == "threshold"] == [1]
+    assert not [a for a in run.alerts if a["rule"] == "rank_lost"], "a clean stop is not a lost rank"
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_on_two_hosts_without_a_shared_folder_the_other_rank_names_a_killed_one(tmp_path: Path, two_hosts, victim: int) -> None:
+    """``kill -9`` of one rank on its own host: the other rank names it in its own folder (its lifeline to rank 0
+    closed), with the killed process's pid and its last step: rank 1 names rank 0, rank 0 names rank 1."""
+    h1, h2, master = two_hosts
+    job = Launch()
+    env = base_env()
+    try:
+        for node, ns in enumerate((h1, h2)):
+            log_dir = tmp_path / f"logs{node}"
+            log_dir.mkdir()
+            cmd = ["ip", "netns", "exec", ns, "env", f"PATH={env['PATH']}", str(VENV_BIN / "msrun")]
+            cmd += ["--worker_num=2", "--local_worker_num=1", f"--node_rank={node}", f"--master_addr={master}"]
+            cmd += ["--master_port=8118", "--join=True", f"--log_dir={log_dir}", str(SCRIPT)]
+            cmd += ["--save-dir", str(tmp_path / f"node{node}"), "--steps", "400", "--pace-secs", "0.05"]
+            job.start(cmd, env, log_dir / "msrun.out")
+        deadline = time.monotonic() + 180
+        while True:
+            found = list((tmp_path / f"node{victim}").glob(f"dist/*/status.rank{victim}.json"))
+            status = json.loads(found[0].read_text()) if found else {}
+            if (status.get("last_step") or 0) >= 20:
+                break
+            assert time.monotonic() < deadline, "the training did not reach step 20"
+            time.sleep(0.2)
+        os.kill(status["pid"], signal.SIGKILL)
+        job.wait(200)  # msrun ends both nodes after the kill
+    finally:
+        job.kill()
+    survivor = 1 - victim
+    folder = only_run_dir(tmp_path / f"node{survivor}" / "dist")
+    lost = [a for a in raw_records(folder / "alerts.jsonl") if a["rule"] == "rank_lost"]
+    named = [(a["rank"], a["reported_by"], a["how"], a["pid"]) for a in lost]
+    assert named == [(victim, survivor, "disconnected", status["pid"])]
+    killed = only_run_dir(tmp_path / f"node{victim}" / "dist") / f"metrics.rank{victim}.jsonl"
+    killed_at = [r["step"] for r in raw_records(killed)]
+    assert abs(lost[0]["step"] - killed_at[-1]) <= 2, (lost[0]["step"], killed_at[-1])
+    assert f"rank {victim} is gone" in lost[0]["message"]
+    status = json.loads((folder / f"status.rank{survivor}.json").read_text())
+    assert str(victim) in status["lost_ranks"]

@@ -91,6 +91,26 @@ class _Liveness:
         self._last_liveness = -1e18
         self._last_remote = -1e18
         self._due = False
+        #: Ranks whose lifeline closed without a goodbye (from the lifeline's thread): ``(rank, its hello)``.
+        self._disconnected: list[tuple[int, dict[str, Any]]] = []
+
+    def lifeline_gone(self, rank: int, hello: dict[str, Any]) -> None:
+        """The lifeline's thread: ``rank``'s process ended; the worker raises ``rank_lost`` at its next tick."""
+        self._disconnected.append((rank, hello))
+        self._exited(-1)
+
+    def _lost_by_lifeline(self, last_step: Callable[[int], int | None]) -> list[LostRank]:
+        out = []
+        while self._disconnected:
+            rank, hello = self._disconnected.pop(0)
+            if rank in self.liveness.lost:
+                continue
+            pid, host = hello.get("pid"), hello.get("host")
+            pid = pid if isinstance(pid, int) else None
+            gone = LostRank(rank, pid, str(host or "?"), last_step(rank), "disconnected", time.time())
+            self.liveness.lost[rank] = gone
+            out.append(gone)
+        return out
 
     def _exited(self, pid: int) -> None:  # on the exit watch's thread
         self._due = True
@@ -141,7 +161,9 @@ class RankZeroWatch(_Liveness):
         self._last_step: int | None = None
 
     def write(self, records: list[dict[str, Any]]) -> None:
-        pass
+        step = records[-1].get("step") if records else None
+        if isinstance(step, int):
+            self._last_step = step  # rank 0 is at the same step, give or take one (the collective holds them together)
 
     def flush(self) -> None:
         self._check(remote=self.remote_due())
@@ -150,11 +172,16 @@ class RankZeroWatch(_Liveness):
         if self.liveness_due():
             self._check(remote=False)
 
+    def lifeline_gone(self, hello: dict[str, Any]) -> None:  # type: ignore[override]
+        """The lifeline's thread: rank 0's process ended without a goodbye."""
+        super().lifeline_gone(0, hello)
+
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         self.close_exits()
 
     def _check(self, *, remote: bool) -> None:
-        for gone in self.liveness.check(remote=remote):
+        lost = self._lost_by_lifeline(lambda rank: self._last_step) + self.liveness.check(remote=remote)
+        for gone in lost:
             alert = lost_alert(gone, reported_by=self.rank)
             log.error("mindwatch: %s (seen by rank %d)", gone.message, self.rank)
             if self.on_lost is not None:
@@ -352,7 +379,7 @@ class CrossRankWatch(_Liveness):
     def _check_liveness(self, *, remote: bool) -> None:
         if self.world_size < 2:
             return
-        lost = self.liveness.check(self.last_steps, remote=remote)
+        lost = self._lost_by_lifeline(self.last_steps.get) + self.liveness.check(self.last_steps, remote=remote)
         if not lost:
             return
         self._read_steps()  # the lost rank's last records, if they arrived since the last poll

@@ -54,13 +54,15 @@ class LostRank:
     pid: int | None
     host: str | None
     last_step: int | None
-    how: str  # "exited" (a local pid) or "silent" (a remote heartbeat)
+    how: str  # "exited" (a local pid), "silent" (a remote heartbeat) or "disconnected" (its lifeline closed)
     t: float
 
     @property
     def message(self) -> str:
         if self.how == "exited":
             why = f"pid {self.pid} on host {self.host} exited"
+        elif self.how == "disconnected":
+            why = f"pid {self.pid} on host {self.host} ended: its lifeline connection closed"
         else:
             why = f"pid {self.pid} on host {self.host} sent no heartbeat"
         return f"rank {self.rank} is gone ({why}; last step {self.last_step})"

@@ -125,7 +125,8 @@ class MonitorCallback(Callback):
             return
         self._begin(cb, optimizer, train_network, run_id=None)
         if self._signal is not None and self.recorder is not None:
-            self._signal.announce(self.recorder.session.run_dir.name)
+            session = self.recorder.session
+            self._signal.announce(session.run_dir.name, getattr(session.lifeline, "address", None))
 
     def _setup_signal(self, train_network: Any) -> None:
         param = getattr(train_network, "mindwatch_signal", None)
@@ -241,13 +242,16 @@ class MonitorCallback(Callback):
         self._deferred = None
         signal = self._signal
         assert signal is not None
-        run_id = signal.run_id(self._read_arg(cb, "net_outputs")[self._signal_output].asnumpy())
+        reduced = self._read_arg(cb, "net_outputs")[self._signal_output].asnumpy()
+        run_id, lifeline = signal.run_id(reduced), signal.lifeline(reduced)
         if run_id is None:  # rank 0 records nothing (no callback there): a run of this rank's own
             run_id = f"{self.config.run_name or time.strftime('run_%Y%m%d_%H%M%S')}_rank{signal.rank}"
             log.warning("mindwatch: rank 0 announced no run; rank %d records into %s", signal.rank, run_id)
         began = self._step_begin
         self._begin(cb, optimizer, train_network, run_id=run_id, began=self._prev_step_end)
         self._step_begin = began
+        if lifeline and self.recorder is not None:
+            self.recorder.session.join_lifeline(lifeline)
         cell = self._cell
         if self.recorder is not None and cell is not None and cell.switching is not None:
             # the step that ran measured (set at train begin): the recorder reads it so; the next step plans afresh

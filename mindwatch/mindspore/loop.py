@@ -110,9 +110,11 @@ class Run:
         signal = None
         if who.world_size > 1 and config.distributed.coordination.enabled:
             signal = RankSignal(None, rank=who.rank, world_size=who.world_size)
-        run_id = None
+        run_id = lifeline = None
         if signal is not None and who.rank > 0:  # never wait for another host's file: rank 0 says which run
-            run_id = signal.run_id(_sum(signal.tensor())) or f"{config.run_name or 'run'}_rank{who.rank}"
+            announced = _sum(signal.tensor())
+            run_id = signal.run_id(announced) or f"{config.run_name or 'run'}_rank{who.rank}"
+            lifeline = signal.lifeline(announced)
         saved = network_and_optimizer(network, optimizer)
         try:
             self.recorder = start_recorder(
@@ -121,7 +123,8 @@ class Run:
         finally:
             if signal is not None and who.rank == 0:  # the other ranks wait in the sum for the run id (or none)
                 if self.recorder is not None:
-                    signal.announce(self.recorder.session.run_dir.name)
+                    session = self.recorder.session
+                    signal.announce(session.run_dir.name, getattr(session.lifeline, "address", None))
                 _sum(signal.tensor())
                 signal.announce("")
         #: Kept even when this rank records nothing: every rank must take part in every step's sum.
@@ -130,6 +133,8 @@ class Run:
             return
         if signal is not None:
             self._exchange = SignalExchange(signal, self.recorder.session)
+        if lifeline:
+            self.recorder.session.join_lifeline(lifeline)
         try:
             self._setup()
         except Exception as e:

@@ -38,8 +38,8 @@ SLOTS = 2 + len(vocab.STRAGGLER_METRICS)
 TIMING = slice(2, 2 + len(vocab.STRAGGLER_METRICS))
 _STEP_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.STEP_TIME)
 _DATA_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.DATA_TIME)
-#: Slots for rank 0's run id, one character code each.
-TOKEN_SLOTS = 64
+#: Slots for rank 0's run id and its lifeline's address (``run_id\nhost:port``), one character code each.
+TOKEN_SLOTS = 96
 #: The bit of each action (float32 holds these sums exactly).
 ACTION_BITS = {action: 1 << i for i, action in enumerate(ACTIONS)}
 
@@ -72,9 +72,11 @@ class RankSignal:
         self.asking: dict[str, dict[str, Any]] = {}
         self._dirty = False
 
-    def announce(self, run_id: str) -> None:
-        """Rank 0: put the run id into the vector (the other ranks read it after the first step)."""
-        codes = [ord(c) for c in run_id[:TOKEN_SLOTS]]
+    def announce(self, run_id: str, lifeline: str | None = None) -> None:
+        """Rank 0: put the run id (and its lifeline's ``host:port``) into the vector; the other ranks read it after
+        the first step."""
+        text = f"{run_id}\n{lifeline}" if lifeline else run_id
+        codes = [ord(c) for c in text[:TOKEN_SLOTS]]
         token = self._vector[-TOKEN_SLOTS:]
         token[:] = 0
         token[: len(codes)] = codes
@@ -127,9 +129,17 @@ class RankSignal:
 
     def run_id(self, reduced: np.ndarray) -> str | None:
         """The run id rank 0 announced, or None (rank 0 does not record: it has no callback)."""
+        return self._token(reduced)[0] or None
+
+    def lifeline(self, reduced: np.ndarray) -> str | None:
+        """The ``host:port`` of rank 0's lifeline (:mod:`mindwatch.alerts.lifeline`), or None."""
+        token = self._token(reduced)
+        return token[1] if len(token) > 1 and token[1] else None
+
+    @staticmethod
+    def _token(reduced: np.ndarray) -> list[str]:
         codes = [int(round(float(c))) for c in reduced[-TOKEN_SLOTS:]]
-        text = "".join(chr(c) for c in codes if 0 < c < 0x110000)
-        return text or None
+        return "".join(chr(c) for c in codes if 0 < c < 0x110000).split("\n")
 
 
 def find_alert(alerts_file: Any, asked: Asked) -> dict[str, Any] | None:
