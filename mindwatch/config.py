@@ -104,6 +104,17 @@ class LayersSection(_Section):
         return v
 
 
+class ThroughputSection(_Section):
+    """TFLOPS per device and MFU (docs/configuration.md#tflops-and-mfu): what a step costs and what the device can do."""
+
+    #: The model FLOPs of one training step on one device (forward and backward); null: 6 x trainable parameters
+    #: x tokens per step (models fed token ids; no TFLOPS for other models unless this is given).
+    flops_per_step: float | None = Field(default=None, gt=0)
+    #: The device's peak TFLOPS (dense bf16/fp16), for MFU; null: the peak of the device's name in the table of
+    #: known devices (mindwatch/device_peaks.py), and no MFU where it is not in there (a CPU).
+    peak_tflops: float | None = Field(default=None, gt=0)
+
+
 class PrometheusSection(_Section):
     """An opt-in ``/metrics`` endpoint in each training process (see docs/prometheus.md)."""
 
@@ -310,6 +321,7 @@ class MonitorConfig(_Section):
     #: Override the batch size / sequence length read from the batch shapes.
     batch_size: int | None = Field(default=None, ge=1)
     seq_length: int | None = Field(default=None, ge=1)
+    throughput: ThroughputSection = Field(default_factory=ThroughputSection)
     attention_entropy: AttentionEntropy = Field(default_factory=AttentionEntropy)
     layers: LayersSection = Field(default_factory=LayersSection)
     #: Records waiting for the writer; when full, new records are dropped and counted.

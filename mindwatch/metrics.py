@@ -74,6 +74,7 @@ DEVICE_UTIL, DEVICE_MEM_UTIL = "device_util", "device_mem_util"
 ATTENTION_ENTROPY, ATTENTION_MAX_LOGIT = "attention_entropy", "attention_max_logit"
 WEIGHT_NORM, UPDATE_RATIO = "weight_norm", "update_ratio"
 SKIPPED = "skipped"
+TFLOPS, MFU = "tflops", "mfu"
 
 #: The per-step metrics, in the order tables and reports list them.
 STEP_METRICS: tuple[Metric, ...] = (
@@ -103,6 +104,21 @@ STEP_METRICS: tuple[Metric, ...] = (
         SAMPLES_PER_SECOND, "samples per second", "1/s", "throughput", across_ranks="sum", switch=SAMPLES_PER_SECOND, band=True
     ),
     Metric(TOKENS_PER_SECOND, "tokens per second", "1/s", "tokens", across_ranks="sum", switch=TOKENS_PER_SECOND, band=True),
+    Metric(
+        TFLOPS,
+        "model TFLOPS per device: a step's model FLOPs (throughput.flops_per_step, else 6 x trainable parameters x tokens) "
+        "over its step time, in 10^12 per second",
+        "TFLOPS",
+        "flops",
+        switch=TFLOPS,
+    ),
+    Metric(
+        MFU,
+        "model FLOPs utilization: tflops over the device's peak (throughput.peak_tflops, else the known device's), in percent",
+        "%",
+        "flops",
+        switch=TFLOPS,
+    ),
     Metric(HOST_RSS_GB, "resident memory of the process, in GB", "GB", "memory", across_ranks="max", switch=HOST_RSS_GB),
     Metric(DEVICE_MEM_GB, "device memory in use, in GB", "GB", "memory", across_ranks="max", switch=DEVICE_MEM_GB),
     Metric(DEVICE_MEM_PEAK_GB, "peak device memory, in GB", "GB", "memory", across_ranks="max", switch=DEVICE_MEM_PEAK_GB),
@@ -170,6 +186,8 @@ CHART_GROUPS: tuple[ChartGroup, ...] = (
     # samples/s and tokens/s differ by the sequence length: on one chart's twin axes their lines hide each other
     ChartGroup("throughput", "samples per second"),
     ChartGroup("tokens", "tokens per second"),
+    # mfu is tflops over a constant peak: one curve, read on either axis
+    ChartGroup("flops", "TFLOPS per device / MFU", ("TFLOPS", "MFU (%)")),
     ChartGroup("time", "step time vs data wait (s)"),
     ChartGroup("memory", "memory (GB)"),
     ChartGroup("device_util", "device utilization (%)"),
@@ -182,7 +200,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "memory": (HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB),
     "global_rank": (),  # the rank is recorded with every step anyway
     "rank": (),
-    "throughput": (SAMPLES_PER_SECOND, TOKENS_PER_SECOND),
+    "throughput": (SAMPLES_PER_SECOND, TOKENS_PER_SECOND, TFLOPS, MFU),
+    MFU: (TFLOPS, MFU),  # mfu is tflops over the peak: it comes with tflops, where a peak is known
     "utilization": (DEVICE_UTIL, DEVICE_MEM_UTIL),
     "global_norm": (GRAD_NORM,),
     "learning_rate": (LR,),

@@ -9,6 +9,7 @@ Example::
     host_memory_total_gb()             # what this process may use: the machine's or its cgroup's limit
     util = device_util_sampler("GPU", device_id=0)   # None where neither NVML nor npu-smi answers
     util() if util else {}             # {"device_util": 87.0, "device_mem_util": 41.5}
+    device_name("Ascend", device_id=0) # "910B3" (npu-smi's name column; NVML's "NVIDIA H100 80GB HBM3"); None on CPU
 
 Device memory in use needs the framework's allocator and lives in :mod:`mindwatch.mindspore.probes`;
 the adapter passes the device kind and id it trains on to :func:`device_util_sampler`.
@@ -77,15 +78,49 @@ def _physical_id(device_id: int, env: str) -> int | str:
     return device_id
 
 
-def _nvml_sampler(device_id: int) -> Callable[[], dict[str, float]] | None:
+def device_name(device: str, device_id: int = 0) -> str | None:
+    """The name the driver gives the accelerator this process trains on (looked up in :mod:`mindwatch.device_peaks`):
+    NVML's (``NVIDIA A100-SXM4-80GB``) on ``GPU``, ``npu-smi info``'s chip name (``910B3``) on ``Ascend``; None
+    where neither answers (CPU, no driver tools). Runs a subprocess on Ascend: call it once, at start."""
+    if device == "GPU":
+        found = _nvml_handle(device_id)
+        if found is None:
+            return None
+        pynvml, handle = found
+        try:
+            name = pynvml.nvmlDeviceGetName(handle)
+        except Exception:  # an old driver without the call: no name
+            return None
+        return name.decode() if isinstance(name, bytes) else str(name)
+    if device == "Ascend" and shutil.which("npu-smi"):
+        try:
+            out = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=5, check=False).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        names = parse_npu_smi_names(out)
+        physical = _physical_id(device_id, "ASCEND_RT_VISIBLE_DEVICES")
+        return names[physical] if isinstance(physical, int) and 0 <= physical < len(names) else None
+    return None
+
+
+def _nvml_handle(device_id: int) -> tuple[Any, Any] | None:
+    """``(pynvml, the device's handle)`` for the ``device_id``-th visible GPU; None without nvidia-ml-py or a driver."""
     try:
         import pynvml  # type: ignore[import-not-found,unused-ignore]
 
         pynvml.nvmlInit()
         which = _physical_id(device_id, "CUDA_VISIBLE_DEVICES")
         handle = pynvml.nvmlDeviceGetHandleByIndex(which) if isinstance(which, int) else pynvml.nvmlDeviceGetHandleByUUID(which)
-    except Exception:  # no nvidia-ml-py, no driver, no such device: nothing to sample
+    except Exception:  # no nvidia-ml-py, no driver, no such device
         return None
+    return pynvml, handle
+
+
+def _nvml_sampler(device_id: int) -> Callable[[], dict[str, float]] | None:
+    found = _nvml_handle(device_id)
+    if found is None:  # nothing to sample
+        return None
+    pynvml, handle = found
 
     def sample() -> dict[str, float]:
         util = pynvml.nvmlDeviceGetUtilizationRates(handle)
@@ -136,3 +171,12 @@ def parse_npu_smi(text: str) -> list[dict[str, float]]:
             chip["device_mem_util"] = 100.0 * int(used) / int(total)
         chips.append(chip)
     return chips
+
+
+# | 0 (NPU) 910B3 (name) | OK (health) | ...: a chip's first row; its second row has a bus id where the health is
+_NPU_NAME = re.compile(r"^\|\s*\d+\s+(?P<name>[0-9A-Za-z][\w.-]*)\s*\|\s*[A-Za-z]+\s*\|")
+
+
+def parse_npu_smi_names(text: str) -> list[str]:
+    """The name of every chip of ``npu-smi info``'s table, in its order: ``["910B3", "910B3"]``."""
+    return [m["name"] for line in text.splitlines() if (m := _NPU_NAME.match(line.strip()))]

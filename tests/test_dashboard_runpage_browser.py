@@ -246,3 +246,50 @@ def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywh
     row = json.loads(listed.stdout)[0]
     assert (row["run_id"], row["name"], row["note"]) == ("run_7", "lr 3e-4 baseline", "loss flat after step 30")
     assert not (tmp_path / "logs" / "p" / "run_7").with_name("lr 3e-4 baseline").exists()  # the id (the folder) stays
+
+
+def test_the_header_shows_tflops_per_device_and_mfu_beside_the_rate(tmp_path: Path, artifacts_dir: Path) -> None:
+    import numpy as np
+    from playwright.sync_api import sync_playwright
+
+    now = time.time()
+    # a live run: 80 steps at 40 TFLOPS over a minute ago, then the last minute's 120 steps at 150-156 TFLOPS
+    times = [now - 100.25 + 0.5 * s for s in range(1, 81)] + [now - 59.75 + 0.5 * s for s in range(120)]
+    tflops = [40.0] * 80 + [150.0 + s % 7 for s in range(120)]
+    peak = 989.0
+    live = tmp_path / "logs" / "p" / "llm"
+    writer = RunWriter(live, 0, flush_secs=60)  # running
+    pairs = enumerate(zip(times, tflops, strict=True), start=1)
+    writer.write([{"step": s, "t": t, "loss": 2.0, "tflops": f, "mfu": 100 * f / peak} for s, (t, f) in pairs])
+    writer.flush()
+    _meta(live, started_at=now - 120, total_steps=1000)
+    t, v = np.array(times), np.array(tflops)
+    recent = float(np.median(v[t >= t[-1] - 60]))  # the same last minute as the steps/s beside it
+    # an ended run on a device of no known peak: TFLOPS, no MFU, the median of all its steps but the first (it compiles)
+    ended = tmp_path / "logs" / "p" / "cpu"
+    done = RunWriter(ended, 0)
+    cpu = [9.0, 0.5, 0.4, 0.6, 0.45]
+    done.write([{"step": s, "t": now - 50 + s, "loss": 1.0, "tflops": f} for s, f in enumerate(cpu, start=1)])
+    done.close("finished")
+    _meta(ended, started_at=now - 60)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{dash.url}#/run/p%2Fllm")
+        said = wait_for(lambda: page.query_selector("#progress-tflops") and page.inner_text("#progress-tflops"), 30, "TFLOPS")
+        assert said.strip() == f"· {recent:.3g} TFLOPS · MFU {100 * recent / peak:.1f} %"
+        assert page.query_selector("#progress-rate") is not None  # beside the steps/s
+        names = wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-flops"), 30, "the TFLOPS chart")
+        assert [n for n, _ in names] == ["tflops", "mfu"]
+        _look_at(page, artifacts_dir, "run_page_tflops")
+
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Fcpu")
+        page.wait_for_selector("#progress-rate")
+        said = wait_for(lambda: page.query_selector("#progress-tflops") and page.inner_text("#progress-tflops"), 30, "TFLOPS")
+        assert said.strip() == f"· {float(np.median(cpu[1:])):.3g} TFLOPS"
+        assert not errors, errors
+        browser.close()
+    writer.close("finished")

@@ -1,4 +1,4 @@
-"""How far a run is and when it ends: steps done out of planned, steps per second, time left.
+"""How far a run is and when it ends: steps done out of planned, steps per second, time left; and its pace in TFLOPS.
 
 Example::
 
@@ -13,7 +13,8 @@ measured between recorded step ends over the last ``window_secs``: the first ste
 ends before its step end, so it never slows the estimate. A later graph compiles inside a step (a
 new shape, an evaluation graph): a step that takes over :data:`COMPILE_FACTOR` times the window's
 median step is a compile and left out of the rate (at most :data:`COMPILE_STEPS` of them a window,
-so that slow steps that recur, a checkpoint every 100 steps, still count).
+so that slow steps that recur, a checkpoint every 100 steps, still count). Beside the rate, an opened run's
+:class:`Progress` holds the median ``tflops`` and ``mfu`` of the same window (the dashboard's header).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from mindwatch import metrics as vocab
 from mindwatch.store.reader import Run
 from mindwatch.units import format_duration
 
@@ -94,6 +98,9 @@ class Progress:
     steps_per_second: float | None = None
     #: The rate is the whole run's average (an ended run), not the recent pace.
     average: bool = False
+    #: The median TFLOPS per device and MFU (%) over the rate's steps; None where the run records none.
+    tflops: float | None = None
+    mfu: float | None = None
 
     @property
     def known_total(self) -> int | None:
@@ -142,6 +149,8 @@ class Progress:
             "steps_per_second": self.steps_per_second,
             "eta_secs": self.eta_secs,
             "rate": "average" if self.average else "recent",
+            "tflops": self.tflops,
+            "mfu": self.mfu,
         }
 
 
@@ -153,11 +162,24 @@ def total_steps_of(meta: dict[str, Any]) -> int | None:
 
 def run_progress(run: Run, running: bool = True) -> Progress:
     """An opened run's progress: its last step, ``total_steps`` from meta.json, its lowest rank's rate: the recent one
-    while ``running``, else the average over all its steps (an ended run has no current pace)."""
+    while ``running``, else the average over all its steps (an ended run has no current pace); TFLOPS and MFU alike."""
     rank = run.ranks[0] if run.ranks else None
     t = run.series("t", rank=rank)
+    window = RATE_WINDOW_SECS if running else math.inf
+    tflops, mfu = (median_of(run, m, rank, window) for m in (vocab.TFLOPS, vocab.MFU))
     if not running:
         rate = steps_per_second(t.step.tolist(), t.value.tolist(), window_secs=math.inf)
-        return Progress(run.last_step, total_steps_of(run.meta), rate, average=True)
+        return Progress(run.last_step, total_steps_of(run.meta), rate, average=True, tflops=tflops, mfu=mfu)
     steps, times = t.step[-_RECENT:].tolist(), t.value[-_RECENT:].tolist()  # the window is the last minute: the tail will do
-    return Progress(run.last_step, total_steps_of(run.meta), steps_per_second(steps, times))
+    return Progress(run.last_step, total_steps_of(run.meta), steps_per_second(steps, times), tflops=tflops, mfu=mfu)
+
+
+def median_of(run: Run, metric: str, rank: int | None, window_secs: float) -> float | None:
+    """The median finite value of ``rank``'s ``metric`` over its newest ``window_secs``, the first record (it holds
+    the graph's compilation) left out; None without one."""
+    s = run.series(metric, rank=rank)
+    v, t = s.value[1:], s.t[1:]
+    if len(t) and math.isfinite(window_secs):
+        v = v[t >= t[-1] - window_secs]
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if len(v) else None

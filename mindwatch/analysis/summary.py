@@ -22,8 +22,8 @@ form (:func:`summarize_run`) adds what needs the series. Definitions (docs/repor
 - ``state``: :func:`mindwatch.store.states.run_state`; ``error`` a lost rank's message, else the first error;
   ``reason`` why it stopped (the lowest rank's: the rule's alert, or who asked and why), from the status files;
 - ``max_grad_norm``: largest finite ``grad_norm`` over every rank (NaN/Inf are the non-finite rule's);
-- throughput percentiles and the data-wait share skip each rank's first record, which holds the
-  graph compilation; ``data_wait_share = sum(data_time) / sum(step_time)``;
+- throughput percentiles (``tflops_p50`` and ``mfu_p50`` too) and the data-wait share skip each rank's first
+  record, which holds the graph compilation; ``data_wait_share = sum(data_time) / sum(step_time)``;
 - ``duration``: from ``started_at`` to ``ended_at``, else to ``last_time``, else to now.
 """
 
@@ -102,6 +102,9 @@ class RunSummary:
     samples_per_second_p5: float | None = _full()
     tokens_per_second_p50: float | None = _full()
     tokens_per_second_p5: float | None = _full()
+    #: The median TFLOPS per device and MFU (in percent) over every rank's steps; None where not recorded.
+    tflops_p50: float | None = _full()
+    mfu_p50: float | None = _full()
     data_wait_share: float | None = _full()
     #: Alerts per severity, most severe first.
     alerts: dict[str, int] = _full(dict)
@@ -243,6 +246,8 @@ def summarize_run(run: Run) -> RunSummary:
     s.max_grad_norm, s.max_grad_norm_step = _max_with_step(run, "grad_norm")
     s.samples_per_second_p50, s.samples_per_second_p5 = _percentiles(run, "samples_per_second")
     s.tokens_per_second_p50, s.tokens_per_second_p5 = _percentiles(run, "tokens_per_second")
+    s.tflops_p50 = _percentiles(run, vocab.TFLOPS)[0]
+    s.mfu_p50 = _percentiles(run, vocab.MFU)[0]
     step_time = _after_first(run, "step_time")
     data_time = _after_first(run, "data_time")
     if len(step_time) and len(data_time) and np.nansum(step_time) > 0:

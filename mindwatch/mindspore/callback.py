@@ -141,7 +141,13 @@ class MonitorCallback(Callback):
     def _begin(self, cb: Any, optimizer: Any, train_network: Any, run_id: str | None, began: float | None = None) -> None:
         collective = self._signal is not None
         self.recorder = start_recorder(
-            self.config, optimizer=optimizer, saved=train_network, total_steps=self._planned, run_id=run_id, collective=collective
+            self.config,
+            optimizer=optimizer,
+            saved=train_network,
+            network=_param(cb, "network", None) or train_network,
+            total_steps=self._planned,
+            run_id=run_id,
+            collective=collective,
         )
         if self.recorder is None:
             self.enabled = False
@@ -282,24 +288,15 @@ def merged_config(config: ConfigLike, overrides: dict[str, Any]) -> MonitorConfi
     return cfg
 
 
-def start_recorder(
-    config: MonitorConfig,
-    *,
-    optimizer: Any,
-    saved: Any,
-    total_steps: int | None,
-    run_id: str | None = None,
-    collective: bool = False,
-) -> StepRecorder | None:
-    """The recorder of a training that begins; None (with a warning) when monitoring cannot start, unless ``strict``.
+def start_recorder(config: MonitorConfig, **start: Any) -> StepRecorder | None:
+    """The recorder of a training that begins (``start``: :meth:`StepRecorder.start`'s keywords); None (with a
+    warning) when monitoring cannot start, unless ``strict``.
 
     The monitor never takes the training down at start: only ``strict: true`` and ``resume: must`` (a request to
     stop here when the run is missing) raise.
     """
     try:
-        return StepRecorder.start(
-            config, optimizer=optimizer, saved=saved, total_steps=total_steps, run_id=run_id, collective=collective
-        )
+        return StepRecorder.start(config, **start)
     except SaveDirUnavailable as e:
         if config.strict:
             raise

@@ -48,7 +48,7 @@ from mindwatch.mindspore.callback import ConfigLike, merged_config, start_record
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
-from mindwatch.mindspore.recorder import StepRecorder
+from mindwatch.mindspore.recorder import StepRecorder, trained_weights
 from mindwatch.mindspore.reduction import LoopLayerStats, StepReduction
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
 from mindwatch.store.layout import read_json
@@ -118,7 +118,13 @@ class Run:
         saved = network_and_optimizer(network, optimizer)
         try:
             self.recorder = start_recorder(
-                config, optimizer=optimizer, saved=saved, total_steps=total_steps, run_id=run_id, collective=signal is not None
+                config,
+                optimizer=optimizer,
+                saved=saved,
+                network=network,
+                total_steps=total_steps,
+                run_id=run_id,
+                collective=signal is not None,
             )
         finally:
             if signal is not None and who.rank == 0:  # the other ranks wait in the sum for the run id (or none)
@@ -149,9 +155,7 @@ class Run:
         assert recorder is not None
         self._step = self._resumed_step()
         recorder.state.recorded = self._step
-        weights = list(self.optimizer.parameters) if self.optimizer is not None else []
-        if not weights and self.network is not None:
-            weights = list(self.network.trainable_params())
+        weights = trained_weights(self.optimizer, self.network)
         layers = self.config.layers
         if "layers" in self.config.model_fields_set and layers.enabled and weights:  # a loop has no layer_stats=True cell
             grouping = LayerGrouping([w.name for w in weights], layers.group)

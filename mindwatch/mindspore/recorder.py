@@ -14,7 +14,8 @@ Example::
 ``MonitorCallback`` (``Model.train``) and ``Run`` (:func:`mindwatch.mindspore.start_run`, a loop of your
 own) are two thin front doors over this: each reads its step's values its own way (the train cell's
 outputs, or one compiled reduction of the loop's tensors) and hands the record here. The pieces, one
-concern each: :class:`~mindwatch.mindspore.timing.StepTimer` (timing, throughput),
+concern each: :class:`~mindwatch.mindspore.timing.StepTimer` (timing, throughput; TFLOPS and MFU from :func:`flops_basis`,
+the trainable parameters counted once here at start),
 :class:`~mindwatch.mindspore.layer_watch.LayerWatch` (per-layer statistics),
 :class:`~mindwatch.mindspore.attention_watch.AttentionWatch` (attention statistics),
 :class:`~mindwatch.mindspore.actions.Interventions` (actions), :class:`~mindwatch.mindspore.probes.LrProbe`
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ import mindspore as ms
 
 from mindwatch import metrics as vocab
 from mindwatch.config import MonitorConfig
+from mindwatch.device_peaks import known_device
 from mindwatch.mindspore.actions import Interventions, StepBoundary
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.attention_watch import AttentionWatch
@@ -39,9 +42,9 @@ from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.layer_watch import LayerWatch
 from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler
 from mindwatch.mindspore.ranks import discover
-from mindwatch.mindspore.timing import StepTimer
+from mindwatch.mindspore.timing import FlopsBasis, StepTimer
 from mindwatch.session import RunSession
-from mindwatch.system import device_util_sampler, host_memory_sampler
+from mindwatch.system import device_name, device_util_sampler, host_memory_sampler
 
 log = logging.getLogger("mindwatch")
 
@@ -64,13 +67,13 @@ class StepState:
 class StepRecorder:
     """One training's recording. Build it with :meth:`start`; see the module docstring."""
 
-    def __init__(self, session: RunSession, *, optimizer: Any, saved: Any, rank: int) -> None:
+    def __init__(self, session: RunSession, *, optimizer: Any, saved: Any, rank: int, flops: FlopsBasis | None = None) -> None:
         cfg = session.config
         self.session = session
         self.config = cfg
         self.rank = rank
         self.state = StepState()
-        self.timer = StepTimer(cfg.batch_size, cfg.seq_length)
+        self.timer = StepTimer(cfg.batch_size, cfg.seq_length, flops)
         self.lr_probe = LrProbe(optimizer) if vocab.LR in cfg.enabled_metrics else None
         probe = self.lr_probe or LrProbe(optimizer)
         self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank)
@@ -93,17 +96,25 @@ class StepRecorder:
         *,
         optimizer: Any,
         saved: Any,
+        network: Any = None,
         total_steps: int | None = None,
         run_id: str | None = None,
         collective: bool = False,
     ) -> StepRecorder:
         """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``).
 
+        ``network``: the model, whose trainable parameters count for TFLOPS where ``optimizer`` has none;
         ``run_id``: the run to join (a rank > 0 that learnt rank 0's through the train step's collective);
         ``collective``: the ranks agree on actions through that collective (``RunSession.start``).
         """
         who = discover()
         metrics = config.enabled_metrics
+        target, device_id = str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0)
+        flops = (
+            flops_basis(config, trained_weights(optimizer, network), device_name(target, device_id))
+            if vocab.TFLOPS in metrics
+            else None
+        )
         samplers = []
         if vocab.HOST_RSS_GB in metrics:
             samplers.append(host_memory_sampler())
@@ -112,7 +123,7 @@ class StepRecorder:
             if dev is not None:
                 samplers.append(dev)
         if metrics & set(vocab.in_group("device_util")):
-            util = device_util_sampler(str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0))
+            util = device_util_sampler(target, device_id)
             if util is not None:
                 samplers.append(util)
         session = RunSession.start(
@@ -123,12 +134,12 @@ class StepRecorder:
             versions={"mindspore": ms.__version__},
             nonfinite_checked=Interventions.nonfinite_checked(config),
             launch_key=who.launch_key,
-            launch_meta=who.as_meta(),
+            launch_meta=who.as_meta() | ({"throughput": flops.meta()} if flops is not None else {}),
             run_id=run_id,
             collective=collective,
         )
         try:
-            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank)
+            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank, flops=flops)
             session.plan(total_steps)
         except BaseException:
             session.close("stopped", reason="mindwatch could not start")
@@ -220,3 +231,26 @@ class StepRecorder:
             self.entropy = None
         self.measuring = False
         self.session.close(state, error=error, reason=reason)
+
+
+def trained_weights(optimizer: Any, network: Any) -> list[Any]:
+    """The Parameters the training updates: ``optimizer.parameters``, else ``network``'s trainable ones."""
+    weights = list(optimizer.parameters) if optimizer is not None else []
+    if not weights and network is not None:
+        weights = list(network.trainable_params())
+    return weights
+
+
+def flops_basis(config: MonitorConfig, weights: Sequence[Any], device: str | None) -> FlopsBasis:
+    """What TFLOPS and MFU come from: the config's ``throughput``, else the ``weights``' size (their shapes, counted
+    once; no tensor is read) and the peak of the ``device`` named so in :mod:`mindwatch.device_peaks`."""
+    t = config.throughput
+    known = known_device(device)
+    if t.peak_tflops is not None:
+        peak, source = t.peak_tflops, "throughput.peak_tflops"
+    elif known is not None:
+        peak, source = known
+    else:
+        peak, source = None, None
+    parameters = sum(math.prod(w.shape) for w in weights) if t.flops_per_step is None else None
+    return FlopsBasis(t.flops_per_step, parameters or None, device, peak, source)

@@ -2,30 +2,73 @@
 
 Example::
 
-    timer = StepTimer(batch_size=32, seq_length=None)
+    timer = StepTimer(batch_size=32, seq_length=None, flops=FlopsBasis(parameters=124_000_000, peak_tflops=989.0))
     timer.restart(time.perf_counter())          # training begins
     timer.waited(0.004)                         # the loop waited 4 ms for a batch
-    timer.add(rec, steps=1, now=time.perf_counter())   # step_time, data_time, samples_per_second (tokens_per_second)
+    timer.add(rec, steps=1, now=time.perf_counter())   # step_time, data_time, samples_per_second (tokens_per_second,
+                                                       # tflops and mfu once the tokens per step are known)
 
 Both front doors use it (training thread only): ``MonitorCallback`` counts the time between a step's
 end and the next step's begin as the data wait; ``Run.batches`` times the iterator's ``next``.
+TFLOPS come from numbers already there: a step's FLOPs (known once, at start or from the first batch's
+shape) over its step time; no tensor is read for them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 #: Integer dtypes whose 2-D batches are token ids, ``(batch, sequence)``; names, so this module needs no MindSpore.
 _INTEGER_DTYPES = frozenset({"Int8", "Int16", "Int32", "Int64", "UInt8", "int8", "int16", "int32", "int64", "uint8"})
 
 
-class StepTimer:
-    """Seconds per step and per data wait between two recorded steps, and samples (tokens) per second."""
+@dataclass(frozen=True)
+class FlopsBasis:
+    """What ``tflops`` and ``mfu`` are computed from (meta.json's ``throughput``): the model FLOPs of one step on one
+    device (``throughput.flops_per_step``), else the trainable parameters for ``6 x parameters x tokens``; the
+    device's name and its peak TFLOPS (None: no MFU) with where that peak comes from."""
 
-    def __init__(self, batch_size: int | None = None, seq_length: int | None = None) -> None:
+    flops_per_step: float | None = None
+    parameters: int | None = None
+    device: str | None = None
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+
+    def step_flops(self, tokens: int | None) -> float | None:
+        """The model FLOPs of a step of ``tokens`` tokens (None: not a token model); None when unknown."""
+        if self.flops_per_step:
+            return self.flops_per_step
+        if self.parameters and tokens:
+            return 6.0 * self.parameters * tokens  # forward 2, backward 4 FLOPs per parameter and token
+        return None
+
+    def meta(self) -> dict[str, Any]:
+        """For meta.json: ``flops`` says which estimate ``tflops`` is."""
+        flops = "throughput.flops_per_step" if self.flops_per_step else "6 x parameters x tokens per step"
+        return {
+            "flops": flops,
+            "flops_per_step": self.flops_per_step,
+            "parameters": self.parameters,
+            "device": self.device,
+            "peak_tflops": self.peak_tflops,
+            "peak_source": self.peak_source,
+        }
+
+
+class StepTimer:
+    """Seconds per step and per data wait between two recorded steps, samples (tokens) per second, TFLOPS and MFU."""
+
+    def __init__(self, batch_size: int | None = None, seq_length: int | None = None, flops: FlopsBasis | None = None) -> None:
         #: Samples per step, and tokens per sample; None until known (the config, or the first batch's shape).
         self.batch_size = batch_size
         self.seq_length = seq_length
+        #: What TFLOPS come from; None: no TFLOPS (switched off).
+        self.flops = flops
+        #: The model FLOPs of one step, and the device's peak; None while unknown.
+        self.step_flops: float | None = None
+        self._peak = flops.peak_tflops if flops is not None else None
+        self._count_flops()
         #: Whether the batch shape still has to be read (only what the config leaves open is).
         self.shape_pending = batch_size is None or seq_length is None
         #: perf_counter() of the last recorded step's end.
@@ -52,6 +95,11 @@ class StepTimer:
                 rec["samples_per_second"] = self.batch_size * steps / elapsed
                 if self.seq_length:
                     rec["tokens_per_second"] = self.batch_size * self.seq_length * steps / elapsed
+            if self.step_flops:
+                tflops = self.step_flops * steps / elapsed / 1e12
+                rec["tflops"] = tflops
+                if self._peak:
+                    rec["mfu"] = 100.0 * tflops / self._peak
         self.last_recorded = now
         self.data_wait = 0.0
 
@@ -66,3 +114,9 @@ class StepTimer:
             self.batch_size = int(shape[0])
         if self.seq_length is None and len(shape) == 2 and str(getattr(first, "dtype", "")) in _INTEGER_DTYPES:
             self.seq_length = int(shape[1])
+        self._count_flops()
+
+    def _count_flops(self) -> None:
+        if self.flops is not None:
+            tokens = self.batch_size * self.seq_length if self.batch_size and self.seq_length else None
+            self.step_flops = self.flops.step_flops(tokens)

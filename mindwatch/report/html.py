@@ -358,6 +358,8 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
             "tokens/s p50 / p5",
             [_e(f"{format_number(s.tokens_per_second_p50)} / {format_number(s.tokens_per_second_p5)}") for s in summaries],
         ),
+        ("TFLOPS per device p50", [_e(format_number(s.tflops_p50)) for s in summaries]),
+        ("MFU p50", [_e("-" if s.mfu_p50 is None else f"{format_number(s.mfu_p50)} %") for s in summaries]),
         ("data-wait share", [_e(_percent(s.data_wait_share)) for s in summaries]),
         (
             "alerts",

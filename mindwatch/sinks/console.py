@@ -3,6 +3,7 @@
 Example output::
 
     mindwatch step 120/1,500 (8 %) | ETA 2m 51s | loss 2.3100 | lr 1.00e-04 | grad_norm 0.93 | 12.3 ms/step (data 3%)
+    mindwatch step 120 | loss 2.3100 | tok/s 81,920 | TFLOPS 178.4 | MFU 36.1 % | 412.0 ms/step (data 1%)   # an LLM
     mindwatch step 120 (total unknown) | loss 2.3100 | ...      # an endless dataset: no guess
 
 The total comes from ``Model.train`` (:attr:`ConsoleSummary.total_steps`, set at train begin);
@@ -15,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+from mindwatch import metrics as vocab
 from mindwatch.analysis.progress import Progress, StepRate
 from mindwatch.store.sink import BaseSink
 
@@ -36,6 +38,8 @@ def format_summary(rec: dict[str, Any], progress: Progress | None = None, runnin
     num("loss_scale", ".0f")
     num("tokens_per_second", ",.0f", "tok/s")
     num("samples_per_second", ",.1f", "samples/s")
+    num(vocab.TFLOPS, ".4g", "TFLOPS")  # per device; significant digits, for a CPU's small numbers too
+    num(vocab.MFU, ".1f", "MFU", suffix=" %")
     st, dt = rec.get("step_time"), rec.get("data_time")
     if isinstance(st, (int, float)) and st > 0:
         data = f" (data {100 * dt / st:.0f}%)" if isinstance(dt, (int, float)) else ""

@@ -86,7 +86,7 @@ function etaText(secs) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-/** The header's progress: a bar of steps done out of planned, steps/s (recent, or an ended run's average) and the ETA;
+/** The header's progress: a bar of steps done out of planned, steps/s (recent, or an ended run's average), TFLOPS and MFU, and the ETA;
  * "total unknown" without a plan. */
 export function progressBar(p, state) {
   if (!p || p.step === null || p.step === undefined) return [];
@@ -94,8 +94,12 @@ export function progressBar(p, state) {
   const avg = p.rate === "average";
   const rate = p.steps_per_second ? h("span", { class: "muted", id: "progress-rate", title: avg ? "the average over all its steps (it is not running)" : "over the last minute" },
     ` ${avg ? "average " : ""}${p.steps_per_second.toPrecision(3)} steps/s`) : "";
+  // per device, the median of the same steps; MFU where the device's peak is known
+  const [flops, utilization] = [p.tflops, p.mfu];
+  const pace = flops ? h("span", { class: "muted", id: "progress-tflops", title: `per device, the median over ${avg ? "its steps" : "the last minute"}` },
+    ` · ${flops.toPrecision(3)} TFLOPS${utilization ? ` · MFU ${utilization.toFixed(1)} %` : ""}`) : "";
   if (!p.total_steps) {
-    return [h("span", { id: "progress-text" }, `step ${p.step.toLocaleString("en")} (total unknown)`), rate];
+    return [h("span", { id: "progress-text" }, `step ${p.step.toLocaleString("en")} (total unknown)`), rate, pace];
   }
   const pct = Math.floor(100 * p.fraction);
   const eta = state === "running" && p.eta_secs !== null && p.eta_secs !== undefined ? etaText(p.eta_secs) : null;
@@ -103,6 +107,7 @@ export function progressBar(p, state) {
     h("progress", { id: "progress-bar", max: p.total_steps, value: p.step, title: `${pct} %` }),
     h("span", { id: "progress-text" }, ` ${p.step.toLocaleString("en")}/${p.total_steps.toLocaleString("en")} (${pct} %)`),
     rate,
+    pace,
     eta ? h("span", { id: "progress-eta" }, ` · ETA ${eta}`) : "",
   ];
 }
