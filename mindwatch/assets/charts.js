@@ -259,7 +259,7 @@ function lineOption(o, win) {
     color: PALETTE,
     grid: { left: axes.length > 1 ? 64 : 56, right: axes.length > 1 ? 64 : 16, top: o.subtitle ? 56 : 36, bottom: o.slider ? 66 : 40 },
     tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, formatter: (p) => tooltipText(p, o, px) },
-    legend: { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 },
+    legend: o.legend === false ? undefined : { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 },
       data: o.series.map((s) => s.name) },
     xAxis: xAxisOption(o, px),
     yAxis: axes.map((a, i) => {
@@ -281,7 +281,8 @@ function lineOption(o, win) {
  * Options: title, subtitle?, axes? ([{name, robust?, fromZero?}]), yName?, alerts?, restarts? ([{step, t, attempt}]),
  * x ("step", "time" or "elapsed"), xOrigin? (elapsed: the data x of 0 s), xMin?, xMax?, smoothing (the raw line
  * stays, faint), log, robust (default true: the y range ignores outliers, see robustRange; false: every point sets it),
- * slider (default true: a zoom slider under the x axis; false on paper, where it cannot be used).
+ * slider (default true: a zoom slider under the x axis; false on paper, where it cannot be used), legend (default true;
+ * false where the page names the series once for every chart, as the compare page's key of its runs).
  */
 export function line(el, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });

@@ -63,9 +63,10 @@ export class ComparePage {
     this.summary = h("section", { class: "compare-table", id: "compare-summary" });
     this.configBox = h("section", { class: "compare-table", id: "compare-config" });
     this.grid = h("section", { class: "charts", id: "compare-charts" });
+    this.key = h("div", { class: "compare-key", id: "compare-key" });
     document.title = "mindwatch: compare";
     main.replaceChildren(h("h2", {}, `Compare ${this.view.runs.length} run(s)`), this.controls, this.summary, this.configBox,
-      h("h3", { class: "compare-heading" }, "Charts"), this.grid);
+      h("h3", { class: "compare-heading" }, "Charts"), this.key, this.grid);
     this.onResize = () => this.charts.forEach((c) => c.chart.resize());
     window.addEventListener("resize", this.onResize);
     this.renderControls();
@@ -101,6 +102,7 @@ export class ComparePage {
     this.labels = d.labels;
     this.renderSummary();
     this.renderConfig();
+    this.renderKey();
     this.buildCharts();
     await this.loadAll();
   }
@@ -130,6 +132,13 @@ export class ComparePage {
       shown.length ? h("div", { class: "scroll" }, h("table", { class: "runs", id: "config-table" }, h("thead", {}, head), h("tbody", {}, ...rows))) : "");
   }
 
+  /** Which colour is which run, once above the charts and in full: a chart's own legend cuts long names that share
+   * a prefix (run_20261201_1935...) and scrolls the runs past the third out of sight. It stays in view (sticky). */
+  renderKey() {
+    this.key.replaceChildren(...this.runs.map((r, i) => h("span", { class: "key-run", "data-run": r.id },
+      h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ", r.id)));
+  }
+
   /** One chart per metric of each chart group any run has (run_charts.chartGroups), in the groups' order; a chart
    * whose group holds several metrics names the group under its title. */
   buildCharts() {
@@ -140,7 +149,7 @@ export class ComparePage {
         const el = h("div", { class: "chart", id: `compare-${m}`, "data-metric": m, "data-group": g.id });
         this.grid.append(el);
         const subtitle = g.metrics.length > 1 || g.title !== m ? g.title : "";
-        this.charts.push({ metric: m, series: [], chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x }) });
+        this.charts.push({ metric: m, series: [], chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x, legend: false }) });
       }
     }
     echarts.connect(this.charts.map((c) => c.chart.chart));
