@@ -444,3 +444,29 @@ def test_pdf_packs_the_charts_inside_their_frames_without_sliders(
     assert problems == [] and page.evaluate("document.documentElement.scrollWidth") <= 390
     page.screenshot(path=str(artifacts_dir / "report-390.png"), full_page=True)
     page.close()
+
+
+Y_AXES = """() => Object.fromEntries(Array.from(document.querySelectorAll('#curves .chart')).map((el) => {
+  const c = echarts.getInstanceByDom(el);
+  const axis = c.getModel().getComponent('yAxis', 0).axis;
+  return [c.getOption().title[0].text, {name: c.getOption().yAxis[0].name, range: axis.scale.getExtent()}];
+}))"""
+
+
+def test_the_reports_curves_name_their_unit_and_memory_starts_at_zero(browser, tmp_path: Path) -> None:
+    run_dir = tmp_path / "proj" / "flat_memory"
+    t0 = time.time() - 100
+    w = RunWriter(run_dir)
+    # host memory flat at 1.24 GB, +7 MB over the run: on an axis from 1.16 it reads as a climb
+    memory = [1.236 + 7e-5 * s for s in range(1, 101)]
+    w.write([{"step": s, "t": t0 + s, "loss": 3 - s / 100, "step_time": 0.05, "host_rss_gb": m} for s, m in enumerate(memory, 1)])
+    w.close("finished")
+    out = tmp_path / "flat_memory.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    page, problems, _ = open_page(browser, out)
+    assert problems == []
+    axes = page.evaluate(Y_AXES)
+    shown = axes["host_rss_gb"]
+    assert shown["name"] == "GB" and shown["range"][0] == 0 and shown["range"][1] >= max(memory), shown
+    assert axes["step_time"]["name"] == "s" and axes["loss"]["name"] == ""
+    page.close()

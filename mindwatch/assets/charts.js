@@ -155,6 +155,16 @@ export function linearAxis(ys, { robust = true, fromZero = false } = {}) {
     clipped: { min: r.min !== undefined ? min : undefined, max: r.max !== undefined ? max : undefined } };
 }
 
+/** How a y axis ranges by the unit of its metric (mindwatch.metrics): amounts (memory, a share) from 0 and every point
+ * shown, so the newest, highest points (a leak) are on the chart and a flat 1.24 GB does not read as a climb; others
+ * (timings, losses) ignore outliers. The dashboard's charts and the report's both range their axes by it. */
+const RANGE_BY_UNIT = { GB: { fromZero: true, robust: false }, "%": { fromZero: true, robust: false } };
+
+/** A y axis for a metric of this unit: {name: the unit, fromZero?, robust?} (the `axes` entry of line()). */
+export function unitAxis(unit) {
+  return Object.assign({}, RANGE_BY_UNIT[unit || ""] || {}, { name: unit || "" });
+}
+
 /** Per y axis: its range over the points of its series inside the x window win ([lo, hi] or null). */
 function axisRanges(o, axes, win) {
   return axes.map((a, ai) => {

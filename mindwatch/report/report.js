@@ -2,7 +2,7 @@
 // mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
-import { esc, heatmap, line, titleOption } from "../assets/charts.js";
+import { esc, heatmap, line, titleOption, unitAxis } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
 const SEV_COLORS = { error: "#c62828", warning: "#e09100", info: "#1e88e5" };
@@ -44,7 +44,7 @@ function chartDiv(parent, id, wide, heat) {
 const curves = document.getElementById("curves");
 DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) => {
   const chart = line(el, {
-    title: m.name, subtitle: m.points_note, log: m.log, slider: !onPaper(),
+    title: m.name, subtitle: m.points_note, log: m.log, slider: !onPaper(), axes: [unitAxis(m.unit)],
     xMin: DATA.step_range ? DATA.step_range[0] : undefined, xMax: DATA.step_range ? DATA.step_range[1] : undefined,
     series: m.series.map((s) => ({
       name: s.label, points: s.points,  // the wire shape of analysis/lines.py; one mark where the values stop being finite
