@@ -470,3 +470,41 @@ def test_the_reports_curves_name_their_unit_and_memory_starts_at_zero(browser, t
     assert shown["name"] == "GB" and shown["range"][0] == 0 and shown["range"][1] >= max(memory), shown
     assert axes["step_time"]["name"] == "s" and axes["loss"]["name"] == ""
     page.close()
+
+
+ROW_HEIGHTS = """() => Array.from(document.querySelectorAll('#layers .chart.heat')).map((el) => {
+  const c = echarts.getInstanceByDom(el);
+  const grid = c.getModel().getComponent('grid').coordinateSystem.getRect();
+  const rows = c.getOption().yAxis[0].data.length;
+  const named = c.getModel().getComponent('yAxis', 0).axis.getViewLabels().length;
+  return {id: el.id, rows, named, px: grid.height / rows};
+})"""
+
+
+def test_the_pdfs_layer_heat_maps_give_every_layer_a_readable_row(browser, tmp_path: Path, artifacts_dir: Path) -> None:
+    from mindwatch.store.layerfiles import LAYER_KEY, LAYER_STATS, LayerRow
+
+    layers = tuple(f"blocks.{b}.{part}" for b in range(4) for part in ("ln1", "attn.qkv", "attn.proj", "mlp.0"))  # 16
+    run_dir = tmp_path / "proj" / "sixteen_layers"
+    w = RunWriter(run_dir)
+    w.set_layers(list(layers))
+    t0 = time.time() - 100
+    rng = np.random.default_rng(0)
+    for s in range(1, 41):
+        rec: dict = {"step": s, "t": t0 + s, "loss": 3 - s / 100}
+        if s % 4 == 0:
+            rec[LAYER_KEY] = LayerRow(layers, rng.uniform(1e-3, 1.0, (len(LAYER_STATS), len(layers))).astype(np.float32))
+        w.write([rec])
+    w.close("finished")
+    out = tmp_path / "layers.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    page = browser.new_page(viewport={"width": 794, "height": 1123})  # the PDF's layout: report.html#print at A4 width
+    page.emulate_media(media="print")
+    page.goto(out.resolve().as_uri() + "#print")
+    page.wait_for_function("document.readyState === 'complete'", timeout=30_000)
+    maps = page.evaluate(ROW_HEIGHTS)
+    assert maps and all(m["rows"] == 16 for m in maps), maps
+    # 12 px a row at least, every layer named: the labels of 16 layers do not overprint each other
+    assert all(m["px"] >= 12 and m["named"] == 16 for m in maps), maps
+    page.locator("#layers").screenshot(path=str(artifacts_dir / "report-print-layers.png"))
+    page.close()
