@@ -481,10 +481,11 @@ ROW_HEIGHTS = """() => Array.from(document.querySelectorAll('#layers .chart.heat
 })"""
 
 
-def test_the_pdfs_layer_heat_maps_give_every_layer_a_readable_row(browser, tmp_path: Path, artifacts_dir: Path) -> None:
+def _sixteen_layers_report(tmp_path: Path, smallest: float = 1e-3) -> Path:
+    """The report of a run whose 16 layers were measured every 4th step; each statistic's smallest value is ``smallest``."""
     from mindwatch.store.layerfiles import LAYER_KEY, LAYER_STATS, LayerRow
 
-    layers = tuple(f"blocks.{b}.{part}" for b in range(4) for part in ("ln1", "attn.qkv", "attn.proj", "mlp.0"))  # 16
+    layers = tuple(f"blocks.{b}.{part}" for b in range(4) for part in ("ln1", "attn.qkv", "attn.proj", "mlp.0"))
     run_dir = tmp_path / "proj" / "sixteen_layers"
     w = RunWriter(run_dir)
     w.set_layers(list(layers))
@@ -493,11 +494,18 @@ def test_the_pdfs_layer_heat_maps_give_every_layer_a_readable_row(browser, tmp_p
     for s in range(1, 41):
         rec: dict = {"step": s, "t": t0 + s, "loss": 3 - s / 100}
         if s % 4 == 0:
-            rec[LAYER_KEY] = LayerRow(layers, rng.uniform(1e-3, 1.0, (len(LAYER_STATS), len(layers))).astype(np.float32))
+            stats = rng.uniform(max(smallest, 1e-3), 1.0, (len(LAYER_STATS), len(layers))).astype(np.float32)
+            stats[:, 0] = smallest if s == 4 else stats[:, 0]
+            rec[LAYER_KEY] = LayerRow(layers, stats)
         w.write([rec])
     w.close("finished")
     out = tmp_path / "layers.html"
     assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    return out
+
+
+def test_the_pdfs_layer_heat_maps_give_every_layer_a_readable_row(browser, tmp_path: Path, artifacts_dir: Path) -> None:
+    out = _sixteen_layers_report(tmp_path)
     page = browser.new_page(viewport={"width": 794, "height": 1123})  # the PDF's layout: report.html#print at A4 width
     page.emulate_media(media="print")
     page.goto(out.resolve().as_uri() + "#print")
@@ -507,4 +515,17 @@ def test_the_pdfs_layer_heat_maps_give_every_layer_a_readable_row(browser, tmp_p
     # 12 px a row at least, every layer named: the labels of 16 layers do not overprint each other
     assert all(m["px"] >= 12 and m["named"] == 16 for m in maps), maps
     page.locator("#layers").screenshot(path=str(artifacts_dir / "report-print-layers.png"))
+    page.close()
+
+
+def test_a_heat_maps_colour_bar_reads_its_ends_without_trailing_zeros(browser, tmp_path: Path) -> None:
+    out = _sixteen_layers_report(tmp_path, smallest=1.7e-4)
+    page, problems, _ = open_page(browser, out)
+    assert problems == []
+    ends = page.evaluate(
+        """() => { const el = document.getElementById('chart-layers-grad_norm');
+                   const vm = echarts.getInstanceByDom(el).getOption().visualMap[0];
+                   return [vm.formatter(vm.min), vm.formatter(vm.max)]; }"""
+    )
+    assert ends[0] == "1.7e-4", ends  # not 1.700e-4: two digits known, two shown (and narrower beside the cells)
     page.close()

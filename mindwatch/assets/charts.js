@@ -39,11 +39,12 @@ export function esc(text) {
   return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
 
-/** A number for an axis or tooltip: 6 significant digits, exponent form when very small or large. */
+/** A number for an axis or tooltip: 6 significant digits, or 4 in exponent form when very small or large. */
 export function fmtNumber(v) {
   if (v === null || v === undefined) return "";
   const a = Math.abs(v);
-  return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : String(Number(v.toPrecision(6)));
+  // 4 significant digits in exponent form, trailing zeros dropped as in the plain form (1.7e-4, not 1.700e-4)
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? Number(v.toPrecision(4)).toExponential() : String(Number(v.toPrecision(6)));
 }
 
 /** The title every chart has: a name and an optional note under it. */
