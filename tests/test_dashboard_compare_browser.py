@@ -247,3 +247,25 @@ def test_every_compared_run_is_named_in_full_beside_its_colour_above_the_charts(
         page.evaluate("() => window.scrollTo(0, 0)")
         _look_at(page, artifacts_dir, "compare_key")
         browser.close()
+
+
+def test_the_summaries_numbers_read_as_the_reports_four_significant_digits(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    t0 = time.time() - 100
+    losses, norms = [3.0, 2.0, 1.234567, 1.5], [15.369388, 8.1, 2.0, 1.0]
+    for name in ("a", "b"):
+        writer = RunWriter(tmp_path / "logs" / "p" / name, 0)
+        pairs = enumerate(zip(losses, norms, strict=True), 1)
+        writer.write([{"step": s, "t": t0 + s, "loss": v, "grad_norm": g} for s, (v, g) in pairs])
+        writer.close("finished")
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(_compare_url(dash.url, ["p/a", "p/b"]))
+        cell = lambda row: page.inner_text(f'#summary-table tr[data-row="{row}"] td[data-run="p/a"]').strip()  # noqa: E731
+        wait_for(lambda: page.query_selector('#summary-table tr[data-row="best_loss"] td'), 30, "the summary")
+        best = min(losses)
+        assert cell("best_loss") == f"{best:.4g} (step {losses.index(best) + 1})"  # 1.235 (step 3), as the report prints it
+        assert cell("final_loss") == f"{losses[-1]:.4g}" and cell("max_grad_norm") == f"{max(norms):.4g}"  # 15.37
+        browser.close()
