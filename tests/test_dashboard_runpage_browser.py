@@ -273,3 +273,26 @@ def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywh
     row = json.loads(listed.stdout)[0]
     assert (row["run_id"], row["name"], row["note"]) == ("run_7", "lr 3e-4 baseline", "loss flat after step 30")
     assert not (tmp_path / "logs" / "p" / "run_7").with_name("lr 3e-4 baseline").exists()  # the id (the folder) stays
+
+
+def test_a_failed_runs_long_error_wraps_inside_its_banner_on_a_phone(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    error = (
+        "RuntimeError: Exception thrown from user defined Python function in dataset. " + "-" * 60 + " Traceback: File "
+        '"/work/main/.venv/lib/python3.11/site-packages/mindspore/dataset/engine/datasets_user_defined.py", line 136 '
+        "OSError: corrupt shard: cannot read sample 64 " + "-" * 60 + " mindspore/ccsrc/minddata/dataset/generator_op.cc(383)."
+    )
+    run_dir = tmp_path / "logs" / "p" / "failed"
+    writer = RunWriter(run_dir, 0)
+    writer.write([{"step": s, "t": time.time() - 10 + s, "loss": 2.0} for s in range(1, 9)])
+    writer.close("failed", error=error)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Ffailed")
+        wait_for(lambda: "corrupt shard" in (page.text_content("#banner") or ""), 30, "the error in the banner")
+        _look_at(page, artifacts_dir, "run_page_failed_banner")  # at 390 px the paths wrap: the page does not overflow
+        banner = page.evaluate("() => { const b = document.querySelector('#banner').getBoundingClientRect(); return b.right; }")
+        assert banner <= 390, banner
+        browser.close()
