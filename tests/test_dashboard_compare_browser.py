@@ -214,3 +214,58 @@ def test_a_spiking_run_leaves_the_others_readable_and_the_view_survives_a_reload
         rgb = lambda hex_: f"rgb({int(hex_[1:3], 16)}, {int(hex_[3:5], 16)}, {int(hex_[5:7], 16)})"  # noqa: E731
         assert {run: rgb(c) for run, c in by_chart.items()} == dict(page.evaluate(swatches))
         browser.close()
+
+
+def test_every_compared_run_is_named_in_full_beside_its_colour_above_the_charts(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    ids = [f"p/run_20261201_1935{s:02d}" for s in (39, 40, 41, 42)]  # long names that differ only at their end
+    t0 = time.time() - 400
+    for i, run in enumerate(ids):
+        writer = RunWriter(tmp_path / "logs" / run, 0)
+        writer.write([{"step": s, "t": t0 + s, "loss": 2 - s / 100 + i / 10, "lr": 1e-3, "grad_norm": 1.0 + i, "step_time": 0.1}
+                      for s in range(1, 101)])  # fmt: skip
+        writer.close("finished")
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 600})
+        page.goto(_compare_url(dash.url, ids))
+        wait_for(lambda: len((page.evaluate(CHARTS).get("loss") or {}).get("series", {})) >= 4, 60, "the loss chart")
+        lines = """() => echarts.getInstanceByDom(document.querySelector('#compare-loss')).getOption().series
+          .filter((s) => s.type === 'line' && !s.name.includes('(') && !s.name.includes(' off scale'))
+          .map((s) => [s.name, s.lineStyle.color])"""
+        key = """() => [...document.querySelectorAll('#compare-key [data-run]')].filter((el) => el.offsetParent !== null)
+          .map((el) => [el.textContent.trim(), getComputedStyle(el.querySelector('.swatch')).backgroundColor])"""
+        rgb = lambda hex_: f"rgb({int(hex_[1:3], 16)}, {int(hex_[3:5], 16)}, {int(hex_[5:7], 16)})"  # noqa: E731
+        drawn = {run: rgb(colour) for run, colour in page.evaluate(lines)}
+        assert sorted(drawn) == sorted(ids) and len(set(drawn.values())) == 4
+        assert dict(page.evaluate(key)) == drawn  # each run in full, in its line's colour: none cut, none scrolled away
+        page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
+        heading = page.evaluate("() => document.querySelector('h3.compare-heading').getBoundingClientRect().bottom")
+        top = page.evaluate("() => document.querySelector('#compare-key').getBoundingClientRect().top")
+        assert heading < 0 and 0 <= top < 5, (heading, top)  # scrolled past the heading, the key stays in view
+        page.evaluate("() => window.scrollTo(0, 0)")
+        _look_at(page, artifacts_dir, "compare_key")
+        browser.close()
+
+
+def test_the_summaries_numbers_read_as_the_reports_four_significant_digits(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    t0 = time.time() - 100
+    losses, norms = [3.0, 2.0, 1.234567, 1.5], [15.369388, 8.1, 2.0, 1.0]
+    for name in ("a", "b"):
+        writer = RunWriter(tmp_path / "logs" / "p" / name, 0)
+        pairs = enumerate(zip(losses, norms, strict=True), 1)
+        writer.write([{"step": s, "t": t0 + s, "loss": v, "grad_norm": g} for s, (v, g) in pairs])
+        writer.close("finished")
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(_compare_url(dash.url, ["p/a", "p/b"]))
+        cell = lambda row: page.inner_text(f'#summary-table tr[data-row="{row}"] td[data-run="p/a"]').strip()  # noqa: E731
+        wait_for(lambda: page.query_selector('#summary-table tr[data-row="best_loss"] td'), 30, "the summary")
+        best = min(losses)
+        assert cell("best_loss") == f"{best:.4g} (step {losses.index(best) + 1})"  # 1.235 (step 3), as the report prints it
+        assert cell("final_loss") == f"{losses[-1]:.4g}" and cell("max_grad_norm") == f"{max(norms):.4g}"  # 15.37
+        browser.close()

@@ -90,6 +90,33 @@ def test_an_ended_run_shows_its_average_rate_labelled_as_such(tmp_path: Path) ->
         browser.close()
 
 
+def test_a_live_runs_header_says_its_newest_step_once_and_fits_a_phone(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    t0 = time.time() - 30
+    run_dir = tmp_path / "logs" / "p" / "a_live_run_with_a_long_name"
+    writer = RunWriter(run_dir, 0, flush_secs=60)
+    writer.write([{"step": s, "t": t0 + 0.1 * s, "loss": 3.0 - s / 1000} for s in range(1, 151)])
+    writer.flush()
+    _meta(run_dir, started_at=t0, total_steps=400)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Fa_live_run_with_a_long_name")
+        wait_for(lambda: "150/400" in page.inner_text(".run-head"), 30, "the progress at step 150")
+        page.wait_for_selector("#run-live.on", timeout=30_000)
+        time.sleep(1)  # the stream's first state event came: the next comes with the next heartbeat
+        # the points go on before the heartbeat is rewritten (a training writes its status file every flush_secs)
+        writer.write([{"step": s, "t": t0 + 0.1 * s, "loss": 3.0 - s / 1000} for s in range(151, 171)])
+        wait_for(lambda: "170/400" in page.inner_text(".run-head"), 30, "the pushed points to move the progress")
+        head = page.inner_text(".run-head")
+        steps = [int(a or b) for a, b in re.findall(r"step (\d+)|(\d+)/400", head)]
+        assert steps and set(steps) == {170}, head  # the newest step, not a second one that lags it
+        _look_at(page, artifacts_dir, "run_page_live_header")  # at 390 px the header wraps, the page does not overflow
+        browser.close()
+    writer.close("finished")
+
+
 VISIBLE_CHARTS = """() => [...document.querySelectorAll('#charts > .card, #charts > .layers-view')]
   .filter((f) => !f.hidden && f.offsetParent !== null)
   .map((f) => f.dataset.chart || f.id)"""
@@ -293,3 +320,26 @@ def test_the_header_shows_tflops_per_device_and_mfu_beside_the_rate(tmp_path: Pa
         assert not errors, errors
         browser.close()
     writer.close("finished")
+
+
+def test_a_failed_runs_long_error_wraps_inside_its_banner_on_a_phone(tmp_path: Path, artifacts_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    error = (
+        "RuntimeError: Exception thrown from user defined Python function in dataset. " + "-" * 60 + " Traceback: File "
+        '"/work/main/.venv/lib/python3.11/site-packages/mindspore/dataset/engine/datasets_user_defined.py", line 136 '
+        "OSError: corrupt shard: cannot read sample 64 " + "-" * 60 + " mindspore/ccsrc/minddata/dataset/generator_op.cc(383)."
+    )
+    run_dir = tmp_path / "logs" / "p" / "failed"
+    writer = RunWriter(run_dir, 0)
+    writer.write([{"step": s, "t": time.time() - 10 + s, "loss": 2.0} for s in range(1, 9)])
+    writer.close("failed", error=error)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{dash.url}#/run/p%2Ffailed")
+        wait_for(lambda: "corrupt shard" in (page.text_content("#banner") or ""), 30, "the error in the banner")
+        _look_at(page, artifacts_dir, "run_page_failed_banner")  # at 390 px the paths wrap: the page does not overflow
+        banner = page.evaluate("() => { const b = document.querySelector('#banner').getBoundingClientRect(); return b.right; }")
+        assert banner <= 390, banner
+        browser.close()

@@ -444,3 +444,88 @@ def test_pdf_packs_the_charts_inside_their_frames_without_sliders(
     assert problems == [] and page.evaluate("document.documentElement.scrollWidth") <= 390
     page.screenshot(path=str(artifacts_dir / "report-390.png"), full_page=True)
     page.close()
+
+
+Y_AXES = """() => Object.fromEntries(Array.from(document.querySelectorAll('#curves .chart')).map((el) => {
+  const c = echarts.getInstanceByDom(el);
+  const axis = c.getModel().getComponent('yAxis', 0).axis;
+  return [c.getOption().title[0].text, {name: c.getOption().yAxis[0].name, range: axis.scale.getExtent()}];
+}))"""
+
+
+def test_the_reports_curves_name_their_unit_and_memory_starts_at_zero(browser, tmp_path: Path) -> None:
+    run_dir = tmp_path / "proj" / "flat_memory"
+    t0 = time.time() - 100
+    w = RunWriter(run_dir)
+    # host memory flat at 1.24 GB, +7 MB over the run: on an axis from 1.16 it reads as a climb
+    memory = [1.236 + 7e-5 * s for s in range(1, 101)]
+    w.write([{"step": s, "t": t0 + s, "loss": 3 - s / 100, "step_time": 0.05, "host_rss_gb": m} for s, m in enumerate(memory, 1)])
+    w.close("finished")
+    out = tmp_path / "flat_memory.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    page, problems, _ = open_page(browser, out)
+    assert problems == []
+    axes = page.evaluate(Y_AXES)
+    shown = axes["host_rss_gb"]
+    assert shown["name"] == "GB" and shown["range"][0] == 0 and shown["range"][1] >= max(memory), shown
+    assert axes["step_time"]["name"] == "s" and axes["loss"]["name"] == ""
+    page.close()
+
+
+ROW_HEIGHTS = """() => Array.from(document.querySelectorAll('#layers .chart.heat')).map((el) => {
+  const c = echarts.getInstanceByDom(el);
+  const grid = c.getModel().getComponent('grid').coordinateSystem.getRect();
+  const rows = c.getOption().yAxis[0].data.length;
+  const named = c.getModel().getComponent('yAxis', 0).axis.getViewLabels().length;
+  return {id: el.id, rows, named, px: grid.height / rows};
+})"""
+
+
+def _sixteen_layers_report(tmp_path: Path, smallest: float = 1e-3) -> Path:
+    """The report of a run whose 16 layers were measured every 4th step; each statistic's smallest value is ``smallest``."""
+    from mindwatch.store.layerfiles import LAYER_KEY, LAYER_STATS, LayerRow
+
+    layers = tuple(f"blocks.{b}.{part}" for b in range(4) for part in ("ln1", "attn.qkv", "attn.proj", "mlp.0"))
+    run_dir = tmp_path / "proj" / "sixteen_layers"
+    w = RunWriter(run_dir)
+    w.set_layers(list(layers))
+    t0 = time.time() - 100
+    rng = np.random.default_rng(0)
+    for s in range(1, 41):
+        rec: dict = {"step": s, "t": t0 + s, "loss": 3 - s / 100}
+        if s % 4 == 0:
+            stats = rng.uniform(max(smallest, 1e-3), 1.0, (len(LAYER_STATS), len(layers))).astype(np.float32)
+            stats[:, 0] = smallest if s == 4 else stats[:, 0]
+            rec[LAYER_KEY] = LayerRow(layers, stats)
+        w.write([rec])
+    w.close("finished")
+    out = tmp_path / "layers.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    return out
+
+
+def test_the_pdfs_layer_heat_maps_give_every_layer_a_readable_row(browser, tmp_path: Path, artifacts_dir: Path) -> None:
+    out = _sixteen_layers_report(tmp_path)
+    page = browser.new_page(viewport={"width": 794, "height": 1123})  # the PDF's layout: report.html#print at A4 width
+    page.emulate_media(media="print")
+    page.goto(out.resolve().as_uri() + "#print")
+    page.wait_for_function("document.readyState === 'complete'", timeout=30_000)
+    maps = page.evaluate(ROW_HEIGHTS)
+    assert maps and all(m["rows"] == 16 for m in maps), maps
+    # 12 px a row at least, every layer named: the labels of 16 layers do not overprint each other
+    assert all(m["px"] >= 12 and m["named"] == 16 for m in maps), maps
+    page.locator("#layers").screenshot(path=str(artifacts_dir / "report-print-layers.png"))
+    page.close()
+
+
+def test_a_heat_maps_colour_bar_reads_its_ends_without_trailing_zeros(browser, tmp_path: Path) -> None:
+    out = _sixteen_layers_report(tmp_path, smallest=1.7e-4)
+    page, problems, _ = open_page(browser, out)
+    assert problems == []
+    ends = page.evaluate(
+        """() => { const el = document.getElementById('chart-layers-grad_norm');
+                   const vm = echarts.getInstanceByDom(el).getOption().visualMap[0];
+                   return [vm.formatter(vm.min), vm.formatter(vm.max)]; }"""
+    )
+    assert ends[0] == "1.7e-4", ends  # not 1.700e-4: two digits known, two shown (and narrower beside the cells)
+    page.close()

@@ -39,11 +39,12 @@ export function esc(text) {
   return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
 
-/** A number for an axis or tooltip: 6 significant digits, exponent form when very small or large. */
+/** A number for an axis or tooltip: 6 significant digits, or 4 in exponent form when very small or large. */
 export function fmtNumber(v) {
   if (v === null || v === undefined) return "";
   const a = Math.abs(v);
-  return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : String(Number(v.toPrecision(6)));
+  // 4 significant digits in exponent form, trailing zeros dropped as in the plain form (1.7e-4, not 1.700e-4)
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? Number(v.toPrecision(4)).toExponential() : String(Number(v.toPrecision(6)));
 }
 
 /** The title every chart has: a name and an optional note under it. */
@@ -155,6 +156,16 @@ export function linearAxis(ys, { robust = true, fromZero = false } = {}) {
     clipped: { min: r.min !== undefined ? min : undefined, max: r.max !== undefined ? max : undefined } };
 }
 
+/** How a y axis ranges by the unit of its metric (mindwatch.metrics): amounts (memory, a share) from 0 and every point
+ * shown, so the newest, highest points (a leak) are on the chart and a flat 1.24 GB does not read as a climb; others
+ * (timings, losses) ignore outliers. The dashboard's charts and the report's both range their axes by it. */
+const RANGE_BY_UNIT = { GB: { fromZero: true, robust: false }, "%": { fromZero: true, robust: false } };
+
+/** A y axis for a metric of this unit: {name: the unit, fromZero?, robust?} (the `axes` entry of line()). */
+export function unitAxis(unit) {
+  return Object.assign({}, RANGE_BY_UNIT[unit || ""] || {}, { name: unit || "" });
+}
+
 /** Per y axis: its range over the points of its series inside the x window win ([lo, hi] or null). */
 function axisRanges(o, axes, win) {
   return axes.map((a, ai) => {
@@ -259,7 +270,7 @@ function lineOption(o, win) {
     color: PALETTE,
     grid: { left: axes.length > 1 ? 64 : 56, right: axes.length > 1 ? 64 : 16, top: o.subtitle ? 56 : 36, bottom: o.slider ? 66 : 40 },
     tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, formatter: (p) => tooltipText(p, o, px) },
-    legend: { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 },
+    legend: o.legend === false ? undefined : { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 },
       data: o.series.map((s) => s.name) },
     xAxis: xAxisOption(o, px),
     yAxis: axes.map((a, i) => {
@@ -281,7 +292,8 @@ function lineOption(o, win) {
  * Options: title, subtitle?, axes? ([{name, robust?, fromZero?}]), yName?, alerts?, restarts? ([{step, t, attempt}]),
  * x ("step", "time" or "elapsed"), xOrigin? (elapsed: the data x of 0 s), xMin?, xMax?, smoothing (the raw line
  * stays, faint), log, robust (default true: the y range ignores outliers, see robustRange; false: every point sets it),
- * slider (default true: a zoom slider under the x axis; false on paper, where it cannot be used).
+ * slider (default true: a zoom slider under the x axis; false on paper, where it cannot be used), legend (default true;
+ * false where the page names the series once for every chart, as the compare page's key of its runs).
  */
 export function line(el, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });

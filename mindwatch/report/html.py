@@ -177,7 +177,8 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
         note = f"thinned to {MAX_POINTS} points per series (min and max per bucket)" if thinned else ""
         if log:
             note = (note + "; " if note else "") + "log scale"
-        charts.append({"name": name, "series": series, "log": log, "points_note": note})
+        known = vocab.get(name)  # its unit names the y axis and sets its range (memory from 0), as on the dashboard
+        charts.append({"name": name, "unit": known.unit if known else "", "series": series, "log": log, "points_note": note})
     return charts
 
 

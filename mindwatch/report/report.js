@@ -2,7 +2,7 @@
 // mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
-import { esc, heatmap, line, titleOption } from "../assets/charts.js";
+import { esc, heatmap, line, titleOption, unitAxis } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
 const SEV_COLORS = { error: "#c62828", warning: "#e09100", info: "#1e88e5" };
@@ -40,11 +40,20 @@ function chartDiv(parent, id, wide, heat) {
   return div;
 }
 
+/** A heat map's box, tall enough for a readable row a layer (its labels would overprint each other on the paper's
+ * 250 px); past 60 layers the axis names every n-th row instead of growing further. */
+function heatDiv(parent, id, rows) {
+  const div = chartDiv(parent, id, false, true);
+  div.style.minHeight = `${Math.min(rows, 60) * HEAT_ROW_PX + HEAT_FRAME_PX}px`;
+  return div;
+}
+const HEAT_ROW_PX = 14, HEAT_FRAME_PX = 110;  // a row's label (11-12 px text), and the title, x axis and margins
+
 // -- one chart per metric ------------------------------------------------------------------
 const curves = document.getElementById("curves");
 DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) => {
   const chart = line(el, {
-    title: m.name, subtitle: m.points_note, log: m.log, slider: !onPaper(),
+    title: m.name, subtitle: m.points_note, log: m.log, slider: !onPaper(), axes: [unitAxis(m.unit)],
     xMin: DATA.step_range ? DATA.step_range[0] : undefined, xMax: DATA.step_range ? DATA.step_range[1] : undefined,
     series: m.series.map((s) => ({
       name: s.label, points: s.points,  // the wire shape of analysis/lines.py; one mark where the values stop being finite
@@ -76,7 +85,7 @@ if (DATA.histogram) {
 // -- attention-entropy heat map (binned by mindwatch.analysis.heatmap, like the dashboard's) ---------
 if (DATA.heatmap) {
   const hm = DATA.heatmap;
-  make(chartDiv(dist, "chart-attention-entropy", false, true),
+  make(heatDiv(dist, "chart-attention-entropy", hm.layers.length),
     (el) => heatmap(el, hm, { title: hm.title, subtitle: hm.note }));
 }
 
@@ -94,11 +103,11 @@ if (DATA.layers) {
     series: ly.bars.map(([k, name]) => ({ name, type: "bar", data: ly.last[k].map((v) => (v > 0 ? v : "-")) })),
   }));
   for (const [stat, title] of ly.maps) {
-    make(chartDiv(box, `chart-layers-${stat}`, false, true), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
+    make(heatDiv(box, `chart-layers-${stat}`, ly.heatmaps[stat].layers.length), (el) => heatmap(el, ly.heatmaps[stat], { title, log: true }));
   }
   for (const [kind, what] of [["weights", "weights"], ["grads", "gradients"]]) {
     const hm = ly[`histogram_${kind}`];
-    if (hm) make(chartDiv(box, `chart-histogram-${kind}`, false, true), (el) => heatmap(el, hm, {
+    if (hm) make(heatDiv(box, `chart-histogram-${kind}`, hm.layers.length), (el) => heatmap(el, hm, {
       title: `${what} per layer at step ${hm.step} (log colour: count)`, xName: "value / max |value|", log: true }));
   }
 }

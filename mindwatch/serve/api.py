@@ -44,6 +44,7 @@ from mindwatch.store.bandfiles import band_path, read_band_file
 from mindwatch.store.jsonl import encode_number
 from mindwatch.store.layout import read_json
 from mindwatch.store.reader import Series
+from mindwatch.units import format_number
 
 MAX_POINTS = 20_000
 MAX_COMPARE = 12
@@ -297,7 +298,9 @@ def compare_runs(views: list[RunView]) -> dict[str, Any]:
         with view.lock:
             summary = summarize_run(view)
         row = {k: _json_value(v) for k, v in summary.to_dict().items() if k not in ("config", "path")}
-        runs.append({"id": view.id, "rank_text": summary.rank_text, "summary": row, "metrics": view.metrics})
+        # its numbers as the report and `mindwatch runs` print them (units.format_number: 4 significant digits)
+        text = {k: format_number(v) for k, v in summary.to_dict().items() if isinstance(v, float)}
+        runs.append({"id": view.id, "rank_text": summary.rank_text, "summary": row, "text": text, "metrics": view.metrics})
     configs = [view.meta.get("config") or {} for view in views]
     keys = [
         {

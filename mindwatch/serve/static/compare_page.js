@@ -5,7 +5,7 @@
 // #/compare?runs=p/a,p/b&smoothing=0.6&log=1&y=all&x=elapsed&config=all
 
 import { api } from "./api.js";
-import { PALETTE, fmtDuration, fmtNumber, line } from "./charts.js";
+import { PALETTE, fmtDuration, line } from "./charts.js";
 import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { badge, h } from "./dom.js";
 import { POINTS, chartGroups, metricAxis } from "./run_charts.js";
@@ -19,20 +19,21 @@ export const runColor = (i) => PALETTE[i % PALETTE.length];
 const SUMMARY_ROWS = [
   ["state", (r) => badge(r.summary.state)],
   ["last_step", (r) => (r.summary.last_step ?? "–") + (r.summary.total_steps ? ` of ${r.summary.total_steps}` : "")],
-  ["best_loss", (r) => number(r.summary.best_loss) + (r.summary.best_loss_step != null ? ` (step ${r.summary.best_loss_step})` : "")],
-  ["final_loss", (r) => number(r.summary.final_loss)],
+  ["best_loss", (r) => number(r, "best_loss") + (r.summary.best_loss_step != null ? ` (step ${r.summary.best_loss_step})` : "")],
+  ["final_loss", (r) => number(r, "final_loss")],
   ["duration", (r) => (r.summary.duration == null ? "–" : fmtDuration(r.summary.duration, r.summary.duration >= 3600))],
   ["ranks", (r) => r.rank_text],
   ["alert_count", (r) => String(r.summary.alert_count)],
-  ["samples_per_second_p50", (r) => number(r.summary.samples_per_second_p50)],
-  ["max_grad_norm", (r) => number(r.summary.max_grad_norm)],
+  ["samples_per_second_p50", (r) => number(r, "samples_per_second_p50")],
+  ["max_grad_norm", (r) => number(r, "max_grad_norm")],
   ["started_at", (r) => (r.summary.started_at ? new Date(r.summary.started_at * 1000).toLocaleString() : "–")],
   ["error", (r) => r.summary.error || ""],
 ];
 
 /** A table cell of one run; long text (an error, a list) wraps, the rest stays on one line. */
 const cell = (run, content) => h("td", { "data-run": run, class: typeof content === "string" && content.length > 40 ? "long" : "" }, content);
-const number = (v) => (v === null || v === undefined ? "–" : typeof v === "number" ? fmtNumber(v) : String(v));
+/** A summary number as the report prints it: the server's text (mindwatch.units.format_number, 4 significant digits). */
+const number = (r, field) => (r.text && r.text[field]) || "–";
 const configText = (v, present) => (!present ? "(not set)" : typeof v === "string" ? v : JSON.stringify(v));
 
 /** The compare page's view from the hash's query: the runs, the chart view (chart_view.js), all config keys or not. */
@@ -63,9 +64,10 @@ export class ComparePage {
     this.summary = h("section", { class: "compare-table", id: "compare-summary" });
     this.configBox = h("section", { class: "compare-table", id: "compare-config" });
     this.grid = h("section", { class: "charts", id: "compare-charts" });
+    this.key = h("div", { class: "compare-key", id: "compare-key" });
     document.title = "mindwatch: compare";
     main.replaceChildren(h("h2", {}, `Compare ${this.view.runs.length} run(s)`), this.controls, this.summary, this.configBox,
-      h("h3", { class: "compare-heading" }, "Charts"), this.grid);
+      h("h3", { class: "compare-heading" }, "Charts"), this.key, this.grid);
     this.onResize = () => this.charts.forEach((c) => c.chart.resize());
     window.addEventListener("resize", this.onResize);
     this.renderControls();
@@ -101,6 +103,7 @@ export class ComparePage {
     this.labels = d.labels;
     this.renderSummary();
     this.renderConfig();
+    this.renderKey();
     this.buildCharts();
     await this.loadAll();
   }
@@ -130,6 +133,13 @@ export class ComparePage {
       shown.length ? h("div", { class: "scroll" }, h("table", { class: "runs", id: "config-table" }, h("thead", {}, head), h("tbody", {}, ...rows))) : "");
   }
 
+  /** Which colour is which run, once above the charts and in full: a chart's own legend cuts long names that share
+   * a prefix (run_20261201_1935...) and scrolls the runs past the third out of sight. It stays in view (sticky). */
+  renderKey() {
+    this.key.replaceChildren(...this.runs.map((r, i) => h("span", { class: "key-run", "data-run": r.id },
+      h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ", r.id)));
+  }
+
   /** One chart per metric of each chart group any run has (run_charts.chartGroups), in the groups' order; a chart
    * whose group holds several metrics names the group under its title. */
   buildCharts() {
@@ -140,7 +150,7 @@ export class ComparePage {
         const el = h("div", { class: "chart", id: `compare-${m}`, "data-metric": m, "data-group": g.id });
         this.grid.append(el);
         const subtitle = g.metrics.length > 1 || g.title !== m ? g.title : "";
-        this.charts.push({ metric: m, series: [], chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x }) });
+        this.charts.push({ metric: m, series: [], chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x, legend: false }) });
       }
     }
     echarts.connect(this.charts.map((c) => c.chart.chart));

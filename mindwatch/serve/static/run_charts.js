@@ -2,19 +2,17 @@
 // loads its points (the overview, or the detail of a zoomed window) and its min..max band across ranks.
 
 import { api } from "./api.js";
-import { PALETTE, line } from "./charts.js";
+import { PALETTE, line, unitAxis } from "./charts.js";
 import { isFamilyMetric, isLayerMetric, vocab } from "./vocabulary.js";
 
 /** Points per series the server sends: the overview, and the detail of a zoomed window. */
 export const POINTS = 2000;
 
-/** How a y axis ranges by the unit of its metrics (mindwatch.metrics): amounts (memory, a share) from 0 and every
- * point shown, so the newest, highest points (a leak) are on the chart; others (timings, losses) ignore outliers. */
-const RANGE_BY_UNIT = { GB: { fromZero: true, robust: false }, "%": { fromZero: true, robust: false } };
 const unitOf = (m) => (vocab.metrics.find((x) => x.name === m) || {}).unit || "";
-const rangeOf = (metrics) => RANGE_BY_UNIT[unitOf(metrics[0])] || {};
-/** The y axis of a chart of one metric: named by its unit, ranged by RANGE_BY_UNIT (the compare page's charts). */
-export const metricAxis = (m) => Object.assign({}, rangeOf([m]), { name: unitOf(m) });
+/** How a chart's y axes range: by the unit of its first metric (charts.js's unitAxis: memory from 0, ...). */
+const rangeOf = (metrics) => unitAxis(unitOf(metrics[0]));
+/** The y axis of a chart of one metric: named by its unit and ranged by it (the compare page's charts). */
+export const metricAxis = (m) => unitAxis(unitOf(m));
 
 /** The chart groups of mindwatch.metrics; an axis list names one y axis per metric when scales differ. */
 const GROUPS = vocab.groups.map((g) => Object.assign({}, g, { axes: g.axes.length ? g.axes.map((name) => ({ name })) : undefined }));

@@ -70,7 +70,7 @@ export function sidePanel(info, alerts, onLayer) {
 
 /** The state badge next to the title. */
 export function stateBadge(st) {
-  return [badge(st.state), st.last_step !== null ? h("span", { class: "muted" }, ` step ${st.last_step}`) : ""];
+  return [badge(st.state)];  // the step is the progress line's, from the newest points (the status file's lags a beat)
 }
 
 /** What the banner says about a run in this state ("" while it runs): the server's sentence (analysis/state_text.py). */
