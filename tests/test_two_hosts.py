@@ -58,24 +58,30 @@ def two_hosts() -> Iterator[tuple[str, str, str]]:
         _ip("netns", "del", h2)
 
 
-def test_two_hosts_with_their_own_save_dirs_train_from_step_1_and_stop_together(tmp_path: Path, two_hosts) -> None:
+def start_nodes(job: Launch, tmp_path: Path, two_hosts: tuple[str, str, str], *args: str) -> None:
+    """One msrun node in each namespace (one worker each), node N recording under ``tmp_path/nodeN``; ``args`` to
+    the training script."""
     h1, h2, master = two_hosts
+    env = base_env()
+    for node, ns in enumerate((h1, h2)):
+        log_dir = tmp_path / f"logs{node}"
+        log_dir.mkdir()
+        cmd = ["ip", "netns", "exec", ns, "env", f"PATH={env['PATH']}", str(VENV_BIN / "msrun")]
+        cmd += ["--worker_num=2", "--local_worker_num=1", f"--node_rank={node}", f"--master_addr={master}"]
+        cmd += ["--master_port=8118", "--join=True", f"--log_dir={log_dir}", str(SCRIPT)]
+        cmd += ["--save-dir", str(tmp_path / f"node{node}"), *args]
+        job.start(cmd, env, log_dir / "msrun.out")
+
+
+def test_two_hosts_with_their_own_save_dirs_train_from_step_1_and_stop_together(tmp_path: Path, two_hosts) -> None:
     config = {
         "callback": {"params": {"warn_on_value": {"data_time": 0.5}}},
         "alerts": {"thresholds": {"actions": ["stop"]}},
     }
     job = Launch()
-    env = base_env()
     try:
-        for node, ns in enumerate((h1, h2)):
-            log_dir = tmp_path / f"logs{node}"
-            log_dir.mkdir()
-            cmd = ["ip", "netns", "exec", ns, "env", f"PATH={env['PATH']}", str(VENV_BIN / "msrun")]
-            cmd += ["--worker_num=2", "--local_worker_num=1", f"--node_rank={node}", f"--master_addr={master}"]
-            cmd += ["--master_port=8118", "--join=True", f"--log_dir={log_dir}", str(SCRIPT)]
-            cmd += ["--save-dir", str(tmp_path / f"node{node}"), "--steps", "160", "--pace-secs", "0.02"]
-            cmd += ["--spike-rank", "1", "--spike-at", "60", "--spike-secs", "1.5", "--config", json.dumps(config)]
-            job.start(cmd, env, log_dir / "msrun.out")
+        spike = ["--spike-rank", "1", "--spike-at", "60", "--spike-secs", "1.5", "--config", json.dumps(config)]
+        start_nodes(job, tmp_path, two_hosts, "--steps", "160", "--pace-secs", "0.02", *spike)
         codes = job.wait(300)
         assert codes == [0, 0], f"msrun failed ({codes}):\n{(tmp_path / 'logs0' / 'msrun.out').read_text()[-2000:]}"
     finally:
@@ -97,18 +103,9 @@ def test_two_hosts_with_their_own_save_dirs_train_from_step_1_and_stop_together(
 def test_on_two_hosts_without_a_shared_folder_the_other_rank_names_a_killed_one(tmp_path: Path, two_hosts, victim: int) -> None:
     """``kill -9`` of one rank on its own host: the other rank names it in its own folder (its lifeline to rank 0
     closed), with the killed process's pid and its last step: rank 1 names rank 0, rank 0 names rank 1."""
-    h1, h2, master = two_hosts
     job = Launch()
-    env = base_env()
     try:
-        for node, ns in enumerate((h1, h2)):
-            log_dir = tmp_path / f"logs{node}"
-            log_dir.mkdir()
-            cmd = ["ip", "netns", "exec", ns, "env", f"PATH={env['PATH']}", str(VENV_BIN / "msrun")]
-            cmd += ["--worker_num=2", "--local_worker_num=1", f"--node_rank={node}", f"--master_addr={master}"]
-            cmd += ["--master_port=8118", "--join=True", f"--log_dir={log_dir}", str(SCRIPT)]
-            cmd += ["--save-dir", str(tmp_path / f"node{node}"), "--steps", "400", "--pace-secs", "0.05"]
-            job.start(cmd, env, log_dir / "msrun.out")
+        start_nodes(job, tmp_path, two_hosts, "--steps", "400", "--pace-secs", "0.05")
         deadline = time.monotonic() + 180
         while True:
             found = list((tmp_path / f"node{victim}").glob(f"dist/*/status.rank{victim}.json"))
