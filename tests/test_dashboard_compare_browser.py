@@ -137,8 +137,9 @@ def test_compare_overlays_every_chart_group_with_the_config_diff_and_the_summari
             assert cell("last_step").split()[0] == str(s.last_step)
             assert s.last_step == len(_jsonl_losses(trainings[i]))
             best = float(cell("best_loss").split()[0])
-            assert best == pytest.approx(s.best_loss, rel=1e-5) and best == pytest.approx(
-                min(_jsonl_losses(trainings[i])), rel=1e-5
+            # shown in 4 significant digits, as the report shows them
+            assert best == pytest.approx(s.best_loss, rel=5e-4) and best == pytest.approx(
+                min(_jsonl_losses(trainings[i])), rel=5e-4
             )
             assert cell("ranks") == s.rank_text == "1"
             minutes, seconds = cell("duration").split(":")

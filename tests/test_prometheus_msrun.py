@@ -52,7 +52,7 @@ def test_msrun_workers_serve_on_base_port_plus_local_rank(tmp_path: Path) -> Non
         msrun(
             launch,
             tmp_path / "logs",
-            *("--save-dir", str(out), "--steps", "40", "--slow-rank", "0", "--slow-secs", "0.25"),
+            *("--save-dir", str(out), "--steps", "80", "--slow-rank", "0", "--slow-secs", "0.25"),  # 20 s to scrape both
             *("--config", json.dumps(config)),
         )
         seen: dict[int, dict[str, str]] = {}

@@ -103,8 +103,8 @@ class _Liveness:
         out = []
         while self._disconnected:
             rank, hello = self._disconnected.pop(0)
-            if rank in self.liveness.lost:
-                continue
+            if rank in self.liveness.lost or self.liveness.watches_pid(rank):
+                continue  # named already, or named by its pid on this host (the same moment, with its exit)
             pid, host = hello.get("pid"), hello.get("host")
             pid = pid if isinstance(pid, int) else None
             gone = LostRank(rank, pid, str(host or "?"), last_step(rank), "disconnected", time.time())

@@ -148,6 +148,11 @@ class RankLiveness:
                 self.exits.watch(who.pid)
         return who
 
+    def watches_pid(self, rank: int) -> bool:
+        """Whether ``rank``'s process runs on this host and its pid is known (its exit is then seen, and said, by pid)."""
+        who = self._who.get(rank)
+        return who is not None and who.host == self.host
+
     def check(self, last_steps: dict[int, int] | None = None, *, remote: bool = False) -> list[LostRank]:
         """Look at the watched ranks: local pids always, remote heartbeats when ``remote`` (they need a file read)."""
         out = []
