@@ -115,12 +115,16 @@ def test_on_two_hosts_without_a_shared_folder_the_other_rank_names_a_killed_one(
             assert time.monotonic() < deadline, "the training did not reach step 20"
             time.sleep(0.2)
         os.kill(status["pid"], signal.SIGKILL)
-        job.wait(200)  # msrun ends both nodes after the kill
+        survivor = 1 - victim
+        folder = only_run_dir(tmp_path / f"node{survivor}" / "dist")
+        deadline = time.monotonic() + 30  # named within a second; msrun itself takes ~50 s to end the job
+        while not (lost := _lost(folder)):
+            assert time.monotonic() < deadline, f"rank {survivor} did not name rank {victim}"
+            time.sleep(0.1)
+        time.sleep(0.5)  # a second alert, if one were raised, would be here by now
+        lost = _lost(folder)
     finally:
         job.kill()
-    survivor = 1 - victim
-    folder = only_run_dir(tmp_path / f"node{survivor}" / "dist")
-    lost = [a for a in raw_records(folder / "alerts.jsonl") if a["rule"] == "rank_lost"]
     named = [(a["rank"], a["reported_by"], a["how"], a["pid"]) for a in lost]
     assert named == [(victim, survivor, "disconnected", status["pid"])]
     killed = only_run_dir(tmp_path / f"node{victim}" / "dist") / f"metrics.rank{victim}.jsonl"
@@ -129,3 +133,18 @@ def test_on_two_hosts_without_a_shared_folder_the_other_rank_names_a_killed_one(
     assert f"rank {victim} is gone" in lost[0]["message"]
     status = json.loads((folder / f"status.rank{survivor}.json").read_text())
     assert str(victim) in status["lost_ranks"]
+
+
+def _lost(folder: Path) -> list[dict]:
+    """The ``rank_lost`` alerts in a run folder's alerts.jsonl so far (a line being written is read next time)."""
+    try:
+        lines = (folder / "alerts.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    alerts = []
+    for line in lines:
+        try:
+            alerts.append(json.loads(line))
+        except ValueError:
+            continue
+    return [a for a in alerts if a.get("rule") == "rank_lost"]
