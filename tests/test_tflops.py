@@ -169,3 +169,20 @@ def test_nvml_names_the_gpu_this_process_sees(monkeypatch: pytest.MonkeyPatch) -
     assert device_name("GPU", 1) == "NVIDIA H100 80GB HBM3"
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no nvidia-ml-py
     assert device_name("GPU", 0) is None
+
+
+def test_a_network_whose_parameters_cannot_be_counted_is_recorded_without_tflops(tmp_path: Path) -> None:
+    """A network whose ``trainable_params`` fails (and no optimizer): no TFLOPS, a warning, and the run records."""
+
+    class Odd(nn.Cell):
+        def trainable_params(self, recurse: bool = True) -> list:
+            raise RuntimeError("this network cannot list its parameters")
+
+    run = mw.start_run({"save_dir": str(tmp_path), "project": "p"}, network=Odd(), optimizer=None)
+    assert run.recorder is not None, "monitoring must not stop over TFLOPS"
+    for step in range(1, 4):
+        run.step(loss=1.0 / step, tokens_per_step=64)
+    run.finish()
+    r = mindwatch.open_run(run.run_dir)
+    assert r.state == "finished" and r.series("loss").step.tolist() == [1, 2, 3]
+    assert "tflops" not in r.metrics

@@ -110,11 +110,12 @@ class StepRecorder:
         who = discover()
         metrics = config.enabled_metrics
         target, device_id = str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0)
-        flops = (
-            flops_basis(config, trained_weights(optimizer, network), device_name(target, device_id))
-            if vocab.TFLOPS in metrics
-            else None
-        )
+        flops = None
+        if vocab.TFLOPS in metrics:
+            try:
+                flops = flops_basis(config, trained_weights(optimizer, network), device_name(target, device_id))
+            except Exception as e:  # weights of no shape, a device probe that fails: no TFLOPS, the rest is recorded
+                log.warning("mindwatch: no TFLOPS for this run (%r)", e)
         samplers = []
         if vocab.HOST_RSS_GB in metrics:
             samplers.append(host_memory_sampler())
@@ -237,7 +238,10 @@ def trained_weights(optimizer: Any, network: Any) -> list[Any]:
     """The Parameters the training updates: ``optimizer.parameters``, else ``network``'s trainable ones."""
     weights = list(optimizer.parameters) if optimizer is not None else []
     if not weights and network is not None:
-        weights = list(network.trainable_params())
+        try:
+            weights = list(network.trainable_params())
+        except Exception as e:  # not a Cell, or one that cannot list them: no TFLOPS nor layers, the rest is recorded
+            log.warning("mindwatch: could not list the network's trainable parameters (%r): no TFLOPS nor layers", e)
     return weights
 
 
