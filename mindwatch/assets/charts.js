@@ -208,7 +208,10 @@ function xAxisOption(o, px) {
     const long = xs.length > 0 && Math.max(...xs) >= 3600;
     const interval = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
       .find((d) => span / d <= 7) || 86400 * Math.ceil(span / 86400 / 7);
-    return { type: "value", scale: true, interval, name: long ? "elapsed (h:mm:ss)" : "elapsed (m:ss)", ...common,
+    // the range's ends on whole intervals: ticks then fall on round durations (never 0:01 twice on a short run)
+    const ends = { min: bounds.min ?? ((v) => Math.floor(v.min / interval) * interval),
+      max: bounds.max ?? ((v) => Math.ceil(v.max / interval) * interval) };
+    return { type: "value", scale: true, interval, name: long ? "elapsed (h:mm:ss)" : "elapsed (m:ss)", ...common, ...ends,
       axisLabel: { formatter: (v) => fmtDuration(v, long), hideOverlap: true } };
   }
   return { type: "value", scale: true, minInterval: 1, name: "step", ...common,
