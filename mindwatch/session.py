@@ -262,7 +262,7 @@ class RunSession:
                     self.lifeline = LifelineServer(
                         local_address(os.environ.get("MS_SCHED_HOST")),
                         me={"rank": 0, "pid": os.getpid(), "host": host},
-                        on_gone=watch.lifeline_gone,
+                        on_gone=watch.rank_disconnected,
                     )
                 except OSError as e:
                     log.warning("mindwatch: no lifeline for the other ranks (%r): a dead rank is known by its files only", e)
@@ -361,7 +361,7 @@ class RunSession:
             self.lifeline = LifelineClient(
                 address,
                 me={"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname()},
-                on_gone=zero.lifeline_gone if zero is not None else lambda hello: None,
+                on_gone=zero.rank_zero_disconnected if zero is not None else lambda hello: None,
             )
         except (OSError, ValueError) as e:
             log.warning("mindwatch: could not reach rank 0's lifeline at %s (%r): liveness by files only", address, e)

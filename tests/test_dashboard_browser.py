@@ -24,14 +24,18 @@ pytestmark = [
 # A small GRAPH-mode training (PyNative is several times slower on a busy 2-core machine), paced to at most
 # 20 steps/s so that the page is open while it runs even on a fast machine.
 TRAINING = """
-import sys, time
+import os, sys, time
 from mindspore.train import Callback
 from mindwatch.demo.train import DemoSettings, build_training
 from mindwatch.mindspore import MonitorCallback
 
-class Pace(Callback):
+class Pace(Callback):  # 50 ms a step; 10 steps from the end, it waits (2 min at most) for the test's release file
     def on_train_step_end(self, run_context):
         time.sleep(0.05)
+        if run_context.original_args().cur_step_num == int(sys.argv[2]) - 10:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+                time.sleep(0.05)
 
 settings = DemoSettings(steps=int(sys.argv[2]), layers=2, d_model=32, heads=2, batch_size=8, seq_length=32, mode="graph")
 model, dataset = build_training(settings)
@@ -88,7 +92,10 @@ def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_
     script.write_text(TRAINING)
     with DashboardProcess(save_dir, port=0) as dash:
         log = open(tmp_path / "training.log", "wb")  # noqa: SIM115 (closed with the process)
-        training = subprocess.Popen([sys.executable, str(script), str(save_dir), "200"], stdout=log, stderr=subprocess.STDOUT)
+        release = tmp_path / "release"
+        training = subprocess.Popen(
+            [sys.executable, str(script), str(save_dir), "100", str(release)], stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             runs = wait_for(lambda: [r for r in api(dash.url + "api/runs")["runs"] if (r["last_step"] or 0) >= 3], 120, "the run")
             run_id = runs[0]["id"]
@@ -114,6 +121,7 @@ def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_
                 assert training.poll() is None, "the training should still be running while points arrive"
                 page.screenshot(path=str(artifacts_dir / "dashboard_run_live.png"), full_page=True)
 
+                release.touch()
                 training.wait(timeout=300)
                 assert training.returncode == 0, (tmp_path / "training.log").read_text()[-2000:]
                 page.wait_for_selector("#banner.banner-finished", timeout=20_000)
@@ -126,6 +134,7 @@ def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_
                 assert not errors, errors
                 browser.close()
         finally:
+            release.touch()
             if training.poll() is None:
                 training.kill()
                 training.wait()

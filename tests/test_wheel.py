@@ -37,9 +37,10 @@ def run(cmd: list[str | Path], cwd: Path, env: dict[str, str], timeout: float = 
 
 
 def new_venv(path: Path, requirement: str) -> Path:
-    """``python -m venv`` plus ``pip install <requirement>``; returns its bin folder."""
+    """``python -m venv`` plus ``pip install <requirement>``; returns its bin folder. ``--no-compile``: Python
+    compiles what it imports anyway, and byte-compiling all of MindSpore first costs ~10 s here."""
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    pip = run([path / "bin" / "pip", "install", "-q", requirement], cwd=path, env=clean_env(path / "bin"))
+    pip = run([path / "bin" / "pip", "install", "-q", "--no-compile", requirement], cwd=path, env=clean_env(path / "bin"))
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
     return path / "bin"
 

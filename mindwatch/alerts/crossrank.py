@@ -94,7 +94,7 @@ class _Liveness:
         #: Ranks whose lifeline closed without a goodbye (from the lifeline's thread): ``(rank, its hello)``.
         self._disconnected: list[tuple[int, dict[str, Any]]] = []
 
-    def lifeline_gone(self, rank: int, hello: dict[str, Any]) -> None:
+    def rank_disconnected(self, rank: int, hello: dict[str, Any]) -> None:
         """The lifeline's thread: ``rank``'s process ended; the worker raises ``rank_lost`` at its next tick."""
         self._disconnected.append((rank, hello))
         self._exited(-1)
@@ -172,9 +172,9 @@ class RankZeroWatch(_Liveness):
         if self.liveness_due():
             self._check(remote=False)
 
-    def lifeline_gone(self, hello: dict[str, Any]) -> None:  # type: ignore[override]
+    def rank_zero_disconnected(self, hello: dict[str, Any]) -> None:
         """The lifeline's thread: rank 0's process ended without a goodbye."""
-        super().lifeline_gone(0, hello)
+        self.rank_disconnected(0, hello)
 
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         self.close_exits()
@@ -215,7 +215,7 @@ class CrossRankWatch(_Liveness):
         #: Our train cells and loops sum every rank's step and data time with the step (``from_signal``): the
         #: straggler rule and those bands read them, with or without a shared file system, not the rank files.
         self.timings_from_signal = timings_from_signal
-        self._signal_rows: deque[tuple[int, np.ndarray]] = deque(maxlen=10_000)
+        self._signal_rows: deque[tuple[int, np.ndarray, int]] = deque(maxlen=10_000)
         #: Whether the other ranks' files are in this run directory (None: not known yet). When they are, the
         #: bands come from them (every recorded step, the last one too); when not, from the signal's timings.
         self._shared: bool | None = None
@@ -251,10 +251,11 @@ class CrossRankWatch(_Liveness):
         self._last_poll = -1e18
         self.diagnoses = 0
 
-    def from_signal(self, step: int, timings: np.ndarray) -> None:
-        """Every rank's ``vocab.STRAGGLER_METRICS`` at ``step``, one row a rank (0: none sent), as the collective summed them.
+    def from_signal(self, step: int, timings: np.ndarray, joined: int | None = None) -> None:
+        """Every rank's ``vocab.STRAGGLER_METRICS`` at ``step``, one row a rank (0: none sent), as the collective of
+        step ``joined`` (default: ``step``) summed them: a rank that sent a row took part in that step.
         Training thread: one append; the worker reads them at its next poll."""
-        self._signal_rows.append((step, timings))
+        self._signal_rows.append((step, timings, step if joined is None else joined))
 
     # -- sink interface (rank 0's worker thread) ----------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
@@ -322,14 +323,14 @@ class CrossRankWatch(_Liveness):
         """The timings the collective brought since the last poll: the straggler rule and their bands."""
         complete = []
         while self._signal_rows:
-            step, timings = self._signal_rows.popleft()
+            step, timings, joined = self._signal_rows.popleft()
             ranks = {
                 r: {"step": step, **dict(zip(vocab.STRAGGLER_METRICS, row, strict=True))}
                 for r, row in enumerate(timings.tolist())
                 if any(row)  # a rank whose step sent nothing (no callback there, or not started yet)
             }
-            for r in ranks:
-                self.last_steps[r] = max(step, self.last_steps.get(r, step))
+            for r in ranks:  # its last step: the last collective it joined (rank 0 finished that step too)
+                self.last_steps[r] = max(joined, self.last_steps.get(r, joined))
             self.engine.write([{"step": step, "ranks": ranks}])
             complete.append((step, ranks))
         if self._signal_since is None and complete:

@@ -193,7 +193,7 @@ class SignalExchange:
         """File the actions every rank asked for in this step's vector, due at this boundary; rank 0 hands every
         rank's timings to its cross-rank watch."""
         if self.watch is not None and self._sent_step is not None:
-            self.watch.from_signal(self._sent_step, self.signal.timings(reduced))
+            self.watch.from_signal(self._sent_step, self.signal.timings(reduced), joined=step)
             self._sent_step = None
         for asked in self.signal.read(reduced):
             if asked.rank == self.signal.rank:

@@ -9,7 +9,9 @@ Run by tests/test_distributed.py::
 ``--block-rank R --block-at N``: rank R's data pipeline blocks forever at batch N (a hang; the other
 rank then waits in the gradient AllReduce).
 ``--spike-rank R --spike-at N --spike-secs S``: rank R's batch N alone takes S seconds (a data_time spike).
-``--pace-secs S``: every batch on every rank takes S seconds (a steady step time).
+``--pace-secs S``: every batch on every rank takes S seconds (a steady step time). With a spike rank, the others'
+batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue is empty and the spike shows whole
+(the rank that waits in the AllReduce instead has a full queue, which would hide seconds of it).
 ``--late-rank R --late-secs S``: rank R starts training S seconds after the others (a rank that comes back late).
 ``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
 ``--nan-rank R --nan-at N``: rank R's labels of batch N are NaN (so the all-reduced gradients are NaN on every rank).
@@ -59,10 +61,9 @@ class Batches:
         if self.rank == self.args.slow_rank and i % BATCH == 0:
             time.sleep(self.args.slow_secs)
         if i % BATCH == 0:
-            time.sleep(
-                self.args.pace_secs
-                + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0)
-            )
+            spiking = self.args.spike_rank >= 0
+            pace = self.args.pace_secs * (0.75 if spiking and self.rank != self.args.spike_rank else 1.0)
+            time.sleep(pace + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0))
         x = self.rng.standard_normal(16).astype(np.float32)
         y = np.array([x @ self.w], np.float32)
         if (self.rank, batch) == (self.args.nan_rank, self.args.nan_at - 1):
