@@ -7,10 +7,11 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
+from conftest import CHROMIUM
 
 from mindwatch.alerts.crossrank import CrossRankWatch
 from mindwatch.alerts.straggler import StragglerRule, medians_of_the_others
@@ -18,6 +19,9 @@ from mindwatch.config import load_config
 from mindwatch.store.bandfiles import read_band_file
 from mindwatch.store.layout import RunLayout, write_json_atomic
 from mindwatch.store.writer import RunWriter
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 7, 8, 65])
@@ -107,8 +111,7 @@ def test_the_outliers_are_the_ranks_most_often_at_the_edge_of_the_band(tmp_path:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)")
-def test_with_many_ranks_the_run_page_draws_the_top_outliers_and_any_rank_by_number(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
+def test_with_many_ranks_the_run_page_draws_the_top_outliers_and_any_rank_by_number(tmp_path: Path, browser: Browser) -> None:
 
     from mindwatch.serve.process import DashboardProcess
 
@@ -117,8 +120,7 @@ def test_with_many_ranks_the_run_page_draws_the_top_outliers_and_any_rank_by_num
       const c = echarts.getInstanceByDom(document.querySelector('#chart-time'));
       return c ? c.getOption().series.map((s) => s.name).filter((n) => n.startsWith('step_time r')) : [];  // lines and band
     }"""
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1300, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fmany")
         page.wait_for_function("() => document.querySelector('#chart-time') !== null", timeout=60_000)
@@ -139,4 +141,3 @@ def test_with_many_ranks_the_run_page_draws_the_top_outliers_and_any_rank_by_num
         }"""
         page.wait_for_function(f"() => ({one_line})() !== null", timeout=60_000)
         assert page.evaluate(one_line) == pytest.approx(0.1 + 7e-4), "rank 7's own step_time, alone"
-        browser.close()

@@ -9,10 +9,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
+from conftest import CHROMIUM
 
 from mindwatch.serve.process import DashboardProcess
 
@@ -53,6 +54,9 @@ CHART_POINTS = """() => {
   return s ? s.data.filter((p) => p[1] !== '-').length : -1;
 }"""
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
@@ -84,9 +88,7 @@ def api(url: str) -> dict:  # type: ignore[type-arg]
         return json.loads(r.read())
 
 
-def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
     save_dir = tmp_path / "monitor_output"
     script = tmp_path / "train.py"
     script.write_text(TRAINING)
@@ -99,40 +101,32 @@ def test_run_page_gains_points_while_mindspore_trains(tmp_path: Path, artifacts_
         try:
             runs = wait_for(lambda: [r for r in api(dash.url + "api/runs")["runs"] if (r["last_step"] or 0) >= 3], 120, "the run")
             run_id = runs[0]["id"]
-            with sync_playwright() as p:
-                browser = p.chromium.launch(
-                    executable_path=CHROMIUM,
-                    args=CHROMIUM_ARGS,
-                )
-                page = browser.new_page(viewport={"width": 1500, "height": 1150})
-                errors: list[str] = []
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                page.add_init_script(COUNT_PUSHED_POINTS)  # the test counts the points the stream pushes
-                # The runs page lists the run, live.
-                page.goto(dash.url)
-                page.wait_for_selector(f'tr[data-run="{run_id}"] .state-running', timeout=20_000)
+            page = browser.new_page(viewport={"width": 1500, "height": 1150})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.add_init_script(COUNT_PUSHED_POINTS)  # the test counts the points the stream pushes
+            # The runs page lists the run, live.
+            page.goto(dash.url)
+            page.wait_for_selector(f'tr[data-run="{run_id}"] .state-running', timeout=20_000)
 
-                page.goto(f"{dash.url}#/run/{quote(run_id, safe='')}")
-                page.evaluate("() => { window.__notReloaded = true; }")
-                first = wait_for(lambda: max(page.evaluate(CHART_POINTS), 0), 30, "the first loss points")
-                wait_for(lambda: page.evaluate(CHART_POINTS) >= first + 20, 60, "pushed points on the open page")
-                assert page.evaluate("() => window.__notReloaded === true")  # the same page, no reload
-                assert page.evaluate("() => window.__pushedPoints") >= 20
-                assert training.poll() is None, "the training should still be running while points arrive"
-                page.screenshot(path=str(artifacts_dir / "dashboard_run_live.png"), full_page=True)
+            page.goto(f"{dash.url}#/run/{quote(run_id, safe='')}")
+            page.evaluate("() => { window.__notReloaded = true; }")
+            first = wait_for(lambda: max(page.evaluate(CHART_POINTS), 0), 30, "the first loss points")
+            wait_for(lambda: page.evaluate(CHART_POINTS) >= first + 20, 60, "pushed points on the open page")
+            assert page.evaluate("() => window.__notReloaded === true")  # the same page, no reload
+            assert page.evaluate("() => window.__pushedPoints") >= 20
+            assert training.poll() is None, "the training should still be running while points arrive"
+            page.screenshot(path=str(artifacts_dir / "dashboard_run_live.png"), full_page=True)
 
-                release.touch()
-                training.wait(timeout=300)
-                assert training.returncode == 0, (tmp_path / "training.log").read_text()[-2000:]
-                page.wait_for_selector("#banner.banner-finished", timeout=20_000)
-                final = api(f"{dash.url}api/run?run={quote(run_id)}")["status"]["last_step"]
-                wait_for(lambda: page.evaluate(CHART_POINTS) == final, 20, f"all {final} loss points on the page")
-                assert (
-                    page.query_selector("#chart-grad_norm") is not None and page.query_selector("#chart-throughput") is not None
-                )
-                page.screenshot(path=str(artifacts_dir / "dashboard_run_finished.png"), full_page=True)
-                assert not errors, errors
-                browser.close()
+            release.touch()
+            training.wait(timeout=300)
+            assert training.returncode == 0, (tmp_path / "training.log").read_text()[-2000:]
+            page.wait_for_selector("#banner.banner-finished", timeout=20_000)
+            final = api(f"{dash.url}api/run?run={quote(run_id)}")["status"]["last_step"]
+            wait_for(lambda: page.evaluate(CHART_POINTS) == final, 20, f"all {final} loss points on the page")
+            assert page.query_selector("#chart-grad_norm") is not None and page.query_selector("#chart-throughput") is not None
+            page.screenshot(path=str(artifacts_dir / "dashboard_run_finished.png"), full_page=True)
+            assert not errors, errors
         finally:
             release.touch()
             if training.poll() is None:
@@ -148,8 +142,7 @@ WINDOW_POINTS = """([lo, hi]) => {
 }"""
 
 
-def test_zoom_fetches_every_point_of_the_window(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
+def test_zoom_fetches_every_point_of_the_window(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
 
     from mindwatch.store.writer import RunWriter
 
@@ -158,8 +151,7 @@ def test_zoom_fetches_every_point_of_the_window(tmp_path: Path, artifacts_dir: P
     loss = [2.0 + (s % 7) / 100 + (5.0 if s == 61_234 else 0.0) for s in range(1, steps + 1)]
     writer.write([{"step": s, "t": 1e9 + s, "loss": v} for s, v in enumerate(loss, start=1)])
     writer.close("finished")
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1300, "height": 800})
         page.goto(f"{dash.url}#/run/p%2Flong")
         wait_for(lambda: page.evaluate(CHART_POINTS) > 0, 60, "the loss chart")
@@ -171,7 +163,6 @@ def test_zoom_fetches_every_point_of_the_window(tmp_path: Path, artifacts_dir: P
         )
         wait_for(lambda: page.evaluate(WINDOW_POINTS, [lo, hi]) == hi - lo + 1, 60, "the window's detail")
         page.screenshot(path=str(artifacts_dir / "dashboard_zoom.png"))
-        browser.close()
 
 
 HEAT_LAST_STEP = """() => {
@@ -188,8 +179,7 @@ BAND_LAST_STEP = """() => {
 }"""
 
 
-def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
+def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
 
     from mindwatch.store.writer import RunWriter
 
@@ -205,8 +195,7 @@ def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifac
             w.flush()
 
     write(1, 20)
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1300, "height": 1000})
         heat_requests: list[str] = []  # the page's heat-map fetches: a live refresh fetches it again
         page.on("request", lambda r: heat_requests.append(r.url) if "/api/heatmap" in r.url else None)
@@ -221,7 +210,6 @@ def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifac
         wait_for(lambda: page.evaluate(BAND_LAST_STEP) >= 60, 20, "the band extended to the pushed steps")
         assert page.evaluate("() => window.__notReloaded === true") and len(heat_requests) > fetched_before
         page.screenshot(path=str(artifacts_dir / "dashboard_heatmap_band_live.png"), full_page=True)
-        browser.close()
     for w in writers:
         w.close("finished")
 
@@ -234,8 +222,7 @@ RESTART_LINES = """() => {
 }"""
 
 
-def test_each_restart_is_marked_on_the_charts(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
+def test_each_restart_is_marked_on_the_charts(tmp_path: Path, browser: Browser) -> None:
 
     from mindwatch.store.layout import write_json_atomic
     from mindwatch.store.writer import RunWriter
@@ -250,13 +237,11 @@ def test_each_restart_is_marked_on_the_charts(tmp_path: Path) -> None:
         {"attempt": 3, "started_at": 1e9 + 50, "first_step": 41, "end": "finished"},
     ]
     write_json_atomic(run_dir / "meta.json", {"run_id": "restarted", "project": "p", "attempts": attempts})
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1300, "height": 800})
         page.goto(f"{dash.url}#/run/p%2Frestarted")
         wait_for(lambda: page.evaluate(CHART_POINTS) > 0, 60, "the loss chart")
         assert page.evaluate(RESTART_LINES) == [[21, "restart: attempt 2"], [41, "restart: attempt 3"]]
-        browser.close()
 
 
 LAYER_ROWS = """() => {
@@ -286,8 +271,7 @@ LAYER_HEAT = """() => {
 }"""
 
 
-def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
+def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
 
     import mindwatch
     from mindwatch.demo.train import DemoSettings, build_training
@@ -299,8 +283,7 @@ def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, 
     run = mindwatch.open_run(tmp_path / "logs" / "p" / "layers")
     layers = [m.removeprefix("grad_norm/") for m in run.metrics if m.startswith("grad_norm/")]
     assert "blocks.0.attn.qkv" in layers
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1300, "height": 1400})
         page.goto(f"{dash.url}#/run/p%2Flayers")
         wait_for(lambda: len(page.evaluate(LAYER_ROWS)) == len(layers), 60, "a heat-map row per layer")
@@ -328,4 +311,3 @@ def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, 
         assert sorted(map(int, heat["columns"])) == list(range(len(measured))) and set(heat["columns"].values()) == {len(layers)}
         assert heat["outlined"] == [[0, target]] and heat["labels"][target].startswith("▶")
         page.screenshot(path=str(artifacts_dir / "dashboard_layers.png"), full_page=True)
-        browser.close()

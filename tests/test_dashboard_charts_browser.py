@@ -6,9 +6,10 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
+from conftest import CHROMIUM
 from test_dashboard_browser import wait_for
 
 from mindwatch.serve.process import DashboardProcess
@@ -37,6 +38,9 @@ LR_TICKS = """() => {
   return labels;
 }"""
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
 
 def _look_at(page, artifacts_dir: Path, name: str) -> None:  # noqa: ANN001
     """Screenshots at 1400 and 390 px for a person to look at; at 390 px the page does not overflow sideways."""
@@ -56,13 +60,12 @@ def _write_run(logs: Path, name: str, steps: int, t0: float) -> RunWriter:
     return writer
 
 
-def test_time_axis_is_milliseconds_near_now_and_smoothing_keeps_the_raw_line(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_time_axis_is_milliseconds_near_now_and_smoothing_keeps_the_raw_line(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     t0 = time.time() - 300
     _write_run(tmp_path / "logs", "noisy", 120, t0).close("finished")
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fnoisy?x=time&smoothing=0.9")
         wait_for(lambda: (page.evaluate(LOSS_SERIES) or {}).get("data", {}).get("loss"), 60, "the loss chart")
@@ -78,15 +81,11 @@ def test_time_axis_is_milliseconds_near_now_and_smoothing_keeps_the_raw_line(tmp
         ticks = wait_for(lambda: page.evaluate(LR_TICKS), 30, "the lr chart")
         assert len(set(ticks)) == len(ticks) > 2 and "0.003" in ticks
         _look_at(page, artifacts_dir, "run_page")
-        browser.close()
 
 
-def test_the_run_pages_view_survives_a_reload(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_the_run_pages_view_survives_a_reload(tmp_path: Path, browser: Browser) -> None:
     _write_run(tmp_path / "logs", "view", 200, time.time() - 600).close("finished")
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fview")
         wait_for(lambda: (page.evaluate(LOSS_SERIES) or {}).get("data", {}).get("loss"), 60, "the loss chart")
@@ -121,15 +120,13 @@ def test_the_run_pages_view_survives_a_reload(tmp_path: Path) -> None:
           return a.scale.getExtent(); }"""
         wait_for(lambda: 90 <= page.evaluate(extent)[0] <= 110, 30, "the zoomed window again")
         assert 190 <= page.evaluate(extent)[1] <= 210
-        browser.close()
 
 
-def test_a_focused_checkbox_in_the_runs_table_survives_live_updates(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_a_focused_checkbox_in_the_runs_table_survives_live_updates(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     writers = [_write_run(tmp_path / "logs", f"r{i}", 10, time.time() - 100 + i) for i in range(3)]
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 800})
         page.goto(dash.url)
         page.wait_for_selector('tr[data-run="p/r1"]', timeout=20_000)
@@ -146,6 +143,5 @@ def test_a_focused_checkbox_in_the_runs_table_survives_live_updates(tmp_path: Pa
         assert page.is_checked('tr[data-run="p/r1"] input[type=checkbox]')
         page.keyboard.press("Tab")  # keyboard users go on from where they were
         _look_at(page, artifacts_dir, "runs_page")
-        browser.close()
     for w in writers:
         w.close("finished")

@@ -9,10 +9,11 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, dense_training
+from conftest import CHROMIUM, dense_training
 from test_dashboard_browser import wait_for
 from test_dashboard_charts_browser import _look_at
 
@@ -36,6 +37,9 @@ CHARTS = """() => Object.fromEntries([...document.querySelectorAll('#compare-cha
   return [el.dataset.metric, {group: el.closest('[data-group]').dataset.group, x: o.xAxis[0].type, xName: o.xAxis[0].name,
     xLabels: labels, y, series: Object.fromEntries(o.series.map((s) => [s.name, s.data.filter((p) => p[1] !== '-')]))}];
 }))"""
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 
 def _train(save_dir: Path, name: str, interval: int, steps: int, fail_at: int | None = None) -> Path:
@@ -81,14 +85,11 @@ def _compare_url(url: str, ids: list[str], query: str = "") -> str:
 
 
 def test_compare_overlays_every_chart_group_with_the_config_diff_and_the_summaries(
-    trainings: dict[str, Path], artifacts_dir: Path
+    trainings: dict[str, Path], artifacts_dir: Path, browser: Browser
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     ids = list(trainings)
     runs = {i: mindwatch.open_run(p) for i, p in trainings.items()}
-    with DashboardProcess(next(iter(trainings.values())).parent.parent, port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(next(iter(trainings.values())).parent.parent, port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -158,7 +159,6 @@ def test_compare_overlays_every_chart_group_with_the_config_diff_and_the_summari
         assert all(s % (secs[1] - secs[0]) == 0 for s in secs)
         _look_at(page, artifacts_dir, "compare_page")
         assert not errors, errors
-        browser.close()
 
 
 def _write_run(logs: Path, name: str, spike: float | None) -> None:
@@ -171,14 +171,11 @@ def _write_run(logs: Path, name: str, spike: float | None) -> None:
     writer.close("finished")
 
 
-def test_a_spiking_run_leaves_the_others_readable_and_the_view_survives_a_reload(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_a_spiking_run_leaves_the_others_readable_and_the_view_survives_a_reload(tmp_path: Path, browser: Browser) -> None:
     for name, spike in (("a", None), ("b", None), ("spiky", 1e6)):
         _write_run(tmp_path / "logs", name, spike)
     ids = ["p/a", "p/spiky", "p/b"]
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(_compare_url(dash.url, ids))
         drawn = lambda: len((page.evaluate(CHARTS).get("loss") or {}).get("series", {})) >= 3  # noqa: E731
@@ -214,12 +211,11 @@ def test_a_spiking_run_leaves_the_others_readable_and_the_view_survives_a_reload
         assert len(set(by_chart.values())) == 3  # one colour per run, the same in the tables
         rgb = lambda hex_: f"rgb({int(hex_[1:3], 16)}, {int(hex_[3:5], 16)}, {int(hex_[5:7], 16)})"  # noqa: E731
         assert {run: rgb(c) for run, c in by_chart.items()} == dict(page.evaluate(swatches))
-        browser.close()
 
 
-def test_every_compared_run_is_named_in_full_beside_its_colour_above_the_charts(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_every_compared_run_is_named_in_full_beside_its_colour_above_the_charts(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     ids = [f"p/run_20261201_1935{s:02d}" for s in (39, 40, 41, 42)]  # long names that differ only at their end
     t0 = time.time() - 400
     for i, run in enumerate(ids):
@@ -227,8 +223,7 @@ def test_every_compared_run_is_named_in_full_beside_its_colour_above_the_charts(
         writer.write([{"step": s, "t": t0 + s, "loss": 2 - s / 100 + i / 10, "lr": 1e-3, "grad_norm": 1.0 + i, "step_time": 0.1}
                       for s in range(1, 101)])  # fmt: skip
         writer.close("finished")
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 600})
         page.goto(_compare_url(dash.url, ids))
         wait_for(lambda: len((page.evaluate(CHARTS).get("loss") or {}).get("series", {})) >= 4, 60, "the loss chart")
@@ -247,12 +242,9 @@ def test_every_compared_run_is_named_in_full_beside_its_colour_above_the_charts(
         assert heading < 0 and 0 <= top < 5, (heading, top)  # scrolled past the heading, the key stays in view
         page.evaluate("() => window.scrollTo(0, 0)")
         _look_at(page, artifacts_dir, "compare_key")
-        browser.close()
 
 
-def test_the_summaries_numbers_read_as_the_reports_four_significant_digits(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_the_summaries_numbers_read_as_the_reports_four_significant_digits(tmp_path: Path, browser: Browser) -> None:
     t0 = time.time() - 100
     losses, norms = [3.0, 2.0, 1.234567, 1.5], [15.369388, 8.1, 2.0, 1.0]
     for name in ("a", "b"):
@@ -260,8 +252,7 @@ def test_the_summaries_numbers_read_as_the_reports_four_significant_digits(tmp_p
         pairs = enumerate(zip(losses, norms, strict=True), 1)
         writer.write([{"step": s, "t": t0 + s, "loss": v, "grad_norm": g} for s, (v, g) in pairs])
         writer.close("finished")
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(_compare_url(dash.url, ["p/a", "p/b"]))
         cell = lambda row: page.inner_text(f'#summary-table tr[data-row="{row}"] td[data-run="p/a"]').strip()  # noqa: E731
@@ -269,4 +260,3 @@ def test_the_summaries_numbers_read_as_the_reports_four_significant_digits(tmp_p
         best = min(losses)
         assert cell("best_loss") == f"{best:.4g} (step {losses.index(best) + 1})"  # 1.235 (step 3), as the report prints it
         assert cell("final_loss") == f"{losses[-1]:.4g}" and cell("max_grad_norm") == f"{max(norms):.4g}"  # 15.37
-        browser.close()

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
+from conftest import CHROMIUM
 from test_dashboard_browser import wait_for
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,16 +39,14 @@ def _histogram_file(run_dir: Path) -> np.ndarray:
     return data.reshape(rows, 2, -1, 33)[-1]
 
 
-def test_the_run_page_shows_the_histograms_the_files_hold(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
+def test_the_run_page_shows_the_histograms_the_files_hold(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
     from test_layers import train
 
     from mindwatch.serve.process import DashboardProcess
 
     run, _ = train(tmp_path, "graph", every=1, steps=6, histogram_every=3)
     expected = _histogram_file(run.path)
-    with DashboardProcess(tmp_path, port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path, port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/{quote('p/' + run.path.name, safe='')}")
         for k, kind in enumerate(("weights", "grads")):
@@ -58,4 +60,3 @@ def test_the_run_page_shows_the_histograms_the_files_hold(tmp_path: Path, artifa
             assert counts.sum() > 0
         page.locator("#histograms").scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir / "run_page_histograms_1400.png"), full_page=True)
-        browser.close()

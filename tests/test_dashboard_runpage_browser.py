@@ -7,15 +7,19 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
+from conftest import CHROMIUM
 from test_dashboard_browser import wait_for
 from test_dashboard_charts_browser import _look_at
 
 from mindwatch.serve.process import DashboardProcess
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.writer import RunWriter
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,15 +39,12 @@ def _meta(run_dir: Path, **meta: object) -> None:
 
 
 def test_a_live_run_says_it_waits_for_its_first_step_and_its_first_point_draws_as_a_point(
-    tmp_path: Path, artifacts_dir: Path
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     run_dir = tmp_path / "logs" / "p" / "compiling"
     writer = RunWriter(run_dir, 0, flush_secs=60)  # running, no step yet: the graph compiles
     _meta(run_dir, started_at=time.time() - 42)
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -64,13 +65,11 @@ def test_a_live_run_says_it_waits_for_its_first_step_and_its_first_point_draws_a
         writer.flush()
         assert wait_for(lambda: (d := page.evaluate(LOSS)) and d["points"] == 2 and d, 20, "the second point")["symbol"] is False
         assert not errors, errors
-        browser.close()
+        page.close()
     writer.close("finished")
 
 
-def test_an_ended_run_shows_its_average_rate_labelled_as_such(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_an_ended_run_shows_its_average_rate_labelled_as_such(tmp_path: Path, browser: Browser) -> None:
     t0 = time.time() - 600
     # 300 steps at 10 steps/s, then 200 at 2 steps/s: the last minute says 2, the run's average is 500 / 130 s
     times = [t0 + 0.1 * s for s in range(1, 301)] + [t0 + 30 + 0.5 * s for s in range(1, 201)]
@@ -80,27 +79,25 @@ def test_an_ended_run_shows_its_average_rate_labelled_as_such(tmp_path: Path) ->
     writer.close("stopped")
     _meta(run_dir, started_at=t0, total_steps=1000)
     average = (500 - 1) / (times[-1] - times[0])  # the steps between the first and the last recorded step end
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fended")
         rate = wait_for(lambda: page.query_selector("#progress-rate") and page.inner_text("#progress-rate"), 30, "the rate")
         assert rate.strip() == f"average {average:.3g} steps/s"
         assert page.query_selector("#progress-eta") is None
-        browser.close()
+        page.close()
 
 
-def test_a_live_runs_header_says_its_newest_step_once_and_fits_a_phone(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_a_live_runs_header_says_its_newest_step_once_and_fits_a_phone(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     t0 = time.time() - 30
     run_dir = tmp_path / "logs" / "p" / "a_live_run_with_a_long_name"
     writer = RunWriter(run_dir, 0, flush_secs=60)
     writer.write([{"step": s, "t": t0 + 0.1 * s, "loss": 3.0 - s / 1000} for s in range(1, 151)])
     writer.flush()
     _meta(run_dir, started_at=t0, total_steps=400)
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fa_live_run_with_a_long_name")
         wait_for(lambda: "150/400" in page.inner_text(".run-head"), 30, "the progress at step 150")
@@ -113,7 +110,7 @@ def test_a_live_runs_header_says_its_newest_step_once_and_fits_a_phone(tmp_path:
         steps = [int(a or b) for a, b in re.findall(r"step (\d+)|(\d+)/400", head)]
         assert steps and set(steps) == {170}, head  # the newest step, not a second one that lags it
         _look_at(page, artifacts_dir, "run_page_live_header")  # at 390 px the header wraps, the page does not overflow
-        browser.close()
+        page.close()
     writer.close("finished")
 
 
@@ -139,11 +136,11 @@ def _training_records(steps: int, t0: float) -> list[dict]:
     return out
 
 
-def test_each_chart_downloads_its_png_and_every_point_as_csv_and_goes_full_screen(tmp_path: Path, artifacts_dir: Path) -> None:
+def test_each_chart_downloads_its_png_and_every_point_as_csv_and_goes_full_screen(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     import csv
     import json
-
-    from playwright.sync_api import sync_playwright
 
     t0 = time.time() - 3600
     run_dir = tmp_path / "logs" / "p" / "tools"
@@ -153,8 +150,7 @@ def test_each_chart_downloads_its_png_and_every_point_as_csv_and_goes_full_scree
     _meta(run_dir, started_at=t0)
     # the reference: the metrics file itself, read here with json
     in_file = [json.loads(line) for line in (run_dir / "metrics.rank0.jsonl").read_text().splitlines()]
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -190,18 +186,17 @@ def test_each_chart_downloads_its_png_and_every_point_as_csv_and_goes_full_scree
         wait_for(lambda: page.evaluate("() => document.fullscreenElement === null"), 10, "full screen to end")
         wait_for(lambda: page.evaluate(tall) < 400, 10, "the chart back in its card")
         assert not errors, errors
-        browser.close()
+        page.close()
 
 
-def test_the_metric_search_shows_only_the_matching_charts_and_survives_a_reload(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_the_metric_search_shows_only_the_matching_charts_and_survives_a_reload(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     run_dir = tmp_path / "logs" / "p" / "search"
     writer = RunWriter(run_dir, 0)
     writer.write(_training_records(200, time.time() - 600))
     writer.close("finished")
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fsearch")
         wait_for(lambda: page.evaluate(SERIES_NAMES, "#chart-loss"), 60, "the loss chart")
@@ -225,15 +220,16 @@ def test_the_metric_search_shows_only_the_matching_charts_and_survives_a_reload(
         assert "no chart has a metric matching" in page.inner_text("#charts")
         page.fill("#metric-filter", "")
         assert wait_for(lambda: set(page.evaluate(VISIBLE_CHARTS)) == set(everything), 10, "every chart again")
-        browser.close()
+        page.close()
 
 
-def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywhere(tmp_path: Path, artifacts_dir: Path) -> None:
+def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywhere(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     import json
     import subprocess
     import sys
 
-    from playwright.sync_api import sync_playwright
     from test_dashboard_control_browser import TOKEN, serve
 
     run_dir = tmp_path / "logs" / "p" / "run_7"
@@ -243,27 +239,25 @@ def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywh
     _meta(run_dir, started_at=time.time() - 100)
     proc, url = serve(tmp_path / "logs", "--allow-control")
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{url}/?token={TOKEN}")  # the sign-in link sets the cookie
-            page.goto(f"{url}/#/run/p%2Frun_7")
-            page.wait_for_selector("#run-rename:visible", timeout=30_000)
-            answers = iter(["lr 3e-4 baseline", "loss flat after step 30"])
-            page.on("dialog", lambda d: d.accept(next(answers)))
-            page.click("#run-rename")
-            wait_for(lambda: page.inner_text("#run-title").startswith("lr 3e-4 baseline"), 10, "the new name")
-            page.click("#run-annotate")
-            wait_for(lambda: page.inner_text("#run-note") == "loss flat after step 30", 10, "the note")
-            page.reload()
-            wait_for(lambda: page.inner_text("#run-title") == "lr 3e-4 baseline p/run_7", 30, "the name after a reload")
-            assert page.inner_text("#run-note") == "loss flat after step 30"
-            _look_at(page, artifacts_dir, "run_page_named")
-            page.goto(f"{url}/#/")
-            cell = wait_for(lambda: page.query_selector('tr[data-run="p/run_7"] td.run-name'), 30, "the runs table")
-            assert cell.inner_text().split("\n") == ["lr 3e-4 baseline run_7", "loss flat after step 30"]
-            _look_at(page, artifacts_dir, "runs_page_named")
-            browser.close()
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/?token={TOKEN}")  # the sign-in link sets the cookie
+        page.goto(f"{url}/#/run/p%2Frun_7")
+        page.wait_for_selector("#run-rename:visible", timeout=30_000)
+        answers = iter(["lr 3e-4 baseline", "loss flat after step 30"])
+        page.on("dialog", lambda d: d.accept(next(answers)))
+        page.click("#run-rename")
+        wait_for(lambda: page.inner_text("#run-title").startswith("lr 3e-4 baseline"), 10, "the new name")
+        page.click("#run-annotate")
+        wait_for(lambda: page.inner_text("#run-note") == "loss flat after step 30", 10, "the note")
+        page.reload()
+        wait_for(lambda: page.inner_text("#run-title") == "lr 3e-4 baseline p/run_7", 30, "the name after a reload")
+        assert page.inner_text("#run-note") == "loss flat after step 30"
+        _look_at(page, artifacts_dir, "run_page_named")
+        page.goto(f"{url}/#/")
+        cell = wait_for(lambda: page.query_selector('tr[data-run="p/run_7"] td.run-name'), 30, "the runs table")
+        assert cell.inner_text().split("\n") == ["lr 3e-4 baseline run_7", "loss flat after step 30"]
+        _look_at(page, artifacts_dir, "runs_page_named")
+        page.close()
     finally:
         proc.terminate()
         proc.wait(10)
@@ -275,9 +269,10 @@ def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywh
     assert not (tmp_path / "logs" / "p" / "run_7").with_name("lr 3e-4 baseline").exists()  # the id (the folder) stays
 
 
-def test_the_header_shows_tflops_per_device_and_mfu_beside_the_rate(tmp_path: Path, artifacts_dir: Path) -> None:
+def test_the_header_shows_tflops_per_device_and_mfu_beside_the_rate(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     import numpy as np
-    from playwright.sync_api import sync_playwright
 
     now = time.time()
     # a live run: 80 steps at 40 TFLOPS over a minute ago, then the last minute's 120 steps at 150-156 TFLOPS
@@ -299,8 +294,7 @@ def test_the_header_shows_tflops_per_device_and_mfu_beside_the_rate(tmp_path: Pa
     done.write([{"step": s, "t": now - 50 + s, "loss": 1.0, "tflops": f} for s, f in enumerate(cpu, start=1)])
     done.close("finished")
     _meta(ended, started_at=now - 60)
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -318,13 +312,13 @@ def test_the_header_shows_tflops_per_device_and_mfu_beside_the_rate(tmp_path: Pa
         said = wait_for(lambda: page.query_selector("#progress-tflops") and page.inner_text("#progress-tflops"), 30, "TFLOPS")
         assert said.strip() == f"· {float(np.median(cpu[1:])):.3g} TFLOPS"
         assert not errors, errors
-        browser.close()
+        page.close()
     writer.close("finished")
 
 
-def test_a_failed_runs_long_error_wraps_inside_its_banner_on_a_phone(tmp_path: Path, artifacts_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_a_failed_runs_long_error_wraps_inside_its_banner_on_a_phone(
+    tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
     error = (
         "RuntimeError: Exception thrown from user defined Python function in dataset. " + "-" * 60 + " Traceback: File "
         '"/work/main/.venv/lib/python3.11/site-packages/mindspore/dataset/engine/datasets_user_defined.py", line 136 '
@@ -334,12 +328,11 @@ def test_a_failed_runs_long_error_wraps_inside_its_banner_on_a_phone(tmp_path: P
     writer = RunWriter(run_dir, 0)
     writer.write([{"step": s, "t": time.time() - 10 + s, "loss": 2.0} for s in range(1, 9)])
     writer.close("failed", error=error)
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Ffailed")
         wait_for(lambda: "corrupt shard" in (page.text_content("#banner") or ""), 30, "the error in the banner")
         _look_at(page, artifacts_dir, "run_page_failed_banner")  # at 390 px the paths wrap: the page does not overflow
         banner = page.evaluate("() => { const b = document.querySelector('#banner').getBoundingClientRect(); return b.right; }")
         assert banner <= 390, banner
-        browser.close()
+        page.close()

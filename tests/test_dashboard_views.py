@@ -5,10 +5,11 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
+from conftest import CHROMIUM
 from test_dashboard_browser import wait_for
 
 from mindwatch.serve.process import DashboardProcess
@@ -32,6 +33,9 @@ Y_AXIS = """(id) => {
   return { lo, hi, max: c.getOption().yAxis[0].max ?? null, off, marks };
 }"""
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
 
 def write_run(root: Path, records: list[dict], meta: dict, state: str | None = "finished", flush_secs: float = 2.0) -> RunWriter:
     writer = RunWriter(root, 0, flush_secs=flush_secs)
@@ -52,17 +56,14 @@ def robust_max(values: list[float]) -> float:
     return float(hi + 0.1 * (hi - lo))
 
 
-def test_step_time_axis_leaves_out_the_compilation_step_until_the_toggle(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_step_time_axis_leaves_out_the_compilation_step_until_the_toggle(tmp_path: Path, browser: Browser) -> None:
     rng = np.random.default_rng(3)
     step_times = [6.0] + list(np.round(0.05 + 0.005 * rng.standard_normal(99), 5))
     records = []
     for s, st in enumerate(step_times, start=1):
         records.append({"step": s, "t": 1e9 + s, "step_time": float(st), "loss": float("nan") if s == 70 else 2.0 - s / 200})
     write_run(tmp_path / "logs" / "p" / "compile", records, {"started_at": 1e9})
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -81,7 +82,6 @@ def test_step_time_axis_leaves_out_the_compilation_step_until_the_toggle(tmp_pat
         page.click("#y-all")
         assert wait_for(lambda: (y := page.evaluate(Y_AXIS, "#chart-time")) and y["hi"] < 0.2, 10, "the robust range again")
         assert not errors, errors
-        browser.close()
 
 
 PROGRESS = """() => {
@@ -94,15 +94,12 @@ PROGRESS = """() => {
 }"""
 
 
-def test_the_header_shows_progress_rate_and_eta_and_moves_with_the_points(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_the_header_shows_progress_rate_and_eta_and_moves_with_the_points(tmp_path: Path, browser: Browser) -> None:
     now = time.time()
     records = [{"step": s, "t": now - (60 - s) * 0.1, "loss": 2.0} for s in range(1, 61)]  # 10 steps/s up to now
     writer = write_run(tmp_path / "logs" / "p" / "planned", records, {"started_at": now - 6, "total_steps": 120}, None, 60.0)
     write_run(tmp_path / "logs" / "p" / "endless", records[:10], {"started_at": now - 6})
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         page.goto(f"{dash.url}#/run/p%2Fplanned")
         first = wait_for(lambda: (pr := page.evaluate(PROGRESS))["value"] and pr, 30, "the progress bar")
@@ -121,15 +118,12 @@ def test_the_header_shows_progress_rate_and_eta_and_moves_with_the_points(tmp_pa
         wait_for(lambda: page.evaluate(PROGRESS)["text"] == "step 10 (total unknown)", 30, "total unknown")
         assert page.evaluate(PROGRESS)["value"] is None  # no bar without a plan
         writer.close("finished")
-        browser.close()
 
 
 ROWS = """() => [...document.querySelectorAll('#runs-table tbody tr')].map((tr) => tr.dataset.run)"""
 
 
-def test_runs_table_sorts_and_filters_by_a_config_column_and_the_url_restores_it(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_runs_table_sorts_and_filters_by_a_config_column_and_the_url_restores_it(tmp_path: Path, browser: Browser) -> None:
     lrs = [3e-4, 1e-2, 1e-3, 5e-3, 2e-4, 3e-2]
     finals = [1.9, 2.4, 1.5, 2.2, 1.7, 2.9]
     for i, (lr, final) in enumerate(zip(lrs, finals, strict=True)):
@@ -137,8 +131,7 @@ def test_runs_table_sorts_and_filters_by_a_config_column_and_the_url_restores_it
         meta = {"started_at": 1e9 + i, "config": {"optimizer": {"lr": lr, "name": "adamw"}, "batch_size": 8}}
         write_run(tmp_path / "logs" / "team" / f"run_{i}", records, meta)
     by_lr = [f"team/run_{i}" for i in sorted(range(6), key=lambda i: lrs[i])]
-    with DashboardProcess(tmp_path / "logs", port=0) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -174,4 +167,3 @@ def test_runs_table_sorts_and_filters_by_a_config_column_and_the_url_restores_it
         page.dispatch_event("#filter-expr", "change")
         wait_for(lambda: "expected a value" in page.text_content("#filter-error"), 10, "the filter's error")
         assert not errors, errors
-        browser.close()

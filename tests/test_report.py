@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
 
 from mindwatch.cli import main
 from mindwatch.store.writer import RunWriter
@@ -36,16 +35,6 @@ def report_data(html: str) -> dict:
     m = re.search(r'<script id="mindwatch-data" type="application/json">(.*?)</script>', html, re.S)
     assert m, "no embedded data"
     return json.loads(m.group(1))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def open_page(browser, html_path: Path):

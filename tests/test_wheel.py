@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from test_report import browser, canvas_ink, open_page  # noqa: F401  (browser is a fixture)
+from test_report import canvas_ink, open_page
 
 import mindwatch
 from mindwatch.store.layout import write_json_atomic
@@ -91,7 +91,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_wheel_alone_serves_reports_checks_and_exports(wheel: Path, user_home: Path, browser, tmp_path: Path) -> None:  # noqa: F811
+def test_the_wheel_alone_serves_reports_checks_and_exports(wheel: Path, user_home: Path, browser, tmp_path: Path) -> None:
     bin_dir = new_venv(tmp_path / "venv", str(wheel))
     env = clean_env(bin_dir)
     where = run(["python", "-c", "import mindwatch; print(mindwatch.__file__)"], cwd=user_home, env=env)

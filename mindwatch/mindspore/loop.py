@@ -48,7 +48,7 @@ from mindwatch.mindspore.callback import ConfigLike, merged_config, start_record
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
-from mindwatch.mindspore.recorder import StepRecorder, trained_weights
+from mindwatch.mindspore.recorder import StepRecorder
 from mindwatch.mindspore.reduction import LoopLayerStats, StepReduction
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
 from mindwatch.store.layout import read_json
@@ -155,7 +155,7 @@ class Run:
         assert recorder is not None
         self._step = self._resumed_step()
         recorder.state.recorded = self._step
-        weights = trained_weights(self.optimizer, self.network)
+        weights = recorder.weights
         layers = self.config.layers
         if "layers" in self.config.model_fields_set and layers.enabled and weights:  # a loop has no layer_stats=True cell
             grouping = LayerGrouping([w.name for w in weights], layers.group)

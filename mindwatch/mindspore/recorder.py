@@ -67,9 +67,20 @@ class StepState:
 class StepRecorder:
     """One training's recording. Build it with :meth:`start`; see the module docstring."""
 
-    def __init__(self, session: RunSession, *, optimizer: Any, saved: Any, rank: int, flops: FlopsBasis | None = None) -> None:
+    def __init__(
+        self,
+        session: RunSession,
+        *,
+        optimizer: Any,
+        saved: Any,
+        rank: int,
+        flops: FlopsBasis | None = None,
+        weights: Sequence[Any] = (),
+    ) -> None:
         cfg = session.config
         self.session = session
+        #: The Parameters the training updates (:func:`trained_weights`, listed once at start).
+        self.weights = list(weights)
         self.config = cfg
         self.rank = rank
         self.state = StepState()
@@ -111,9 +122,10 @@ class StepRecorder:
         metrics = config.enabled_metrics
         target, device_id = str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0)
         flops = None
+        weights = trained_weights(optimizer, network)
         if vocab.TFLOPS in metrics:
             try:
-                flops = flops_basis(config, trained_weights(optimizer, network), device_name(target, device_id))
+                flops = flops_basis(config, weights, device_name(target, device_id))
             except Exception as e:  # weights of no shape, a device probe that fails: no TFLOPS, the rest is recorded
                 log.warning("mindwatch: no TFLOPS for this run (%r)", e)
         samplers = []
@@ -140,7 +152,7 @@ class StepRecorder:
             collective=collective,
         )
         try:
-            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank, flops=flops)
+            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank, flops=flops, weights=weights)
             session.plan(total_steps)
         except BaseException:
             session.close("stopped", reason="mindwatch could not start")
