@@ -34,6 +34,13 @@ LOSS = """() => {
 }"""
 
 
+def _finished_run(run_dir: Path, steps: int, t0: float) -> None:
+    """A finished run of ``steps`` training records from ``t0`` on."""
+    writer = RunWriter(run_dir, 0)
+    writer.write(_training_records(steps, t0))
+    writer.close("finished")
+
+
 def _meta(run_dir: Path, **meta: object) -> None:
     write_json_atomic(run_dir / "meta.json", {"run_id": run_dir.name, "project": run_dir.parent.name, **meta})
 
@@ -58,7 +65,7 @@ def test_a_live_run_says_it_waits_for_its_first_step_and_its_first_point_draws_a
 
         writer.write([{"step": 1, "t": time.time(), "loss": 2.5}])
         writer.flush()
-        drawn = wait_for(lambda: page.evaluate(LOSS), 30, "the first point")
+        drawn = wait_for(lambda: (d := page.evaluate(LOSS)) and d["points"] > 0 and d, 30, "the first point")
         assert drawn == {"points": 1, "symbol": True}  # one value: a visible point, not an invisible line
         wait_for(lambda: page.is_hidden("#run-waiting"), 10, "the waiting line to go")
         writer.write([{"step": 2, "t": time.time(), "loss": 2.4}])
@@ -144,9 +151,7 @@ def test_each_chart_downloads_its_png_and_every_point_as_csv_and_goes_full_scree
 
     t0 = time.time() - 3600
     run_dir = tmp_path / "logs" / "p" / "tools"
-    writer = RunWriter(run_dir, 0)
-    writer.write(_training_records(3000, t0))
-    writer.close("finished")
+    _finished_run(run_dir, 3000, t0)
     _meta(run_dir, started_at=t0)
     # the reference: the metrics file itself, read here with json
     in_file = [json.loads(line) for line in (run_dir / "metrics.rank0.jsonl").read_text().splitlines()]
@@ -193,9 +198,7 @@ def test_the_metric_search_shows_only_the_matching_charts_and_survives_a_reload(
     tmp_path: Path, artifacts_dir: Path, browser: Browser
 ) -> None:
     run_dir = tmp_path / "logs" / "p" / "search"
-    writer = RunWriter(run_dir, 0)
-    writer.write(_training_records(200, time.time() - 600))
-    writer.close("finished")
+    _finished_run(run_dir, 200, time.time() - 600)
     with DashboardProcess(tmp_path / "logs", port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{dash.url}#/run/p%2Fsearch")
@@ -233,9 +236,7 @@ def test_a_rename_and_a_note_from_the_run_page_survive_a_reload_and_show_everywh
     from test_dashboard_control_browser import TOKEN, serve
 
     run_dir = tmp_path / "logs" / "p" / "run_7"
-    writer = RunWriter(run_dir, 0)
-    writer.write(_training_records(50, time.time() - 100))
-    writer.close("finished")
+    _finished_run(run_dir, 50, time.time() - 100)
     _meta(run_dir, started_at=time.time() - 100)
     proc, url = serve(tmp_path / "logs", "--allow-control")
     try:
