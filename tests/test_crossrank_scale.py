@@ -112,7 +112,6 @@ def test_the_outliers_are_the_ranks_most_often_at_the_edge_of_the_band(tmp_path:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)")
 def test_with_many_ranks_the_run_page_draws_the_top_outliers_and_any_rank_by_number(tmp_path: Path, browser: Browser) -> None:
-
     from mindwatch.serve.process import DashboardProcess
 
     many_ranks_run(tmp_path / "logs")

@@ -17,6 +17,10 @@ from conftest import CHROMIUM
 
 from mindwatch.serve.process import DashboardProcess
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)"),
@@ -53,9 +57,6 @@ CHART_POINTS = """() => {
   const s = c && c.getOption().series.find((x) => x.name === 'loss');
   return s ? s.data.filter((p) => p[1] !== '-').length : -1;
 }"""
-
-if TYPE_CHECKING:
-    from playwright.sync_api import Browser
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):  # noqa: ANN001, ANN201
@@ -143,7 +144,6 @@ WINDOW_POINTS = """([lo, hi]) => {
 
 
 def test_zoom_fetches_every_point_of_the_window(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
-
     from mindwatch.store.writer import RunWriter
 
     steps, lo, hi = 100_000, 61_000, 61_299
@@ -180,7 +180,6 @@ BAND_LAST_STEP = """() => {
 
 
 def test_heat_map_and_rank_band_follow_the_pushed_points(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
-
     from mindwatch.store.writer import RunWriter
 
     writers = [RunWriter(tmp_path / "logs" / "p" / "two_ranks", rank, flush_secs=0.2) for rank in (0, 1)]
@@ -223,7 +222,6 @@ RESTART_LINES = """() => {
 
 
 def test_each_restart_is_marked_on_the_charts(tmp_path: Path, browser: Browser) -> None:
-
     from mindwatch.store.layout import write_json_atomic
     from mindwatch.store.writer import RunWriter
 
@@ -272,7 +270,6 @@ LAYER_HEAT = """() => {
 
 
 def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, artifacts_dir: Path, browser: Browser) -> None:
-
     import mindwatch
     from mindwatch.demo.train import DemoSettings, build_training
     from mindwatch.mindspore import MonitorCallback

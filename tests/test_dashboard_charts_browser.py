@@ -15,6 +15,10 @@ from test_dashboard_browser import wait_for
 from mindwatch.serve.process import DashboardProcess
 from mindwatch.store.writer import RunWriter
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)"),
@@ -37,9 +41,6 @@ LR_TICKS = """() => {
   const labels = c.getModel().getComponent('yAxis', 0).axis.getViewLabels().map((l) => l.formattedLabel);
   return labels;
 }"""
-
-if TYPE_CHECKING:
-    from playwright.sync_api import Browser
 
 
 def _look_at(page, artifacts_dir: Path, name: str) -> None:  # noqa: ANN001

@@ -23,6 +23,10 @@ from mindwatch.analysis.summary import summarize_run
 from mindwatch.serve.process import DashboardProcess
 from mindwatch.store.writer import RunWriter
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)"),
@@ -37,9 +41,6 @@ CHARTS = """() => Object.fromEntries([...document.querySelectorAll('#compare-cha
   return [el.dataset.metric, {group: el.closest('[data-group]').dataset.group, x: o.xAxis[0].type, xName: o.xAxis[0].name,
     xLabels: labels, y, series: Object.fromEntries(o.series.map((s) => [s.name, s.data.filter((p) => p[1] !== '-')]))}];
 }))"""
-
-if TYPE_CHECKING:
-    from playwright.sync_api import Browser
 
 
 def _train(save_dir: Path, name: str, interval: int, steps: int, fail_at: int | None = None) -> Path:

@@ -16,6 +16,10 @@ from mindwatch.serve.process import DashboardProcess
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.writer import RunWriter
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)"),
@@ -32,9 +36,6 @@ Y_AXIS = """(id) => {
   const marks = c.getOption().series.flatMap((s) => ((s.markLine && s.markLine.data) || []).map((d) => d.xAxis));
   return { lo, hi, max: c.getOption().yAxis[0].max ?? null, off, marks };
 }"""
-
-if TYPE_CHECKING:
-    from playwright.sync_api import Browser
 
 
 def write_run(root: Path, records: list[dict], meta: dict, state: str | None = "finished", flush_secs: float = 2.0) -> RunWriter:

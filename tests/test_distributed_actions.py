@@ -151,11 +151,7 @@ def test_a_killed_rank_is_named_and_with_on_rank_lost_stop_the_survivor_ends_sto
     host = socket.gethostname()
     assert lost["t"] - killed < 4.0 + 2.0, "named within stall_timeout + 2 s"
     assert lost["rank"] == 1 and lost["reported_by"] == 0
-    # The last step known when it was named: at least what rank 1 wrote before kill -9 (its writer may not have
-    # flushed the last few), at most the last gradient all-reduce it joined, which rank 0 finished and wrote too.
-    last_step = int(lost["message"].rsplit(" ", 1)[1].rstrip(")"))
-    written, joined = (raw_records(run_dir / f"metrics.rank{r}.jsonl")[-1]["step"] for r in (1, 0))
-    assert written <= last_step <= joined and joined - written <= 5
+    last_step = named_last_step(lost, run_dir, dead=1, survivor=0)
     assert lost["message"] == f"rank 1 is gone (pid {pid} on host {host} exited; last step {last_step})"
     # on_rank_lost: stop: rank 0 ends stopped, long before MindSpore's 30 s collective timeout
     assert final0["state"] == "stopped" and "rank 1 is gone" in final0["reason"]
@@ -173,6 +169,16 @@ def test_a_killed_rank_is_named_and_with_on_rank_lost_stop_the_survivor_ends_sto
         status = c.get("/api/run", params={"run": f"dist/{run_dir.name}"}).json()["status"]
     assert status["state"] == "lost" and status["error"].startswith(died)
     assert status["ranks"]["1"]["state"] == "lost"
+
+
+def named_last_step(lost: dict, run_dir: Path, *, dead: int, survivor: int) -> int:
+    """A ``rank_lost`` alert's last step, checked against both ranks' files: at least what the dead rank wrote
+    before kill -9 (its writer may not have flushed the last few), at most the last step the survivor finished
+    (the gradient all-reduce holds them together)."""
+    written, finished = (raw_records(run_dir / f"metrics.rank{r}.jsonl")[-1]["step"] for r in (dead, survivor))
+    step = lost["step"]
+    assert written <= step <= finished and finished - written <= 5, (written, step, finished)
+    return step
 
 
 def alerts(run_dir: Path) -> list[dict]:

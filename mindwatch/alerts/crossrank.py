@@ -251,11 +251,11 @@ class CrossRankWatch(_Liveness):
         self._last_poll = -1e18
         self.diagnoses = 0
 
-    def from_signal(self, step: int, timings: np.ndarray, joined: int | None = None) -> None:
+    def from_signal(self, step: int, timings: np.ndarray, joined: int) -> None:
         """Every rank's ``vocab.STRAGGLER_METRICS`` at ``step``, one row a rank (0: none sent), as the collective of
-        step ``joined`` (default: ``step``) summed them: a rank that sent a row took part in that step.
+        step ``joined`` summed them: a rank that sent a row took part in that step.
         Training thread: one append; the worker reads them at its next poll."""
-        self._signal_rows.append((step, timings, step if joined is None else joined))
+        self._signal_rows.append((step, timings, joined))
 
     # -- sink interface (rank 0's worker thread) ----------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
