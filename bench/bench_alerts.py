@@ -163,7 +163,7 @@ def stall_detection(tmp: Path) -> None:
         "save_dir": str(tmp),
         "callback": {"params": {"log_level": "ERROR"}},
         "alerts": {"stall_timeout": timeout},
-        "notify": [{"type": "webhook", "url": hook.url}],
+        "notify": [{"type": "webhook", "url": hook.url, "min_severity": "info"}],  # the resumed alerts too
     }
     model, data = _dense_training(batches, 1e-3)
     mon = MonitorCallback(cfg)

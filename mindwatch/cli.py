@@ -85,6 +85,8 @@ def _report(sub: argparse._SubParsersAction) -> None:
         from mindwatch.report.html import write_report
         from mindwatch.store.reader import open_run
 
+        if not _also_are_runs("report", args.also):
+            return 2
         try:
             first = open_run(args.run, *args.also) if args.also else args.run
             written = write_report([first, *args.compare], args.output, pdf=args.pdf)
@@ -109,6 +111,8 @@ def _check(sub: argparse._SubParsersAction) -> None:
     def run(args: argparse.Namespace) -> int:
         from mindwatch.checks.evaluate import check_command
 
+        if not _also_are_runs("check", args.also):
+            return 2
         return check_command(args.run, args.rule, args.rules_file, as_json=args.json, also=args.also)
 
     p.set_defaults(func=run)
@@ -121,6 +125,7 @@ def _export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tensorboard", action="store_true", help="write TensorBoard event files instead of a table")
     p.add_argument("--overwrite", action="store_true", help="with --tensorboard: replace existing event files")
     p.add_argument("-o", "--output", default=None, help="file (folder for --tensorboard); default inside the run directory")
+    _also_option(p)
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.store.catalog import find_runs
@@ -133,6 +138,15 @@ def _export(sub: argparse._SubParsersAction) -> None:
             hint = f"the runs inside: {shown}; pass one of them" if inside else "it holds no run"
             print(f"mindwatch export: {folder} is not a run directory ({hint})", file=sys.stderr)
             return 2
+        if not _also_are_runs("export", args.also):
+            return 2
+        if args.tensorboard and args.also:
+            print(
+                "mindwatch export: --tensorboard reads one folder: export each node's folder on its own into one "
+                "output folder (mindwatch export DIR --tensorboard -o OUT); each writes its own ranks",
+                file=sys.stderr,
+            )
+            return 2
         try:
             if args.tensorboard:
                 from mindwatch.sinks.tensorboard import export_tensorboard
@@ -142,7 +156,7 @@ def _export(sub: argparse._SubParsersAction) -> None:
             else:
                 from mindwatch.report.export import export_run
 
-                print(f"mindwatch export: wrote {export_run(args.run, args.format, args.output)}")
+                print(f"mindwatch export: wrote {export_run(args.run, args.format, args.output, also=args.also)}")
         except (FileNotFoundError, FileExistsError) as e:
             print(f"mindwatch export: {e}", file=sys.stderr)
             return 2
@@ -153,13 +167,18 @@ def _export(sub: argparse._SubParsersAction) -> None:
 
 def _runs(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list the runs under LOGDIR with state, steps, duration and tags")
-    p.add_argument("logdir", metavar="LOGDIR", help="a save_dir (or a project directory)")
+    p.add_argument(
+        "logdir",
+        metavar="LOGDIR",
+        nargs="+",
+        help="a save_dir (or a project directory); several: each node's save_dir, a run in several read as one",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.terminal.runs import print_runs
 
-        return print_runs(args.logdir, as_json=args.json)
+        return print_runs(*args.logdir, as_json=args.json)
 
     p.set_defaults(func=run)
 
@@ -170,12 +189,15 @@ def _tail(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", type=float, default=0.5, help="seconds between reads (default 0.5)")
     p.add_argument("--rank", type=int, default=None, help="rank to show (default: the lowest)")
     p.add_argument("--once", action="store_true", help="print one frame and exit")
+    _also_option(p)
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.terminal.tail import tail
 
+        if not _also_are_runs("tail", args.also):
+            return 2
         try:
-            return tail(args.run, interval=args.interval, rank=args.rank, once=args.once)
+            return tail(args.run, also=args.also, interval=args.interval, rank=args.rank, once=args.once)
         except FileNotFoundError as e:
             print(f"mindwatch tail: {e}", file=sys.stderr)
             return 2
@@ -186,15 +208,26 @@ def _tail(sub: argparse._SubParsersAction) -> None:
 def _hang(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hang", help="say which rank a stalled distributed run waits for, from the ranks' stack dumps")
     p.add_argument("run", metavar="RUN", help="run directory with stacks/stall_rank<R>_*.txt dumps")
+    _also_option(p)
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.alerts.hang import diagnose_run
 
-        d = diagnose_run(args.run)
+        if not _also_are_runs("hang", args.also):
+            return 2
+        d = diagnose_run(args.run, also=args.also)
         if not d.places:
-            print(f"mindwatch hang: no stall stack dumps in {args.run}/stacks", file=sys.stderr)
+            where = ", ".join(f"{folder}/stacks" for folder in (args.run, *args.also))
+            print(f"mindwatch hang: no stall stack dumps in {where}", file=sys.stderr)
             return 2
         print("\n".join(d.lines))
+        if d.not_found:  # their node's folder was not given: no verdict without them
+            print(
+                f"mindwatch hang: give the run's folder on the node of rank {', '.join(map(str, d.not_found))} too "
+                f"(mindwatch hang {args.run} --also DIR)",
+                file=sys.stderr,
+            )
+            return 2
         return 0
 
     p.set_defaults(func=run)
@@ -203,13 +236,16 @@ def _hang(sub: argparse._SubParsersAction) -> None:
 def _batches(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("batches", help="list the steps an anomaly alert named, with their epoch, batch index and sample ids")
     p.add_argument("run", metavar="RUN", help="run directory")
+    _also_option(p)
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.analysis.batches import flagged_batches, ids_text
         from mindwatch.store.reader import open_run
 
+        if not _also_are_runs("batches", args.also):
+            return 2
         try:
-            flagged = flagged_batches(open_run(args.run).alerts)
+            flagged = flagged_batches(open_run(args.run, *args.also).alerts)
         except (FileNotFoundError, ValueError) as e:
             print(f"mindwatch batches: {e}", file=sys.stderr)
             return 2
@@ -339,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _also_option(p: argparse.ArgumentParser) -> None:
+    """``--also DIR``: the run's folder on another node (a multi-node job without a shared file system), read with
+    RUN as one run (:func:`mindwatch.store.reader.open_run`)."""
     p.add_argument(
         "--also",
         action="append",
@@ -346,6 +384,22 @@ def _also_option(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="another folder of the same run: its ranks on another node's save_dir (repeatable)",
     )
+
+
+def _also_are_runs(command: str, also: Sequence[str]) -> bool:
+    """Whether every ``--also`` folder is a run directory; says which is not otherwise (a save_dir given for a run's)."""
+    from mindwatch.store.layout import is_run_dir
+
+    for folder in map(Path, also):
+        if not is_run_dir(folder):
+            what = "no folder" if not folder.is_dir() else "not a run directory"
+            print(
+                f"mindwatch {command}: --also {folder} is {what}: give the run's folder on that node, "
+                "<save_dir>/<project>/<run_id>",
+                file=sys.stderr,
+            )
+            return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -197,6 +197,9 @@ class DistributedSection(_Section):
     stop_grace: float = Field(default=3.0, gt=0)
     #: Seconds between rank 0's liveness checks of the ranks on its host (a signal 0 per pid).
     liveness_secs: float = Field(default=0.1, gt=0)
+    #: A rank whose host stops answering on the lifeline (power, network: no packet comes back) is named lost within
+    #: about this many seconds (TCP keep-alive probes; on any host, with or without a shared folder).
+    lifeline_keepalive_secs: float = Field(default=30.0, ge=3)
 
 
 #: What a notify channel can be told: alerts (at or above its ``min_severity``) and the end of the run.
@@ -209,16 +212,19 @@ SIGNED_WEBHOOKS = ("dingtalk", "feishu")
 _ALL_EVENTS: tuple[NotifyEvent, ...] = ("alerts", "end")
 
 
-class _ChannelSettings(_Section):
-    #: Alerts below this severity are not sent; the end-of-run message always is (when in ``events``).
-    min_severity: Severity = "info"
+class ChannelSettings(_Section):
+    """What every notify channel has; its defaults are the channels' (``mindwatch.sinks.notify`` reads them here)."""
+
+    #: Alerts below this severity are not sent; the end-of-run message always is (when in ``events``). ``info`` adds
+    #: what each action did (``intervention``), a stall's end (``resumed``) and a person's requests other than stop.
+    min_severity: Severity = "warning"
     events: list[NotifyEvent] = Field(default_factory=lambda: list(_ALL_EVENTS), min_length=1)
     #: Seconds per request, and retries after a failed one.
     timeout: float = Field(default=5.0, gt=0)
     retries: int = Field(default=2, ge=0)
 
 
-class NotifyChannel(_ChannelSettings):
+class NotifyChannel(ChannelSettings):
     """One webhook: ``{type: dingtalk, url_env: DINGTALK_URL, secret_env: DINGTALK_SECRET}``.
 
     The URL (it holds the service's token) and the secret may come from environment variables;
@@ -243,7 +249,7 @@ class NotifyChannel(_ChannelSettings):
         return self
 
 
-class EmailChannel(_ChannelSettings):
+class EmailChannel(ChannelSettings):
     """Email through an SMTP server: ``{type: email, host: smtp.example.com, sender: mw@example.com, to: [ops@example.com]}``.
 
     The user name and password come from environment variables only (``username_env``, ``password_env``),

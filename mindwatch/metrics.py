@@ -55,6 +55,9 @@ class Metric:
     title: str = ""
     #: A per-layer statistic the report draws as a layers x steps heat map and the dashboard as a layer's curve.
     heat: bool = False
+    #: A flag that is 1 at the steps something happened (``skipped``): its group's chart marks those steps, as it
+    #: marks alerts, and draws no curve of it (a 0/1 line on an outlier-clipped axis reads as noise).
+    event: bool = False
 
     @property
     def same_on_every_rank(self) -> bool:
@@ -92,9 +95,10 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric(
         SKIPPED,
         "1 when skip_steps skipped the step's update (its metric was sigma standard deviations above its rolling mean)",
-        group="loss_scale",
+        group="loss",
         across_ranks="max",
         switch=SKIPPED,
+        event=True,
     ),
     Metric(STEP_TIME, "wall time of one step, in seconds", "s", "time", across_ranks="max", switch=STEP_TIME, band=True),
     Metric(
@@ -166,7 +170,7 @@ FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + ATTENTION_FAMILIES
 
 @dataclass(frozen=True)
 class ChartGroup:
-    """One chart card of the run page: the metrics (of :data:`STEP_METRICS`, in that order) it draws."""
+    """One chart card of the run page: the metrics (of :data:`STEP_METRICS`, in that order) it draws or marks."""
 
     id: str
     title: str
@@ -176,6 +180,11 @@ class ChartGroup:
     @property
     def metrics(self) -> tuple[str, ...]:
         return tuple(m.name for m in STEP_METRICS if m.group == self.id)
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        """Its metrics that are events (:attr:`Metric.event`): marked at the steps they are 1, not drawn as curves."""
+        return tuple(m.name for m in STEP_METRICS if m.group == self.id and m.event)
 
 
 #: The run page's chart cards, in page order; a metric of none of them gets a card of its own.
@@ -297,7 +306,10 @@ def vocabulary() -> dict[str, Any]:
     return {
         "metrics": [asdict(m) for m in STEP_METRICS],
         "families": [asdict(m) | {"prefix": m.prefix} for m in FAMILIES],
-        "groups": [{"id": g.id, "title": g.title, "metrics": list(g.metrics), "axes": list(g.axes)} for g in CHART_GROUPS],
+        "groups": [
+            {"id": g.id, "title": g.title, "metrics": list(g.metrics), "events": list(g.events), "axes": list(g.axes)}
+            for g in CHART_GROUPS
+        ],
         "layer_stats": list(layer_stat_names()),
         "attention": [m.prefix for m in ATTENTION_FAMILIES],
         "stragglers": list(STRAGGLER_METRICS),

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from mindwatch import __version__
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.engine import RuleEngine
+from mindwatch.alerts.lifeline import LifelineClient, LifelineServer, StacksRelay, local_address
 from mindwatch.alerts.registry import build_rules
 from mindwatch.config import MonitorConfig
 from mindwatch.monitor.control import Control
@@ -42,20 +43,22 @@ from mindwatch.monitor.watchdog import Watchdog
 from mindwatch.monitor.worker import Monitor, Sampler, Sink
 from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.sinks.console import ConsoleSummary
-from mindwatch.store.attempts import continue_meta, new_attempt
-from mindwatch.store.layout import RunLayout, is_run_dir, new_run_id, read_json, write_json_atomic
-from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id
+from mindwatch.store.attempts import continue_meta, new_attempt, this_attempt
+from mindwatch.store.layout import RunLayout, fallback_run_id, is_run_dir, new_run_id, read_json, write_json_atomic
+from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id, launch_attempt
 from mindwatch.store.sink import hook
 from mindwatch.store.writer import RunWriter
 
 if TYPE_CHECKING:
     from mindwatch.alerts.crossrank import CrossRankWatch, RankZeroWatch
-    from mindwatch.alerts.lifeline import LifelineClient, LifelineServer
 
 log = logging.getLogger("mindwatch")
 
 #: How often a training's heartbeat appends to the column files: each append fsyncs two files per metric.
 COLUMNS_EVERY_SECS = 30.0
+#: Rank 0, at its end, waits up to this long for every rank still connected to say how it ended (the ranks of one
+#: step end within moments of each other; a rank that trains on is named "still running").
+END_WAIT_SECS = 5.0
 
 
 @dataclass
@@ -86,6 +89,8 @@ class RunSession:
     rank_zero: RankZeroWatch | None = None
     #: A collective run: rank 0's lifeline server (every other rank holds a connection to it), or a rank's client.
     lifeline: LifelineServer | LifelineClient | None = None
+    #: This attempt's number (``meta.json``'s ``attempts``; None: not known): liveness ignores other attempts' files.
+    attempt: int | None = None
 
     @classmethod
     def start(
@@ -102,6 +107,7 @@ class RunSession:
         launch_key: str | None = None,
         launch_meta: dict[str, Any] | None = None,
         collective: bool = False,
+        attempt: int | None = None,
     ) -> RunSession:
         """Create (or join, for ranks > 0) the run directory and start the worker.
 
@@ -109,6 +115,7 @@ class RunSession:
         ranks > 0 then join the directory rank 0 created (:mod:`mindwatch.store.rendezvous`).
         ``collective``: the ranks agree on actions through the train step's own collective (the adapter
         takes the requests from :attr:`control`), not through files in ``control/``.
+        ``attempt``: a rank > 0's attempt, as rank 0 announced it (else rank 0's rendezvous file tells it).
         """
         setup_logging(config.log_level)
         began = time.time()  # status files the last attempt left are older (the other ranks join after rank 0 publishes)
@@ -120,17 +127,32 @@ class RunSession:
         if rank == 0:  # before this attempt's writer replaces the status files the last attempt left
             fresh = {**build_meta(config, run_id, world_size, versions or {}), **(launch_meta or {})}
             meta = run_meta(RunLayout(run_dir), began, fresh)
+            attempt = this_attempt(meta)
+        elif attempt is None:
+            attempt = launch_attempt(parent, launch_key, run_id)
         writer = RunWriter(
-            run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files, columns_every_secs=COLUMNS_EVERY_SECS
+            run_dir,
+            rank,
+            flush_secs=config.flush_secs,
+            column_files=config.column_files,
+            columns_every_secs=COLUMNS_EVERY_SECS,
+            attempt=attempt,
         )
         sinks: list[Sink] = [writer]
         if rank == 0 or config.callback.params.log_all_ranks:
             sinks.append(ConsoleSummary(config.interval))
         sinks.extend(bridge_sinks(config, writer.layout, run_id, rank))
         sinks.extend(extra_sinks or [])
-        monitor = Monitor(sinks, queue_size=config.queue_size, flush_secs=config.flush_secs, samplers=samplers or [])
+        monitor = Monitor(
+            sinks,
+            queue_size=config.queue_size,
+            flush_secs=config.flush_secs,
+            samplers=samplers or [],
+            retired=lambda: writer.superseded_by is not None,
+        )
         coordinated = world_size > 1 and config.distributed.coordination.enabled
-        session = cls(config, run_dir, rank, world_size, writer, monitor, control=Control(coordinated=coordinated))
+        control = Control(coordinated=coordinated)
+        session = cls(config, run_dir, rank, world_size, writer, monitor, control=control, attempt=attempt)
         session.collective = collective
         session.watch(run_id, nonfinite_checked)
         if rank == 0:
@@ -155,6 +177,8 @@ class RunSession:
         return self.writer.layout
 
     def write_meta(self) -> None:
+        if self.writer.superseded_by is not None:  # a later attempt owns meta.json now
+            return
         try:
             write_json_atomic(self.layout.meta, self.meta)
         except OSError as e:
@@ -227,6 +251,7 @@ class RunSession:
                     run_dir=self.run_dir,
                     world_size=self.world_size,
                     handoff=lambda alert: hand_off(cfg.notify, context, alert),
+                    rank_ends=self.rank_ends,
                 )
                 self.notify_now = notify.urgent
         elif cfg.notify and self.rank == 1 and self.world_size > 1:  # rank 1 names rank 0 when it dies
@@ -252,21 +277,24 @@ class RunSession:
                 stale_secs=max(10.0, 5 * cfg.flush_secs),
                 wake=self.monitor.wake,
                 timings_from_signal=self.collective,
+                attempt=self.attempt,
             )
             self.cross_rank = watch
             sinks.append(watch)
             if self.collective:  # every rank connects to it: a rank that dies is known at once, on any host
-                from mindwatch.alerts.lifeline import LifelineServer, local_address
-
                 try:
                     self.lifeline = LifelineServer(
                         local_address(os.environ.get("MS_SCHED_HOST")),
-                        me={"rank": 0, "pid": os.getpid(), "host": host},
+                        me={"rank": 0, "pid": os.getpid(), "host": host, "attempt": self.attempt},
                         on_gone=watch.rank_disconnected,
+                        keepalive_secs=cfg.distributed.lifeline_keepalive_secs,
+                        on_message=watch.relayed,
                     )
                 except OSError as e:
                     log.warning("mindwatch: no lifeline for the other ranks (%r): a dead rank is known by its files only", e)
             self.monitor.tickers.append(watch)
+        if self.rank > 0 and self.collective:  # a stall's stack dump goes to rank 0, whatever the folders
+            sinks.append(StacksRelay(self.rank, lambda: self.lifeline if isinstance(self.lifeline, LifelineClient) else None))
         if self.rank == 1 and self.world_size > 1:
             from mindwatch.alerts.crossrank import RankZeroWatch
 
@@ -279,6 +307,7 @@ class RunSession:
                 on_lost=self.rank_lost,
                 stale_secs=max(10.0, 5 * cfg.flush_secs),
                 wake=self.monitor.wake,
+                attempt=self.attempt,
             )
             self.rank_zero = zero
             sinks.append(zero)
@@ -301,6 +330,9 @@ class RunSession:
     def rank_lost(self, lost: Any, alert: Alert) -> None:
         """This worker saw a rank die (rank 0 any rank, rank 1 rank 0): the notification first (the launcher may kill
         this process within 0.1 s), then this rank's status; with ``on_rank_lost: stop``, stop every survivor."""
+        if self.writer.check_superseded():  # a relaunch took the run over: this process's view is the old attempt's
+            log.info("mindwatch: %s (an earlier attempt's; not reported)", lost.message)
+            return
         stop = self.config.distributed.on_rank_lost == "stop"
         if stop:
             alert["on_rank_lost"] = "stop"  # not in "actions": no step ahead can be agreed with a rank gone
@@ -351,24 +383,31 @@ class RunSession:
             self.meta["attempts"][-1]["first_step"] = step
             self.write_meta()
 
+    def rank_ends(self) -> dict[int, dict[str, Any]]:
+        """Rank 0 of a collective run: how each other rank ended, as it said on the lifeline (else {})."""
+        return self.lifeline.ends() if isinstance(self.lifeline, LifelineServer) else {}
+
     def join_lifeline(self, address: str) -> None:
         """A rank > 0 of a collective run: hold a connection to rank 0's lifeline (``address``, from the signal), so
         that rank 0 knows at once when this process ends, and rank 1 when rank 0's does."""
-        from mindwatch.alerts.lifeline import LifelineClient
-
         zero = self.rank_zero
         try:
             self.lifeline = LifelineClient(
                 address,
-                me={"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname()},
+                me={"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname(), "attempt": self.attempt},
                 on_gone=zero.rank_zero_disconnected if zero is not None else lambda hello: None,
+                keepalive_secs=self.config.distributed.lifeline_keepalive_secs,
             )
         except (OSError, ValueError) as e:
             log.warning("mindwatch: could not reach rank 0's lifeline at %s (%r): liveness by files only", address, e)
 
     def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
-        if self.lifeline is not None:  # first: this end is clean, whatever the launcher does next
-            self.lifeline.close()
+        lifeline = self.lifeline
+        if isinstance(lifeline, LifelineServer):  # rank 0: how every rank ended, for the end-of-run message
+            lifeline.wait_for_byes(END_WAIT_SECS)
+            lifeline.close()
+        elif lifeline is not None:  # first: this end is clean, whatever the launcher does next
+            lifeline.close({"state": state, "last_step": self.writer.last_step, "reason": reason or error})
             self.lifeline = None
         if self.watchdog is not None:
             self.watchdog.stop()
@@ -506,7 +545,7 @@ def agreed_run_id(config: MonitorConfig, parent: Path, rank: int, launch_key: st
     try:
         return agree_run_id(parent, rank=rank, key=launch_key, propose=propose, timeout=config.distributed.rendezvous_timeout)
     except (RendezvousTimeout, OSError) as e:
-        own = new_run_id(parent, f"{config.run_name or time.strftime('run_%Y%m%d_%H%M%S')}_rank{rank}")
+        own = new_run_id(parent, fallback_run_id(config.run_name, rank))
         log.warning("mindwatch: %s; rank %d records into %s instead", e, rank, parent / own)
         return own
 

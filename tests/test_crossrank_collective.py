@@ -75,12 +75,10 @@ def test_a_nan_in_one_ranks_labels_stops_every_rank_on_that_step_and_every_check
             assert np.isfinite(value.asnumpy()).all(), f"{path.name}: {name} is not finite"
     nonfinite = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "nonfinite"]
     assert [(a["rank"], a["step"], a["metric"]) for a in nonfinite] == [(0, 40, "grad_norm")], "one alert for the run"
-    posted = [
-        (body.get("rule"), body.get("rank"), body.get("actions")) for _, body in hooks.posts if body.get("event") == "alert"
-    ]
-    assert sorted(posted, key=str) == sorted(
-        [("nonfinite", 0, ["stop", "checkpoint"]), ("intervention", 0, ["stop"]), ("intervention", 0, ["checkpoint"])], key=str
-    ), "one message for the NaN, one for each action the run took"
+    posted = [(body.get("event"), body.get("rule"), body.get("actions")) for _, body in hooks.posts]
+    assert posted == [("alert", "nonfinite", ["stop", "checkpoint"]), ("end", None, None)], "one anomaly, two messages"
+    end = hooks.posts[-1][1]
+    assert end["state"] == "stopped" and not end.get("lost_ranks"), f"both ranks stopped together, none lost: {end}"
 
 
 def test_one_bad_batch_on_one_rank_is_one_alert_and_one_message(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_compare_overlays_every_chart_group_with_the_config_diff_and_the_summari
         # every chart group of the vocabulary the runs recorded: a chart per metric, a line per run that has it
         expected = 0
         for group in metrics.CHART_GROUPS:
-            for m in group.metrics:
+            for m in (m for m in group.metrics if m not in group.events):  # an event is marked, not charted
                 having = [i for i in ids if m in runs[i].metrics]
                 if not having:
                     assert m not in shown
@@ -261,3 +261,28 @@ def test_the_summaries_numbers_read_as_the_reports_four_significant_digits(tmp_p
         best = min(losses)
         assert cell("best_loss") == f"{best:.4g} (step {losses.index(best) + 1})"  # 1.235 (step 3), as the report prints it
         assert cell("final_loss") == f"{losses[-1]:.4g}" and cell("max_grad_norm") == f"{max(norms):.4g}"  # 15.37
+
+
+def test_the_compared_runs_are_called_by_their_display_names(tmp_path: Path, browser: Browser) -> None:
+    from mindwatch.store.notes import write_notes
+
+    t0 = time.time() - 100
+    for name in ("run_20261201_193539", "run_20261201_193540"):
+        writer = RunWriter(tmp_path / "logs" / "p" / name, 0)
+        writer.write([{"step": s, "t": t0 + s, "loss": 2 - s / 100} for s in range(1, 21)])
+        writer.close("finished")
+    write_notes(tmp_path / "logs" / "p" / "run_20261201_193539", name="baseline lr 3e-4")  # mindwatch rename
+    named, plain = "p/run_20261201_193539", "p/run_20261201_193540"
+    with DashboardProcess(tmp_path / "logs", port=0) as dash:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(_compare_url(dash.url, [named, plain]))
+        wait_for(lambda: len((page.evaluate(CHARTS).get("loss") or {}).get("series", {})) >= 2, 60, "the loss chart")
+        # the renamed run by its name (its id beside it, as on the runs page), the other by its id
+        head = lambda table, run: page.inner_text(f'#{table} thead th[data-run="{run}"]').strip()  # noqa: E731
+        assert head("summary-table", named).startswith("baseline lr 3e-4") and head("summary-table", plain).startswith(plain)
+        assert page.inner_text(f'#compare-key [data-run="{named}"]').strip() == f"baseline lr 3e-4 {named}"
+        assert page.inner_text(f'#compare-key [data-run="{plain}"]').strip() == plain
+        remove = page.query_selector(f'#summary-table th[data-run="{named}"] button.remove-run')
+        assert remove.get_attribute("aria-label") == "leave baseline lr 3e-4 out"
+        # the charts' lines (their tooltips) too
+        assert sorted(page.evaluate(CHARTS)["loss"]["series"]) == sorted(["baseline lr 3e-4", plain])

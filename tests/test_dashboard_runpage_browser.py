@@ -1,8 +1,10 @@
 """In headless Chromium, on runs written by RunWriter: the run page says what a live run waits for before its first
-step, an ended run's rate reads as its average, and the chart tools (download, full screen, metric search)."""
+step, an ended run's rate reads as its average, and the chart tools (download, full screen, metric search); and a failed
+run (a real MindSpore error too) says what went wrong, not the rules of its error."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -336,4 +338,62 @@ def test_a_failed_runs_long_error_wraps_inside_its_banner_on_a_phone(
         _look_at(page, artifacts_dir, "run_page_failed_banner")  # at 390 px the paths wrap: the page does not overflow
         banner = page.evaluate("() => { const b = document.querySelector('#banner').getBoundingClientRect(); return b.right; }")
         assert banner <= 390, banner
+        page.close()
+
+
+#: A kernel error as MindSpore prints it: its exception line, rules around each section's heading, the C++ stack last.
+KERNEL_ERROR = "\n".join([
+    "RuntimeError: ", "-" * 50, "- Kernel error:", "-" * 50,
+    "The kernel Add failed to launch: out of memory on device 0 while allocating 2.0 GB", "",
+    "-" * 50, "- C++ Call Stack: (For framework developers)", "-" * 50, "mindspore/ccsrc/kernel/add.cc:42 Launch",
+])  # fmt: skip
+
+
+def _train_into_a_shape_error(save_dir: Path, fail_at: int) -> Path:
+    """A real training whose batch ``fail_at`` has 5 features for a layer of 8: MindSpore's own error ends it."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import dataset as ds
+    from mindspore import nn
+    from mindspore.train import Model
+
+    from mindwatch.mindspore import MonitorCallback
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net = nn.Dense(8, 1)
+    batches = [(np.ones((4, 5 if i == fail_at else 8), np.float32), np.ones((4, 1), np.float32)) for i in range(8)]
+    mon = MonitorCallback({"save_dir": str(save_dir), "project": "p", "run_name": "shape", "interval": 1})
+    with pytest.raises(ValueError, match="MatMul"):
+        model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
+        model.train(1, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False), callbacks=[mon], dataset_sink_mode=False)
+    return Path(mon.run_dir)
+
+
+def test_a_failed_run_says_what_went_wrong_not_the_rules_of_its_error(tmp_path: Path, browser: Browser) -> None:
+    logs = tmp_path / "logs"
+    shape = _train_into_a_shape_error(logs, fail_at=4)
+    error = json.loads((shape / "status.rank0.json").read_text())["error"]
+    said = error.split("\n")[0]  # ValueError: For 'MatMul' the input dimensions must be equal, ...
+    assert said.startswith("ValueError: For 'MatMul'") and "C++ Call Stack" in error  # MindSpore's own, stack and all
+    writer = RunWriter(logs / "p" / "kernel", 0)
+    writer.write([{"step": s, "t": time.time() - 10 + s, "loss": 2.0} for s in range(1, 9)])
+    writer.close("failed", error=KERNEL_ERROR)
+    kernel = "RuntimeError: Kernel error: The kernel Add failed to launch: out of memory on device 0 while allocating 2.0 GB"
+    with DashboardProcess(logs, port=0) as dash:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for run, headline in (("shape", said), ("kernel", kernel)):
+            page.goto(f"{dash.url}#/run/p%2F{run}")
+            wait_for(lambda: "Failed at step" in (page.text_content("#banner") or ""), 30, "the banner")
+            banner = page.inner_text("#banner")
+            assert headline in banner and "---" not in banner and "C++" not in banner, banner
+            whole = json.loads((logs / "p" / run / "status.rank0.json").read_text())["error"]
+            assert page.get_attribute("#banner", "title") == whole  # the whole error on hover
+        page.goto(f"{dash.url}#/")  # the runs table: the same words, the whole error on hover
+        wait_for(lambda: page.query_selector('#runs-table tr[data-run="p/kernel"] .err'), 30, "the runs table")
+        for run, headline in (("shape", said), ("kernel", kernel)):
+            assert page.inner_text(f'#runs-table tr[data-run="p/{run}"] .err').strip() == f"⚠ {headline}"
+        page.goto(f"{dash.url}#/compare?runs=p/shape,p/kernel")  # the compare page's summary
+        wait_for(lambda: page.query_selector('#summary-table tr[data-row="error"] td'), 30, "the summary")
+        for run, headline in (("shape", said), ("kernel", kernel)):
+            assert page.inner_text(f'#summary-table tr[data-row="error"] td[data-run="p/{run}"]').strip() == headline
         page.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -125,7 +126,8 @@ def test_a_rank_that_cannot_agree_records_into_its_own_directory(tmp_path: Path,
     cfg = load_config({"project": "p", "save_dir": str(tmp_path), "run_name": "r", "distributed": {"rendezvous_timeout": 0.2}})
     s = RunSession.start(cfg, rank=1, world_size=2, launch_key="nobody_w2")
     s.close()
-    assert s.run_dir.name == "r_rank1" and (s.run_dir / "status.rank1.json").exists()
+    assert re.fullmatch(r"r_\d{8}_\d{6}_rank1", s.run_dir.name), s.run_dir.name  # stamped: a rerun never appends to it
+    assert (s.run_dir / "status.rank1.json").exists()
 
 
 def test_run_id_from_the_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from aiosmtpd.controller import Controller
 from test_notify import CONTEXT, Hook
 from test_notify_channels import Inbox, free_port
 
-from mindwatch.alerts.liveness import ExitWatch, RankLiveness, this_attempt_began
+from mindwatch.alerts.liveness import ExitWatch, RankLiveness
 from mindwatch.sinks.notify import NotifySink, Webhook
 from mindwatch.store.layout import RunLayout, write_json_atomic
 
@@ -30,26 +30,27 @@ def sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
-def status(pid: int, started_at: float, state: str = "running", **kw: object) -> dict:
-    return {"pid": pid, "host": HOST, "state": state, "started_at": started_at, "updated_at": time.time(), **kw}
+def status(pid: int, started_at: float, state: str = "running", attempt: int = 1, **kw: object) -> dict:
+    now = time.time()
+    return {"pid": pid, "host": HOST, "state": state, "attempt": attempt, "started_at": started_at, "updated_at": now, **kw}
 
 
 def test_an_earlier_attempts_status_is_not_a_lost_rank_and_the_new_process_is_watched(tmp_path: Path) -> None:
     layout = RunLayout(tmp_path)
-    since = this_attempt_began()
-    # the last attempt: killed (its status still says running) and stopped; its processes are long gone
+    # the last attempt, relaunched at once: killed (its status still says running, written a moment ago) and
+    # stopped; its processes are gone. No clock tells it apart from this attempt: its number does.
     dead = sleeper()
     dead.kill()
     dead.wait()
-    write_json_atomic(layout.status(1), status(dead.pid, since - 300, last_step=90))
-    write_json_atomic(layout.status(2), status(dead.pid, since - 300, state="stopped"))
-    live = RankLiveness(layout, world_size=3)
+    write_json_atomic(layout.status(1), status(dead.pid, time.time(), attempt=1, last_step=3))
+    write_json_atomic(layout.status(2), status(dead.pid, time.time(), state="stopped", attempt=1))
+    live = RankLiveness(layout, world_size=3, attempt=2)
     assert live.check(remote=True) == [], "an earlier attempt's processes are not this attempt's lost ranks"
     # a few seconds later, this attempt's ranks come back and take their status files over
     one, two = sleeper(), sleeper()
     try:
-        write_json_atomic(layout.status(1), status(one.pid, time.time()))
-        write_json_atomic(layout.status(2), status(two.pid, time.time()))
+        write_json_atomic(layout.status(1), status(one.pid, time.time(), attempt=2))
+        write_json_atomic(layout.status(2), status(two.pid, time.time(), attempt=2))
         assert live.check(remote=True) == []
         two.kill()
         two.wait()

@@ -25,11 +25,11 @@ STEPS, BAD, BATCH = 80, 60, 8
 class Samples:
     """Random regression batches; the samples of step ``BAD`` (1-based) have their inputs x 30; ``ids`` 1000 + index."""
 
-    def __init__(self, with_ids: bool = False) -> None:
+    def __init__(self, with_ids: bool = False, bad: int = BAD) -> None:
         rng = np.random.default_rng(3)
         self.x = rng.normal(size=(STEPS * BATCH, 8)).astype(np.float32)
         self.y = (self.x @ rng.normal(size=(8, 1))).astype(np.float32)
-        self.x[(BAD - 1) * BATCH : BAD * BATCH] *= 30.0
+        self.x[(bad - 1) * BATCH : bad * BATCH] *= 30.0
         self.with_ids = with_ids
 
     def __len__(self) -> int:
@@ -40,9 +40,9 @@ class Samples:
         return (*item, np.int64(1000 + i)) if self.with_ids else item
 
 
-def dataset(with_ids: bool = False) -> ds.Dataset:
+def dataset(with_ids: bool = False, bad: int = BAD) -> ds.Dataset:
     columns = ["x", "y", "sample_id"] if with_ids else ["x", "y"]
-    return ds.GeneratorDataset(Samples(with_ids), columns, shuffle=False).batch(BATCH, drop_remainder=True)
+    return ds.GeneratorDataset(Samples(with_ids, bad), columns, shuffle=False).batch(BATCH, drop_remainder=True)
 
 
 def mlp() -> nn.Cell:
@@ -207,3 +207,107 @@ def test_max_consecutive_skips_in_a_row_raise_an_error_alert_with_the_actions() 
     assert last["severity"] == "error" and last["actions"] == ["stop"] and last["in_a_row"] == 3 and last["batch"] == 13
     assert all(f[0]["actions"] == [] for f in fired)
     assert rule.check({"step": 15, "skipped": 0.0}) == []
+
+
+class TutorialLoop:
+    """The tutorial's loop on :func:`dataset`'s batches: ``value_and_grad`` and a jit step that calls ``update``."""
+
+    def __init__(self) -> None:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        self.net = mlp()
+        self.opt = nn.SGD(self.net.trainable_params(), learning_rate=0.01)
+        loss_fn = nn.MSELoss()
+
+        def forward(x, y):
+            return loss_fn(self.net(x), y)
+
+        self.grad_fn = ms.value_and_grad(forward, None, self.opt.parameters)
+
+    def train(self, run: mw.Run, skip_step: mw.SkipStep | None, bad: int = BAD) -> dict[int, list[np.ndarray]]:
+        """Train one epoch (the bad batch at step ``bad``); ``skip_step`` in place of ``optimizer(grads)``, or the
+        plain optimizer (None)."""
+        grad_fn, opt = self.grad_fn, self.opt
+
+        @ms.jit
+        def plain_step(x, y):
+            loss, grads = grad_fn(x, y)
+            opt(grads)
+            return loss, grads
+
+        @ms.jit
+        def skipping_step(x, y):
+            loss, grads = grad_fn(x, y)
+            return loss, grads, skip_step(grads)
+
+        weights = {}
+        for step, (x, y) in enumerate(run.batches(dataset(bad=bad).create_tuple_iterator()), 1):
+            if skip_step is None:
+                run.step(*plain_step(x, y))
+            else:
+                loss, grads, skipped = skipping_step(x, y)
+                run.step(loss=loss, grads=grads, skipped=skipped)
+            weights[step] = [p.asnumpy().copy() for p in self.net.trainable_params()]
+        return weights
+
+
+def test_skip_steps_in_a_loop_without_skip_step_warns_once_naming_skip_step(tmp_path: Path, caplog) -> None:
+    """``skip_steps: {enabled: true}`` alone cannot skip a loop's update (the loop calls the optimizer itself): the
+    first step says so, once, and how to use ``mw.SkipStep``; the bad step is applied, as the warning says."""
+    loop = TutorialLoop()
+    with mw.start_run({"save_dir": str(tmp_path), "skip_steps": {"enabled": True}}, optimizer=loop.opt) as run:
+        weights = loop.train(run, skip_step=None)
+    warnings = [r for r in caplog.records if r.name == "mindwatch" and "SkipStep" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    text = warnings[0].getMessage()
+    assert "mw.SkipStep(optimizer, run=run)" in text and "skipped=skipped" in text and "skips no update" in text
+    assert not same(weights[BAD], weights[BAD - 1])
+    assert "skipped" not in mindwatch.open_run(run.run_dir).metrics
+
+
+def test_a_loop_with_skip_step_gets_no_such_warning(tmp_path: Path, caplog) -> None:
+    loop = TutorialLoop()
+    with mw.start_run({"save_dir": str(tmp_path), "skip_steps": {"enabled": True}}, optimizer=loop.opt) as run:
+        loop.train(run, mw.SkipStep(loop.opt, run=run))
+    assert not [r for r in caplog.records if "SkipStep" in r.getMessage()]
+
+
+def test_skip_step_takes_its_settings_from_the_runs_config(tmp_path: Path) -> None:
+    """``warmup: 5`` written once, in the config: step 10's bad batch (inputs x 30) is skipped, which the default
+    warmup of 20 would not do, and the decision cell holds the config's sigma, window and warmup."""
+    loop = TutorialLoop()
+    config = {"save_dir": str(tmp_path), "skip_steps": {"enabled": True, "warmup": 5, "sigma": 4.0, "window": 32}}
+    with mw.start_run(config, optimizer=loop.opt) as run:
+        skip_step = mw.SkipStep(loop.opt, run=run)
+        weights = loop.train(run, skip_step, bad=10)
+    decision = skip_step.decision
+    assert decision is not None and decision.window == 32
+    assert float(decision.sigma.asnumpy()) == 4.0 and int(decision.warmup.asnumpy()) == 5
+    skipped = mindwatch.open_run(run.run_dir).series("skipped")
+    assert list(skipped.step[skipped.value == 1]) == [10]
+    assert same(weights[10], weights[9])
+    assert mw.SkipStep(loop.opt, run=run, warmup=5, sigma=4).decision is not None  # keywords that agree are fine
+
+
+def test_skip_step_keywords_that_disagree_with_the_runs_config_are_an_error_naming_the_key(tmp_path: Path) -> None:
+    net = mlp()
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    with mw.start_run({"save_dir": str(tmp_path), "skip_steps": {"enabled": True, "sigma": 4.0}}, optimizer=opt) as run:
+        with pytest.raises(ValueError, match=r"SkipStep\(sigma=6\.0\) disagrees with the run's config, skip_steps\.sigma: 4\.0"):
+            mw.SkipStep(opt, run=run, sigma=6.0)
+        with pytest.raises(ValueError, match=r"skip_steps\.window: 128"):  # the config's default counts as written
+            mw.SkipStep(opt, run=run, window=64)
+        with pytest.raises(TypeError, match="not both"):
+            mw.SkipStep(opt, run.config.skip_steps, run=run)
+
+
+def test_skip_step_of_a_run_whose_skip_steps_is_off_applies_every_update_and_says_so(tmp_path: Path, caplog) -> None:
+    """The config switches skipping off without a change to the code; the warning says how to switch it on."""
+    loop = TutorialLoop()
+    with mw.start_run({"save_dir": str(tmp_path)}, optimizer=loop.opt) as run:
+        skip_step = mw.SkipStep(loop.opt, run=run)
+        weights = loop.train(run, skip_step)
+    assert skip_step.decision is None
+    (warning,) = [r.getMessage() for r in caplog.records if "SkipStep" in r.getMessage()]
+    assert "applies every update" in warning and "skip_steps: {enabled: true}" in warning
+    assert not same(weights[BAD], weights[BAD - 1])
+    assert not mindwatch.open_run(run.run_dir).series("skipped").value.any()

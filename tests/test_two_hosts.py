@@ -11,14 +11,20 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 from test_distributed import SCRIPT, VENV_BIN, Launch, base_env, only_run_dir, raw_records
 
 import mindwatch
+from mindwatch.report.html import render_report
+from mindwatch.store.jsonl import read_last_record
+
+HOOK_SERVER = Path(__file__).parent / "scripts" / "hook_server.py"
 
 pytestmark = pytest.mark.slow
 
@@ -137,6 +143,10 @@ def test_on_two_hosts_without_a_shared_folder_the_other_rank_names_a_killed_one(
 
 def _lost(folder: Path) -> list[dict]:
     """The ``rank_lost`` alerts in a run folder's alerts.jsonl so far (a line being written is read next time)."""
+    return [a for a in _alerts_in(folder) if a.get("rule") == "rank_lost"]
+
+
+def _alerts_in(folder: Path) -> list[dict]:
     try:
         lines = (folder / "alerts.jsonl").read_text().splitlines()
     except OSError:
@@ -147,4 +157,71 @@ def _lost(folder: Path) -> list[dict]:
             alerts.append(json.loads(line))
         except ValueError:
             continue
-    return [a for a in alerts if a.get("rule") == "rank_lost"]
+    return alerts
+
+
+def test_a_host_that_vanishes_is_named_within_the_keep_alive_and_every_channel_hears_it(tmp_path: Path, two_hosts) -> None:
+    """Rank 1's link goes down mid-run (power, network: nothing comes back, no process exits). Rank 0 names rank 1
+    within ``distributed.lifeline_keepalive_secs`` and tells its channel (a webhook on rank 0's host)."""
+    h1, h2, _ = two_hosts
+    keepalive, hooks = 6.0, tmp_path / "hooks.jsonl"
+    server = subprocess.Popen(["ip", "netns", "exec", h1, sys.executable, str(HOOK_SERVER), "8119", str(hooks)])
+    config = {
+        "distributed": {"lifeline_keepalive_secs": keepalive},
+        "notify": [{"type": "webhook", "url": "http://127.0.0.1:8119/hook"}],
+    }
+    job = Launch()
+    try:
+        start_nodes(job, tmp_path, two_hosts, "--steps", "2000", "--pace-secs", "0.05", "--config", json.dumps(config))
+        folder = wait_for(lambda: next(iter((tmp_path / "node0").glob("dist/*/metrics.rank0.jsonl")), None), 180).parent
+        wait_for(lambda: (read_last_record(folder / "metrics.rank0.jsonl") or {}).get("step", 0) >= 20, 120)
+        assert _ip("-n", h2, "link", "set", _peer_link(h2), "down").returncode == 0
+        down = time.time()
+        lost = wait_for(lambda: _lost(folder), keepalive + 30)
+        told = wait_for(lambda: [b for b in _posts(hooks) if b.get("rule") == "rank_lost"], 20)
+    finally:
+        job.kill()
+        server.kill()
+    named = [(a["rank"], a["reported_by"], a["how"]) for a in lost]
+    assert named == [(1, 0, "unreachable")], lost
+    assert lost[0]["t"] - down <= keepalive + 10.0, "named within the keep-alive (a margin for a loaded machine)"
+    assert "stopped answering" in lost[0]["message"]
+    assert [(b["lost_rank"], b["reported_by"]) for b in told] == [(1, 0)]
+
+
+def test_a_hang_on_two_hosts_brings_both_stack_dumps_into_rank_0s_folder(tmp_path: Path, two_hosts) -> None:
+    """Rank 1's data pipeline blocks; each node records in its own folder. Rank 1's stall dump travels over the
+    lifeline: rank 0's folder holds both dumps, its hang alert names rank 1, and the report shows both dumps."""
+    job = Launch()
+    try:
+        start_nodes(job, tmp_path, two_hosts, "--steps", "400", "--block-rank", "1", "--block-at", "20")
+        hang = wait_for(lambda: [a for a in _alerts(tmp_path / "node0") if a.get("rule") == "hang"], 240)
+    finally:
+        job.kill()
+    folder = only_run_dir(tmp_path / "node0" / "dist")
+    dumps = sorted({p.name.split("_")[1] for p in (folder / "stacks").glob("stall_rank*_*.txt")})
+    assert dumps == ["rank0", "rank1"], dumps
+    assert hang[0]["culprits"] == [1], hang[0]["message"]
+    assert hang[0]["places"]["1"]["where"] == "data", hang[0]["places"]
+    html = render_report([mindwatch.open_run(folder)])
+    for rank in (0, 1):
+        assert f"stall_rank{rank}_" in html, f"the report shows rank {rank}'s dump"
+
+
+def _peer_link(ns: str) -> str:
+    """The name of the veth end inside namespace ``ns``."""
+    out = _ip("-n", ns, "-o", "link", "show").stdout
+    return next(line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if "veth" in line or "mwvb" in line)
+
+
+def _posts(path: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _alerts(node: Path) -> list[dict]:
+    """The alerts of the run recorded under a node's save_dir, so far."""
+    found = list(node.glob("dist/*/alerts.jsonl"))
+    return _alerts_in(found[0].parent) if found else []

@@ -80,11 +80,13 @@ class _Liveness:
         stale_secs: float,
         wake: Callable[[], None] | None,
         clock: Callable[[], float],
+        attempt: int | None,
     ) -> None:
         self.clock = clock
         self.wake = wake
         self.exits = ExitWatch(self._exited) if world_size > 1 else None
-        self.liveness = RankLiveness(layout, world_size, stale_secs=stale_secs, ranks=ranks, exits=self.exits)
+        live = RankLiveness(layout, world_size, stale_secs=stale_secs, ranks=ranks, exits=self.exits, attempt=attempt)
+        self.liveness = live
         self.liveness_secs = config.liveness_secs
         #: Remote heartbeats are read (one status file a rank) this often: a quarter of the stale limit.
         self.remote_secs = max(config.poll_secs, stale_secs / 4)
@@ -107,7 +109,8 @@ class _Liveness:
                 continue  # named already, or named by its pid on this host (the same moment, with its exit)
             pid, host = hello.get("pid"), hello.get("host")
             pid = pid if isinstance(pid, int) else None
-            gone = LostRank(rank, pid, str(host or "?"), last_step(rank), "disconnected", time.time())
+            how = str(hello.get("how") or "disconnected")
+            gone = LostRank(rank, pid, str(host or "?"), last_step(rank), how, time.time())
             self.liveness.lost[rank] = gone
             out.append(gone)
         return out
@@ -153,8 +156,10 @@ class RankZeroWatch(_Liveness):
         stale_secs: float = 10.0,
         wake: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        attempt: int | None = None,
     ) -> None:
-        super().__init__(RunLayout(Path(run_dir)), world_size, [0], config, stale_secs=stale_secs, wake=wake, clock=clock)
+        layout = RunLayout(Path(run_dir))
+        super().__init__(layout, world_size, [0], config, stale_secs=stale_secs, wake=wake, clock=clock, attempt=attempt)
         self.rank = rank
         self.emit = emit
         self.on_lost = on_lost
@@ -210,6 +215,7 @@ class CrossRankWatch(_Liveness):
         wake: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         timings_from_signal: bool = False,
+        attempt: int | None = None,
     ) -> None:
         self.layout = RunLayout(Path(run_dir))
         #: Our train cells and loops sum every rank's step and data time with the step (``from_signal``): the
@@ -223,7 +229,7 @@ class CrossRankWatch(_Liveness):
         self._pending_bands: deque[tuple[int, dict[int, dict[str, Any]]]] = deque(maxlen=10_000)
         self._stale_secs = stale_secs
         others = list(range(1, world_size))
-        super().__init__(self.layout, world_size, others, config, stale_secs=stale_secs, wake=wake, clock=clock)
+        super().__init__(self.layout, world_size, others, config, stale_secs=stale_secs, wake=wake, clock=clock, attempt=attempt)
         self.world_size = world_size
         self.emit = emit
         self.poll_secs = config.poll_secs
@@ -246,6 +252,8 @@ class CrossRankWatch(_Liveness):
         for tail in [self._alerts, *self.tails.tails.values()]:
             tail.offset = _size(tail.path)  # a resumed run's old lines are not news
         self._stalls: dict[int, Alert] = {}
+        #: Stall alerts and dumps the other ranks sent over the lifeline (``relayed``), for the worker.
+        self._relayed: deque[tuple[int, Alert, str]] = deque()
         self._stall_since: float | None = None
         self._diagnosed = False
         self._last_poll = -1e18
@@ -395,6 +403,7 @@ class CrossRankWatch(_Liveness):
             self.emit(alert)
 
     def _read_alerts(self) -> None:
+        self._take_relayed()
         for alert in self._alerts.read_new():
             rank = alert.get("rank")
             if not isinstance(rank, int):
@@ -419,6 +428,34 @@ class CrossRankWatch(_Liveness):
             return  # give the other ranks' watchdogs time to write their dumps
         self._diagnosed = True
         self.emit(self.diagnose())
+
+    def relayed(self, rank: int, message: dict[str, Any]) -> None:
+        """The lifeline's thread: ``rank``'s stall alert and its stack dump (``StacksRelay``); kept in this run's
+        ``stacks/`` on the worker, for the hang diagnosis, with or without a shared folder."""
+        if isinstance(message.get("stall"), dict) and isinstance(message.get("stacks_text"), str):
+            self._relayed.append((rank, message["stall"], message["stacks_text"]))
+            self._exited(-1)  # wake the worker
+
+    def _take_relayed(self) -> None:
+        while self._relayed:
+            rank, alert, text = self._relayed.popleft()
+            name = Path(str(alert.get("stacks") or "")).name
+            if not name.startswith(f"stall_rank{rank}_"):
+                continue
+            path = self.layout.stacks / name
+            if not path.exists():  # a shared folder has it already
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_name(f".{name}.tmp")
+                    tmp.write_text(text, encoding="utf-8")
+                    tmp.replace(path)
+                except OSError as e:
+                    log.warning("mindwatch: cannot keep rank %d's stack dump in %s (%s)", rank, path, e)
+                    continue
+            if self.hang_enabled:
+                self._stalls[rank] = {**alert, "rank": rank, "stacks": str(path)}
+                if self._stall_since is None:
+                    self._stall_since = self.clock()
 
     def diagnose(self) -> Alert:
         """The ``hang`` alert from the stall dumps collected so far."""

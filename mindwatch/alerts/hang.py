@@ -10,6 +10,7 @@ Example::
     d.message         # the sentence the alert carries
 
     d = diagnose_run("monitor_output/gpt/run_20261129_080440")   # the same from a run directory, offline
+    d = diagnose_run("node0/gpt/run_1", also=["node1/gpt/run_1"])  # every node's folder of the run, read as one
 
 In data-parallel training every step ends in a collective (the gradient AllReduce). When one
 rank stops reaching it, every other rank blocks inside the compiled step; the rank the others
@@ -21,8 +22,9 @@ are not visible, the Python frame that entered the graph is.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +53,19 @@ _STEP_FILES = ("mindspore/graph/api.py", "mindspore/common/api.py", "mindspore/o
 _STEP_FUNCS = ("_exec_pip", "_graph_executor", "compile_and_run", "run_graph")
 _DATA_FILES = ("mindspore/dataset/", "mindspore/train/dataset_helper.py")
 _SITE = ("/site-packages/", "/dist-packages/", "/lib/python3")
-_LIBRARY = (*_SITE, "mindwatch/")
+# mindwatch's own frames (the callback, the watchdog), installed or a checkout: its modules by name, so that code
+# which merely lives in a folder called mindwatch (a user's project, this repository's tests) is not taken for it
+_OWN = re.compile(
+    r"(?:^|/)mindwatch/(?:{})(?:/|$)".format(
+        "|".join(re.escape(p.name) for p in Path(__file__).resolve().parents[1].iterdir() if p.name != "__pycache__")
+    )
+)
+
+
+def _is_library(path: str) -> bool:
+    """A frame of Python's, an installed package's or mindwatch's own, not the training's code."""
+    path = path.replace("\\", "/")
+    return any(p in path for p in _SITE) or _OWN.search(path) is not None
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,8 @@ class Diagnosis:
     message: str = ""
     #: The message's parts: the verdict, then one line per rank.
     lines: list[str] = field(default_factory=list)
+    #: Ranks without a dump whose files are not in the folders read (another node's): no verdict without them.
+    not_found: list[int] = field(default_factory=list)
 
 
 def parse_stacks(text: str) -> list[Thread]:
@@ -126,7 +142,7 @@ def locate(rank: int, text: str, stacks: str | None = None) -> RankPlace:
             return RankPlace(rank, IN_DATA, _data_detail(f, threads), stacks)
         if any(p in path for p in _STEP_FILES) or f.func in _STEP_FUNCS:
             return RankPlace(rank, IN_STEP, _step_detail(f, frames), stacks)
-        if not any(p in path for p in _LIBRARY):
+        if not _is_library(path):
             return RankPlace(rank, IN_PYTHON, f"main thread at {f}", stacks)
     return RankPlace(rank, IN_PYTHON, f"main thread at {frames[-1]}", stacks)
 
@@ -149,20 +165,24 @@ def _data_detail(frame: Frame, threads: list[Thread]) -> str:
     for t in threads:
         if t.name == "MainThread" or t.is_watchdog or not t.frames:
             continue
-        user = [f for f in t.frames if not any(p in f.file.replace("\\", "/") for p in _LIBRARY)]
+        user = [f for f in t.frames if not _is_library(f.file)]
         if user and any("mindspore/dataset/" in f.file.replace("\\", "/") for f in t.frames):
             parts.append(f"dataset code at {user[-1]}")
     return ", ".join(parts)
 
 
 def diagnose(
-    dumps: Mapping[int, str | Path], world_size: int | None = None, last_steps: dict[int, int | None] | None = None
+    dumps: Mapping[int, str | Path],
+    world_size: int | None = None,
+    last_steps: dict[int, int | None] | None = None,
+    unseen: Collection[int] = (),
 ) -> Diagnosis:
     """Read each rank's stack dump and say which ranks the others wait for (see the module docstring).
 
     ``dumps`` maps rank -> dump file; ranks of ``range(world_size)`` without a dump are named as
     missing (a dead or wedged process writes none). ``last_steps`` (from the status files) names
-    ranks that are behind.
+    ranks that are behind. ``unseen``: ranks none of whose files were in the folders read (another
+    node's folder): a dump missing there says nothing of the rank, so no verdict is given without it.
     """
     places: dict[int, RankPlace] = {}
     for rank, path in sorted(dumps.items()):
@@ -174,13 +194,17 @@ def diagnose(
         places[rank] = locate(rank, text, str(path))
     ranks = list(range(world_size)) if world_size else sorted(places)
     missing = [r for r in ranks if r not in places]
+    not_found = [r for r in missing if r in unseen]
     waiting = [r for r in ranks if r in places and places[r].where == IN_STEP]
     elsewhere = [r for r in ranks if r in places and places[r].where != IN_STEP]
     steps = {r: s for r, s in (last_steps or {}).items() if isinstance(s, int)}
     behind = [r for r in ranks if steps and r in steps and steps[r] < max(steps.values())]
 
     lines = []
-    if elsewhere and waiting:
+    if not_found:
+        culprits = []
+        lines.append(f"no verdict: no stack dump found for {_ranks(not_found)}, whose files are not in the folders read")
+    elif elsewhere and waiting:
         culprits = elsewhere
         lines.append(f"likely culprit: {_ranks(elsewhere)}, which the others wait for")
     elif missing and waiting:
@@ -200,11 +224,13 @@ def diagnose(
     for r in ranks:
         if r in places:
             lines.append(f"rank {r}: {places[r].description}")
+        elif r in unseen:
+            lines.append(f"rank {r}: no stack dump found (none of its files is in the folders read)")
         else:
             lines.append(f"rank {r}: no stack dump")
     if behind and culprits is not behind:
         lines.append(f"{_ranks(behind)} behind at step {min(steps[r] for r in behind)} (others at {max(steps.values())})")
-    return Diagnosis(places, culprits, waiting, "; ".join(lines), lines)
+    return Diagnosis(places, culprits, waiting, "; ".join(lines), lines, not_found)
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -214,21 +240,31 @@ def _ranks(ranks: list[int]) -> str:
 _DUMP = re.compile(r"^stall_rank(\d+)_.*(?<!\.faulthandler)\.txt$")
 
 
-def diagnose_run(run_dir: str | Path) -> Diagnosis:
+def diagnose_run(run_dir: str | os.PathLike[str], also: Sequence[str | os.PathLike[str]] = ()) -> Diagnosis:
     """:func:`diagnose` from a run directory: each rank's newest ``stacks/stall_rank<R>_*.txt``, the world size
     from ``meta.json`` (else the rank files) and the last steps from the status files. Works on any machine,
-    also when rank 0 (which diagnoses live) is the process that died."""
+    also when rank 0 (which diagnoses live) is the process that died.
+
+    ``also``: the run's folders on the other nodes (a multi-node job without a shared file system), read with
+    ``run_dir`` as one run (:class:`~mindwatch.store.layout.RunLayout`); a rank with no file in any of them is
+    named as not found, not as the culprit."""
     from mindwatch.store.layout import RunLayout, read_json
 
-    layout = RunLayout(Path(run_dir))
+    layout = RunLayout(Path(run_dir), tuple(Path(p) for p in also))
+    found = [dump for root in layout.roots for dump in _dumps_in(RunLayout(root).stacks)]  # each node's stacks/
     newest: dict[int, Path] = {}
-    if layout.stacks.is_dir():
-        for p in sorted(layout.stacks.iterdir(), key=lambda q: q.stat().st_mtime):
-            m = _DUMP.match(p.name)
-            if m:
-                newest[int(m.group(1))] = p
+    for rank, path in sorted(found, key=lambda d: d[1].stat().st_mtime):
+        newest[rank] = path
     world = (read_json(layout.meta) or {}).get("world_size")
     ranks = set(layout.ranks()) | set(newest)
     world_size = world if isinstance(world, int) and world > 0 else (max(ranks) + 1 if ranks else None)
     last_steps = {r: (read_json(layout.status(r)) or {}).get("last_step") for r in range(world_size or 0)}
-    return diagnose(newest, world_size, last_steps)
+    unseen = [r for r in range(world_size or 0) if r not in ranks]
+    return diagnose(newest, world_size, last_steps, unseen)
+
+
+def _dumps_in(stacks: Path) -> list[tuple[int, Path]]:
+    """``(rank, path)`` of each stall dump in a ``stacks/`` folder (not their ``.faulthandler.txt`` twins)."""
+    if not stacks.is_dir():
+        return []
+    return [(int(m.group(1)), p) for p in stacks.iterdir() if (m := _DUMP.match(p.name))]

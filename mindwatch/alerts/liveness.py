@@ -12,13 +12,12 @@ A rank on this host is gone when its pid (from ``status.rank<R>.json``, which re
 another host is gone when its heartbeat is older than ``stale_secs`` (the same limit that makes a
 status ``stale``). A rank whose status is final (it finished, stopped or failed and wrote so) is not lost.
 
-Attempts are told apart: a status file whose ``started_at`` is older than this process (less
-:data:`~mindwatch.store.rendezvous.CLOCK_SLACK_SECS`) was left by an earlier attempt of the run (a
-restart with the same ``run_name``) and says nothing about this one. Every rank of a launch starts its
-session after ``init()``, which returns once every rank's process runs, so this attempt's statuses are
-never older than that. A rank that has not written this attempt's status yet (it comes back a few
-seconds late) is not lost: it is not there yet. When a new process takes a rank's status over, the
-watch follows the new pid.
+Attempts are told apart by their number, not by clocks: every status file names the ``attempt`` of the
+run it belongs to (``meta.json``'s ``attempts``; rank 0 announces it to the other ranks), and a status of
+another attempt (an earlier one that a relaunch with the same ``run_name`` left, or a later one) says
+nothing about this one. A rank that has not written this attempt's status yet (it comes back a few
+seconds late) is not lost: it is not there yet. When a new process of this attempt takes a rank's status
+over, the watch follows the new pid. Without a known attempt (``attempt=None``) every status counts.
 
 A local rank's exit is seen at once where Linux gives a pidfd (:class:`ExitWatch`): the worker is
 woken and the check runs within milliseconds, not at its next ``liveness_secs``.
@@ -38,11 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from mindwatch.store.jsonl import last_record
 from mindwatch.store.layout import RunLayout, read_json
-from mindwatch.store.rendezvous import CLOCK_SLACK_SECS
 from mindwatch.store.states import FINAL_STATES
 
 log = logging.getLogger("mindwatch")
@@ -54,7 +50,9 @@ class LostRank:
     pid: int | None
     host: str | None
     last_step: int | None
-    how: str  # "exited" (a local pid), "silent" (a remote heartbeat) or "disconnected" (its lifeline closed)
+    #: "exited" (a local pid), "silent" (a remote heartbeat), "disconnected" (its lifeline closed) or "unreachable"
+    #: (its host stopped answering the lifeline's keep-alive)
+    how: str
     t: float
 
     @property
@@ -63,6 +61,8 @@ class LostRank:
             why = f"pid {self.pid} on host {self.host} exited"
         elif self.how == "disconnected":
             why = f"pid {self.pid} on host {self.host} ended: its lifeline connection closed"
+        elif self.how == "unreachable":
+            why = f"host {self.host} stopped answering: pid {self.pid}'s lifeline went silent"
         else:
             why = f"pid {self.pid} on host {self.host} sent no heartbeat"
         return f"rank {self.rank} is gone ({why}; last step {self.last_step})"
@@ -87,33 +87,23 @@ def pid_running(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def this_attempt_began() -> float:
-    """The earliest ``started_at`` a status of this attempt can have: this process's start, less the clock slack."""
-    try:
-        return psutil.Process().create_time() - CLOCK_SLACK_SECS
-    except psutil.Error:
-        return time.time() - CLOCK_SLACK_SECS
-
-
-def of_this_attempt(status: dict[str, Any], since: float) -> bool:
-    """Whether a status file was written by a process of this attempt (one without ``started_at`` is taken as such)."""
-    started = status.get("started_at")
-    return not isinstance(started, (int, float)) or started >= since
+def of_attempt(status: dict[str, Any], attempt: int | None) -> bool:
+    """Whether a status file was written by a process of ``attempt`` (None: any attempt counts)."""
+    return attempt is None or status.get("attempt") == attempt
 
 
 @dataclass(frozen=True)
 class _Process:
     pid: int
     host: str
-    started_at: Any
+    attempt: Any
 
 
 class RankLiveness:
     """See the module docstring. ``check()`` returns each lost rank once.
 
-    ``ranks``: the ranks to watch (default: every rank but 0, rank 0's view). ``since``: statuses that started
-    before it are an earlier attempt's (default: :func:`this_attempt_began`). ``exits``: an :class:`ExitWatch`
-    told each local pid as it is learnt.
+    ``ranks``: the ranks to watch (default: every rank but 0, rank 0's view). ``attempt``: this attempt's number;
+    statuses of other attempts are ignored. ``exits``: an :class:`ExitWatch` told each local pid as it is learnt.
     """
 
     def __init__(
@@ -124,7 +114,7 @@ class RankLiveness:
         stale_secs: float = 10.0,
         host: str | None = None,
         ranks: Iterable[int] | None = None,
-        since: float | None = None,
+        attempt: int | None = None,
         exits: ExitWatch | None = None,
     ) -> None:
         self.layout = layout
@@ -132,16 +122,16 @@ class RankLiveness:
         self.stale_secs = stale_secs
         self.host = host or socket.gethostname()
         self.ranks = list(ranks) if ranks is not None else list(range(1, world_size))
-        self.since = this_attempt_began() if since is None else since
+        self.attempt = attempt
         self.exits = exits
         self.lost: dict[int, LostRank] = {}
         self._who: dict[int, _Process] = {}  # rank -> this attempt's process, from its status file
 
     def _learn(self, rank: int, st: dict[str, Any] | None) -> _Process | None:
         """This attempt's process of ``rank`` from its status (None while the status is missing or an earlier attempt's)."""
-        if not st or not isinstance(st.get("pid"), int) or not of_this_attempt(st, self.since):
+        if not st or not isinstance(st.get("pid"), int) or not of_attempt(st, self.attempt):
             return None
-        who = _Process(st["pid"], str(st.get("host") or ""), st.get("started_at"))
+        who = _Process(st["pid"], str(st.get("host") or ""), st.get("attempt"))
         if self._who.get(rank) != who:
             self._who[rank] = who
             if self.exits is not None and who.host == self.host:

@@ -12,11 +12,28 @@ page only shows it; the report puts the run's label before it.
 
 from __future__ import annotations
 
+import re
+
 from mindwatch.units import format_duration
+
+#: Lines of an error the banner and the runs table show: the exception's line and the message's first lines.
+ERROR_LINES = 3
+#: A line longer than this is cut (a path, a dumped tensor): the next line still shows.
+ERROR_LINE_CHARS = 240
+#: A rule between a message's sections (MindSpore's "------"), a line break even inside one line.
+_RULE = re.compile(r"[-=_*~#]{4,}")
+_WORD = re.compile(r"[^\W_]{2,}")
+#: MindSpore's last section, its C++ stack "for framework developers": where what went wrong has been said.
+_STACK = "C++ Call Stack"
 
 
 def _ago(t: float | None, now: float) -> str:
     return f"{format_duration(max(0.0, now - t))} ago" if t is not None else "never"
+
+
+def _ended(text: str) -> str:
+    """``text`` as a sentence: a full stop after it unless it ends in one (``out of memory!`` stays)."""
+    return text if text.endswith((".", "!", "?", "…")) else f"{text}."
 
 
 def _stopped_why(reason: str | None) -> str:
@@ -24,6 +41,29 @@ def _stopped_why(reason: str | None) -> str:
     if not reason:
         return ""
     return f" {reason.removeprefix('stopped ')}" if reason.startswith("stopped by ") else f": {reason}"
+
+
+def error_headline(error: str | None, lines: int = ERROR_LINES) -> str | None:
+    """What went wrong, in the error's first ``lines`` lines that hold words, joined by spaces.
+
+    Rules and blank lines are dropped, bullets before a heading (MindSpore's ``- Kernel error:``) too, and
+    MindSpore's C++ call stack::
+
+        error_headline("RuntimeError:\\n-----\\n- Kernel error:\\n-----\\nAdd failed: out of memory\\n...")
+        # 'RuntimeError: Kernel error: Add failed: out of memory'
+
+    None for no error; the error itself when no line holds a word.
+    """
+    if not error:
+        return None
+    kept: list[str] = []
+    for raw in _RULE.sub("\n", error.replace("\r", "\n")).split("\n"):
+        text = " ".join(raw.split()).lstrip("-*•> ").strip()
+        if text.startswith(_STACK) or len(kept) == lines:
+            break
+        if _WORD.search(text):
+            kept.append(text if len(text) <= ERROR_LINE_CHARS else text[: ERROR_LINE_CHARS - 1] + "…")
+    return " ".join(kept) if kept else error.strip() or None
 
 
 def state_sentence(
@@ -42,9 +82,9 @@ def state_sentence(
     sentences = {
         "running": f"The run is still running: step {last_step}, last point {last}.",
         "finished": f"Finished: the run ended normally at step {last_step}. No more data will arrive.",
-        "failed": f"Failed at step {last_step}: {error or 'see the training log'}. Data stopped {last}.",
+        "failed": f"Failed at step {last_step}: {_ended(error_headline(error) or 'see the training log')} Data stopped {last}.",
         "stopped": f"Stopped at step {last_step}{_stopped_why(reason)}.",
-        "lost": f"The run lost a rank: {error or 'a rank stopped without a final state'}.",
+        "lost": f"The run lost a rank: {_ended(error_headline(error) or 'a rank stopped without a final state')}",
         "stalled": f"Stalled: the process is alive but no step finished for a while (last point {last}){why}.",
         "stale": (
             f"Stale: no heartbeat for {_ago(heartbeat_at, now).removesuffix(' ago') if heartbeat_at else 'a long time'}"

@@ -85,6 +85,24 @@ function restartMarks(restarts, o, px) {
   }));
 }
 
+/** Events marked with their name beside them up to this many on a chart; past it, the lines alone (the names would overprint). */
+const NAMED_EVENTS = 20;
+/** At most this many events are marked on a chart. */
+const MAX_EVENTS = 500;
+const EVENT_COLOR = "#9a60b4";
+
+/** A dashed line at each x an event happened, named by its event (a step skip_steps skipped):
+ * [{name, xs, color?}]. */
+function eventMarks(events, o, px) {
+  const all = (events || []).flatMap((e) => e.xs.map((x) => ({ e, x }))).slice(0, MAX_EVENTS);
+  const named = all.length <= NAMED_EVENTS;
+  return all.map(({ e, x }) => ({
+    xAxis: px(x), name: `${e.name} at ${o.x === "step" ? "step " : ""}${fmtX(px(x), o.x)}`,
+    lineStyle: { color: e.color || EVENT_COLOR, type: "dashed", width: 1.5 },
+    label: { show: named, formatter: e.name, color: e.color || EVENT_COLOR }, emphasis: { label: { show: true } },
+  }));
+}
+
 /** Fewer finite values than this on an axis: every value sets the range (a percentile of a handful means nothing). */
 const ROBUST_MIN_POINTS = 10;
 
@@ -240,8 +258,8 @@ function lineOption(o, win) {
     const nonfinite = (s.nonfinite || []).slice(0, 50).map(([x, v]) => ({
       xAxis: px(x), name: `${s.name} = ${v}`, lineStyle: { color: "#d7263d", type: "dotted" }, label: { formatter: v },
     }));
-    // alerts of no metric and restarts: once per chart
-    const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o, px)) : []).concat(nonfinite);
+    // alerts of no metric, restarts and events: once per chart
+    const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o, px), eventMarks(o.events, o, px)) : []).concat(nonfinite);
     const yAxisIndex = s.yAxisIndex || 0;
     if (s.band && s.band.lower.length) {
       series.push({ name: `${s.name} min`, type: "line", data: at(s.band.lower), showSymbol: false, lineStyle: { opacity: 0 },
@@ -293,6 +311,7 @@ function lineOption(o, win) {
  * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}}], x in
  * data units (steps, or epoch seconds for "time" and "elapsed").
  * Options: title, subtitle?, axes? ([{name, robust?, fromZero?}]), yName?, alerts?, restarts? ([{step, t, attempt}]),
+ * events? ([{name, xs, color?}]: a dashed line at each x in xs, named; what happened at a step, not a curve),
  * x ("step", "time" or "elapsed"), xOrigin? (elapsed: the data x of 0 s), xMin?, xMax?, smoothing (the raw line
  * stays, faint), log, robust (default true: the y range ignores outliers, see robustRange; false: every point sets it),
  * slider (default true: a zoom slider under the x axis; false on paper, where it cannot be used), legend (default true;

@@ -268,7 +268,8 @@ class Interventions:
                 )
                 done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
             cause = f"{alert.get('rule')}" + (f" on {alert['metric']}" if alert.get("metric") else "")
-            message = f"{done.pop('message')} (requested by the {cause} alert at step {alert.get('step')}"
+            asked_at = f" at step {alert['step']}" if alert.get("step") is not None else ""  # a request before step 1
+            message = f"{done.pop('message')} (requested by the {cause} alert{asked_at}"
             message += (
                 f" on rank {alert.get('rank')})" if alert.get("rank") is not None and alert.get("rank") != self.rank else ")"
             )

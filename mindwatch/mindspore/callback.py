@@ -30,11 +30,12 @@ from mindwatch.config import MonitorConfig, load_config
 from mindwatch.mindspore.actions import StepBoundary, checkpoint_files, prepare_optimizer
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.outputs import MINDFORMERS_LAYOUTS, decode_outputs, output_layout
-from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
+from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.recorder import StepRecorder
 from mindwatch.session import ResumeError, RunSession, SaveDirUnavailable
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
+from mindwatch.store.layout import fallback_run_id
 
 log = logging.getLogger("mindwatch")
 _perf = time.perf_counter
@@ -126,7 +127,8 @@ class MonitorCallback(Callback):
         self._begin(cb, optimizer, train_network, run_id=None)
         if self._signal is not None and self.recorder is not None:
             session = self.recorder.session
-            self._signal.announce(session.run_dir.name, getattr(session.lifeline, "address", None))
+            lifeline = getattr(session.lifeline, "address", None)
+            self._signal.announce(Announcement(session.run_dir.name, lifeline, session.attempt))
 
     def _setup_signal(self, train_network: Any) -> None:
         param = getattr(train_network, "mindwatch_signal", None)
@@ -138,7 +140,15 @@ class MonitorCallback(Callback):
             self._signal = RankSignal(param, rank=who.rank, world_size=who.world_size)
             self._signal_output = declared.index("signal")
 
-    def _begin(self, cb: Any, optimizer: Any, train_network: Any, run_id: str | None, began: float | None = None) -> None:
+    def _begin(
+        self,
+        cb: Any,
+        optimizer: Any,
+        train_network: Any,
+        run_id: str | None,
+        began: float | None = None,
+        attempt: int | None = None,
+    ) -> None:
         collective = self._signal is not None
         self.recorder = start_recorder(
             self.config,
@@ -147,6 +157,7 @@ class MonitorCallback(Callback):
             network=_param(cb, "network", None) or train_network,
             total_steps=self._planned,
             run_id=run_id,
+            attempt=attempt,
             collective=collective,
         )
         if self.recorder is None:
@@ -248,16 +259,16 @@ class MonitorCallback(Callback):
         self._deferred = None
         signal = self._signal
         assert signal is not None
-        reduced = self._read_arg(cb, "net_outputs")[self._signal_output].asnumpy()
-        run_id, lifeline = signal.run_id(reduced), signal.lifeline(reduced)
+        announced = signal.announced(self._read_arg(cb, "net_outputs")[self._signal_output].asnumpy())
+        run_id = announced.run_id
         if run_id is None:  # rank 0 records nothing (no callback there): a run of this rank's own
-            run_id = f"{self.config.run_name or time.strftime('run_%Y%m%d_%H%M%S')}_rank{signal.rank}"
+            run_id = fallback_run_id(self.config.run_name, signal.rank)
             log.warning("mindwatch: rank 0 announced no run; rank %d records into %s", signal.rank, run_id)
         began = self._step_begin
-        self._begin(cb, optimizer, train_network, run_id=run_id, began=self._prev_step_end)
+        self._begin(cb, optimizer, train_network, run_id=run_id, began=self._prev_step_end, attempt=announced.attempt)
         self._step_begin = began
-        if lifeline and self.recorder is not None:
-            self.recorder.session.join_lifeline(lifeline)
+        if announced.lifeline and self.recorder is not None:
+            self.recorder.session.join_lifeline(announced.lifeline)
         cell = self._cell
         if self.recorder is not None and cell is not None and cell.switching is not None:
             # the step that ran measured (set at train begin): the recorder reads it so; the next step plans afresh

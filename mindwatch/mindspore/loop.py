@@ -46,12 +46,13 @@ from mindwatch import metrics as vocab
 from mindwatch.mindspore.actions import StepBoundary, network_and_optimizer
 from mindwatch.mindspore.callback import ConfigLike, merged_config, start_recorder
 from mindwatch.mindspore.layer_stats import LayerGrouping
-from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
+from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.recorder import StepRecorder
 from mindwatch.mindspore.reduction import LoopLayerStats, StepReduction
+from mindwatch.store.attempts import resumed_step
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
-from mindwatch.store.layout import read_json
+from mindwatch.store.layout import fallback_run_id
 
 log = logging.getLogger("mindwatch")
 _perf = time.perf_counter
@@ -96,13 +97,16 @@ class Run:
         self._reduce = StepReduction()
         self._signal: RankSignal | None = None
         self._sum_every = config.distributed.coordination.loop_every
+        #: ``step`` calls in this attempt: when the signal is summed (never a step number, which a resume may set
+        #: apart on one rank: every rank calls ``step`` alike, so every rank joins every sum).
+        self._calls = 0
         self._layer_stats: LoopLayerStats | None = None
         self._boundary = StepBoundary(self._request_stop)
         self.recorder: StepRecorder | None = None
         #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py).
         self._exchange: SignalExchange | None = None
-        #: Since the last sum: when it was (perf_counter) and the seconds waited for batches (the timings it sends).
-        self._summed_at, self._summed_step = 0.0, 0
+        #: Since the last sum: when it was (perf_counter), at which call, and the seconds waited for batches.
+        self._summed_at, self._summed_calls = 0.0, 0
         self._waited = 0.0
         if not config.enable:
             return
@@ -110,11 +114,9 @@ class Run:
         signal = None
         if who.world_size > 1 and config.distributed.coordination.enabled:
             signal = RankSignal(None, rank=who.rank, world_size=who.world_size)
-        run_id = lifeline = None
+        announced = Announcement()
         if signal is not None and who.rank > 0:  # never wait for another host's file: rank 0 says which run
-            announced = _sum(signal.tensor())
-            run_id = signal.run_id(announced) or f"{config.run_name or 'run'}_rank{who.rank}"
-            lifeline = signal.lifeline(announced)
+            announced = signal.announced(_sum(signal.tensor()))
         saved = network_and_optimizer(network, optimizer)
         try:
             self.recorder = start_recorder(
@@ -123,24 +125,27 @@ class Run:
                 saved=saved,
                 network=network,
                 total_steps=total_steps,
-                run_id=run_id,
+                run_id=announced.run_id or (fallback_run_id(config.run_name, who.rank) if who.rank > 0 and signal else None),
+                attempt=announced.attempt,
                 collective=signal is not None,
             )
+            if self.recorder is not None and who.rank == 0:
+                announced = self._announcement()
         finally:
             if signal is not None and who.rank == 0:  # the other ranks wait in the sum for the run id (or none)
-                if self.recorder is not None:
-                    session = self.recorder.session
-                    signal.announce(session.run_dir.name, getattr(session.lifeline, "address", None))
+                signal.announce(announced)
                 _sum(signal.tensor())
-                signal.announce("")
+                signal.announce(None)
         #: Kept even when this rank records nothing: every rank must take part in every step's sum.
         self._signal = signal
+        #: The step the run resumes after: rank 0's (from meta.json), announced to every rank, so they number alike.
+        self._step = announced.resumed_step
         if self.recorder is None:
             return
         if signal is not None:
             self._exchange = SignalExchange(signal, self.recorder.session)
-        if lifeline:
-            self.recorder.session.join_lifeline(lifeline)
+        if announced.lifeline and who.rank > 0:
+            self.recorder.session.join_lifeline(announced.lifeline)
         try:
             self._setup()
         except Exception as e:
@@ -153,7 +158,6 @@ class Run:
     def _setup(self) -> None:
         recorder = self.recorder
         assert recorder is not None
-        self._step = self._resumed_step()
         recorder.state.recorded = self._step
         weights = recorder.weights
         layers = self.config.layers
@@ -165,7 +169,7 @@ class Run:
         recorder.watch_attention(self.network)
         now = _perf()
         recorder.timer.restart(now)
-        self._summed_at, self._summed_step = now, self._step
+        self._summed_at, self._summed_calls = now, 0
         if recorder.watchdog is not None:
             recorder.watchdog.started = now  # compilation and the first batch have first_step_timeout
         self._plan(self._step + 1)
@@ -222,9 +226,10 @@ class Run:
         ``sample_ids``: the ids of the step's batch (a Tensor or a list), named by its anomaly alerts;
         ``skipped``: what :class:`~mindwatch.mindspore.SkipStep` returned (a step it skipped is always recorded)."""
         recorder = self.recorder
+        self._calls += 1
         if recorder is None or recorder.state.closed:
             self._step = self._step + 1 if step is None else int(step)
-            if self._signal is not None and self._step % self._sum_every == 0:  # the other ranks sum it: take part
+            if self._signal is not None and self._calls % self._sum_every == 0:  # the other ranks sum it: take part
                 _sum(self._signal.tensor())
             return
         now = _perf()
@@ -235,10 +240,10 @@ class Run:
         state = recorder.state
         n = number - state.recorded
         try:
-            if self._exchange is not None and number % self._sum_every == 0:  # one small AllReduce: the same on every rank
-                k = max(1, number - self._summed_step)  # the step and data time per step since the last sum go with it
+            if self._exchange is not None and self._calls % self._sum_every == 0:  # one small AllReduce on every rank
+                k = max(1, self._calls - self._summed_calls)  # the step and data time per step since the last sum
                 self._exchange.timed(number, (now - self._summed_at) / k, self._waited / k)
-                self._summed_at, self._summed_step, self._waited = now, number, 0.0
+                self._summed_at, self._summed_calls, self._waited = now, self._calls, 0.0
                 self._exchange.before_step()
                 self._exchange.after_step(_sum(self._exchange.signal.tensor()), number)
             if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):
@@ -286,6 +291,13 @@ class Run:
         """The step's record: its tensors (the scalars, the gradients' squared sums) read in one compiled call."""
         recorder = self.recorder
         assert recorder is not None
+        if recorder.state.first_pending and vocab.SKIPPED not in metrics and self.config.skip_steps.enabled:
+            log.warning(  # once: the first step is the first record
+                "mindwatch: skip_steps is enabled but run.step got no skipped= at the first step: this loop skips no "
+                "update. In a loop of your own it takes mw.SkipStep: build skip_step = mw.SkipStep(optimizer, run=run), "
+                "call skipped = skip_step(grads) in your jit step in place of optimizer(grads), and pass "
+                "run.step(..., skipped=skipped) (docs/training-loop.md, Skipping a bad step)"
+            )
         rec: dict[str, Any] = {"step": number, "epoch": max(self._epoch, 1), "t": _wall(), "rank": recorder.rank}
         if self._batch >= 0:
             rec["batch"] = self._batch
@@ -326,13 +338,12 @@ class Run:
         assert self.recorder is not None
         self.recorder.state.should_stop = True
 
-    def _resumed_step(self) -> int:
-        """The last step the run recorded before this attempt (a resumed run), else 0."""
+    def _announcement(self) -> Announcement:
+        """Rank 0 (or a single process): this run, its lifeline, this attempt and the step it resumes after."""
         assert self.recorder is not None
-        meta = read_json(self.recorder.session.layout.meta) or {}
-        attempts = meta.get("attempts") or []
-        steps = [a.get("last_step") for a in attempts[:-1] if isinstance(a.get("last_step"), int)]
-        return max(steps, default=0)
+        session = self.recorder.session
+        lifeline = getattr(session.lifeline, "address", None)
+        return Announcement(session.run_dir.name, lifeline, session.attempt, resumed_step(session.meta))
 
 
 def _skipped(value: Any) -> bool:

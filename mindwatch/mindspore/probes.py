@@ -17,24 +17,40 @@ log = logging.getLogger("mindwatch")
 
 
 class LrProbe:
-    """The learning rate step ``step`` (1-based) used, read on the host.
+    """The learning rate a step used: the optimizer's rate at the optimizer's own ``global_step`` as the step ran.
 
-    ``optimizer.get_lr()`` at step end is already one step ahead (the optimizer advanced its
-    ``global_step``); this reads index ``step - 1``. Fixed rates and lists are cached on the
-    host; a ``LearningRateSchedule`` is evaluated for the step (a small device call).
-    Call :meth:`invalidate` after changing the rate.
+    Example::
+
+        probe = LrProbe(optimizer)
+        probe.before(step)                    # before a step that is recorded: the global_step it runs at
+        ...                                   # the step
+        lr = probe.used(step, applied=True)   # after it: the rate it used (``applied``: whether the optimizer ran)
+        probe(step + 1)                       # between steps: the rate the next step will use
+
+    ``global_step`` (a Parameter; one scalar read) counts the updates the optimizer applied: a skipped step (the
+    optimizer did not run) or a restart that did not restore it leaves it apart from the step count, and the rate
+    follows it, not the count. At step end it has advanced if the step updated: a step read :meth:`before` uses that
+    value; another (a skipped step, recorded only because it was skipped, or the first) is read after it, one less
+    when ``applied``. An optimizer without ``global_step`` falls back to the step count. A fixed rate and a
+    per-step list are held on the host; a ``LearningRateSchedule`` is evaluated in a compiled call (its first one
+    compiles). Call :meth:`invalidate` after changing the rate. Training thread only.
     """
 
     def __init__(self, optimizer: nn.Optimizer | None) -> None:
         self.optimizer = optimizer
+        self._global_step: ms.Parameter | None = getattr(optimizer, "global_step", None)
         self._fixed: float | None = None
         self._table: np.ndarray | None = None
         self._schedule: Callable[[Any], Any] | None = None
+        self._evaluate: Callable[[Any], Any] | None = None
+        #: ``(step, global_step)`` read by :meth:`before`: the index ``step`` runs at.
+        self._before: tuple[int, int] | None = None
         self.invalidate()
 
     def invalidate(self) -> None:
+        """Read the optimizer's kind of rate again (after ``lr_backoff`` or a wrap of its schedule)."""
         opt = self.optimizer
-        self._fixed = self._table = self._schedule = None
+        self._fixed = self._table = self._schedule = self._evaluate = None
         if opt is None:
             return
         lr = opt.learning_rate
@@ -47,15 +63,56 @@ class LrProbe:
         else:
             self._schedule = lr
 
-    def __call__(self, step: int) -> float | None:
+    def before(self, step: int) -> None:
+        """Before step ``step`` runs: the ``global_step`` it will run at (a fixed rate reads nothing)."""
+        if self._fixed is None and self._global_step is not None:
+            self._before = (step, self._read_global_step())
+
+    def used(self, step: int, *, applied: bool = True) -> float | None:
+        """The rate step ``step``, which just ended, used; ``applied``: whether its update was applied (not skipped)."""
         if self._fixed is not None:
             return self._fixed
-        index = max(step - 1, 0)
+        if self._global_step is None:
+            return self._at(step - 1)
+        if self._before is not None and self._before[0] == step:
+            return self._at(self._before[1])
+        return self._at(self._read_global_step() - (1 if applied else 0))
+
+    def __call__(self, step: int) -> float | None:
+        """The rate the next step, step ``step``, will use (at ``global_step`` now): what ``lr_backoff`` reports."""
+        if self._fixed is not None:
+            return self._fixed
+        return self._at(self._read_global_step() if self._global_step is not None else step - 1)
+
+    def _read_global_step(self) -> int:
+        assert self._global_step is not None
+        return int(self._global_step.asnumpy().reshape(-1)[0])  # int() copies: asnumpy may share the Parameter's memory
+
+    def _at(self, index: int) -> float | None:
+        index = max(index, 0)
         if self._table is not None:
             return float(self._table[min(index, len(self._table) - 1)])
-        if self._schedule is not None:
-            return float(self._schedule(ms.Tensor(index, ms.int32)).asnumpy())
-        return None
+        if self._schedule is None:
+            return None
+        global_step = ms.Tensor(index, ms.int32)
+        if self._evaluate is None:
+            self._evaluate = _compiled(self._schedule)
+            try:
+                return float(self._evaluate(global_step).asnumpy())
+            except Exception:  # a schedule the graph compiler refuses: op by op, as a PyNative optimizer runs it
+                log.debug("mindwatch: the lr schedule does not compile; it is evaluated op by op", exc_info=True)
+                self._evaluate = self._schedule
+        return float(self._evaluate(global_step).asnumpy())
+
+
+def _compiled(schedule: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``schedule`` as one compiled call: ~0.2 ms on CPU, against ~2 ms op by op in PyNative."""
+
+    @ms.jit
+    def evaluate(global_step):
+        return schedule(global_step)
+
+    return evaluate
 
 
 def device_memory_sampler() -> Callable[[], dict[str, float]] | None:

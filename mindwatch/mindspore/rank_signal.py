@@ -6,13 +6,15 @@ Example::
     signal.ask("stop", alert)                       # before a step: this rank asks for an action
     for asked in signal.read(outputs[i].asnumpy()):  # after it: what every rank asked, the same on every rank
         ...                                         # act on this very step: every rank read the same vector
-    signal.run_id(vector)                           # the run id rank 0 announced (its first step)
+    signal.announced(vector)                        # what rank 0 announced: run id, lifeline, attempt, resumed step
 
 Each rank owns :data:`SLOTS` slots of the vector (``rank * SLOTS ...``): the actions it asks for (one bit
 each), the step of the alert that asked, and its step and data time of the step before (what rank 0's
-straggler rule and bands need, :meth:`SignalExchange.timed`). Rank 0 also writes its run id into the last
-:data:`TOKEN_SLOTS` slots (one character code each), so that the other ranks learn which directory the run
-is in after the first step, without a shared file system and without waiting at start. Every rank's
+straggler rule and bands need, :meth:`SignalExchange.timed`). Rank 0 also writes an :class:`Announcement`
+into the last :data:`TOKEN_SLOTS` slots (one character code each): the run id, its lifeline's address, the
+attempt number and the step the run resumes after. The other ranks learn from it which directory the run is
+in, which attempt they belong to and how to number their steps, after the first step, without a shared file
+system and without waiting at start: every rank numbers the steps alike, whatever its own folder holds. Every rank's
 train cell sums the vector with an ``AllReduce`` inside its step (the slots do not overlap, so the sum is
 a gather), so every rank reads the same requests after the same step and acts on it: no margin, no
 polling. The vector is written with ``ops.assign`` between steps (~25 us on CPU), only when it changes: with
@@ -21,6 +23,7 @@ the timings, every step.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,8 @@ from mindspore import ops
 from mindwatch import metrics as vocab
 from mindwatch.monitor.control import ACTIONS
 
+log = logging.getLogger("mindwatch")
+
 #: Slots per rank: the bits of the actions asked, the step of the alert that asked, the step and data time sent.
 SLOTS = 2 + len(vocab.STRAGGLER_METRICS)
 #: Where a rank's timings are among its slots: the straggler metrics (``step_time``, ``data_time``), in the
@@ -38,8 +43,8 @@ SLOTS = 2 + len(vocab.STRAGGLER_METRICS)
 TIMING = slice(2, 2 + len(vocab.STRAGGLER_METRICS))
 _STEP_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.STEP_TIME)
 _DATA_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.DATA_TIME)
-#: Slots for rank 0's run id and its lifeline's address (``run_id\nhost:port``), one character code each.
-TOKEN_SLOTS = 96
+#: Slots for rank 0's :class:`Announcement` (``run_id\nhost:port\nattempt\nresumed_step``), one character code each.
+TOKEN_SLOTS = 160
 #: The bit of each action (float32 holds these sums exactly).
 ACTION_BITS = {action: 1 << i for i, action in enumerate(ACTIONS)}
 
@@ -47,6 +52,33 @@ ACTION_BITS = {action: 1 << i for i, action in enumerate(ACTIONS)}
 def signal_size(world_size: int) -> int:
     """The length of the vector for ``world_size`` ranks."""
     return world_size * SLOTS + TOKEN_SLOTS
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """What rank 0 tells every rank in the signal: the run, its lifeline, this attempt, and the step it resumes after.
+
+    Example::
+
+        Announcement("gpt_0601", "10.0.0.1:41873", attempt=2, resumed_step=150)
+    """
+
+    run_id: str | None = None
+    #: ``host:port`` of rank 0's lifeline (:mod:`mindwatch.alerts.lifeline`).
+    lifeline: str | None = None
+    #: This attempt's number (``meta.json``'s ``attempts``): what liveness tells attempts apart by.
+    attempt: int | None = None
+    #: The last step of the run's earlier attempts: every rank counts this attempt's steps on from it.
+    resumed_step: int = 0
+
+    def text(self) -> str:
+        return "\n".join((self.run_id or "", self.lifeline or "", str(self.attempt or ""), str(self.resumed_step)))
+
+    @classmethod
+    def parse(cls, text: str) -> Announcement:
+        parts = [*text.split("\n"), "", "", "", ""][:4]
+        number = lambda s: int(s) if s.isdigit() else None  # noqa: E731
+        return cls(parts[0] or None, parts[1] or None, number(parts[2]), number(parts[3]) or 0)
 
 
 @dataclass(frozen=True)
@@ -72,11 +104,13 @@ class RankSignal:
         self.asking: dict[str, dict[str, Any]] = {}
         self._dirty = False
 
-    def announce(self, run_id: str, lifeline: str | None = None) -> None:
-        """Rank 0: put the run id (and its lifeline's ``host:port``) into the vector; the other ranks read it after
-        the first step."""
-        text = f"{run_id}\n{lifeline}" if lifeline else run_id
-        codes = [ord(c) for c in text[:TOKEN_SLOTS]]
+    def announce(self, announcement: Announcement | None) -> None:
+        """Rank 0: put ``announcement`` into the vector (None: clear it); the other ranks read it after the next sum."""
+        text = announcement.text() if announcement is not None else ""
+        if len(text) > TOKEN_SLOTS and announcement is not None:  # the numbers still go: every rank numbers steps alike
+            log.warning("mindwatch: run id %r is too long to announce to the other ranks; they record apart", announcement.run_id)
+            text = Announcement(None, None, announcement.attempt, announcement.resumed_step).text()
+        codes = [ord(c) for c in text]
         token = self._vector[-TOKEN_SLOTS:]
         token[:] = 0
         token[: len(codes)] = codes
@@ -127,19 +161,11 @@ class RankSignal:
         (0: that rank sent none)."""
         return np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, TIMING]
 
-    def run_id(self, reduced: np.ndarray) -> str | None:
-        """The run id rank 0 announced, or None (rank 0 does not record: it has no callback)."""
-        return self._token(reduced)[0] or None
-
-    def lifeline(self, reduced: np.ndarray) -> str | None:
-        """The ``host:port`` of rank 0's lifeline (:mod:`mindwatch.alerts.lifeline`), or None."""
-        token = self._token(reduced)
-        return token[1] if len(token) > 1 and token[1] else None
-
     @staticmethod
-    def _token(reduced: np.ndarray) -> list[str]:
+    def announced(reduced: np.ndarray) -> Announcement:
+        """What rank 0 announced in the summed vector (``run_id`` None: rank 0 records nothing, it has no callback)."""
         codes = [int(round(float(c))) for c in reduced[-TOKEN_SLOTS:]]
-        return "".join(chr(c) for c in codes if 0 < c < 0x110000).split("\n")
+        return Announcement.parse("".join(chr(c) for c in codes if 0 < c < 0x110000))
 
 
 def find_alert(alerts_file: Any, asked: Asked) -> dict[str, Any] | None:

@@ -3,7 +3,7 @@
 Example::
 
     recorder = StepRecorder.start(config, network=net, optimizer=opt)    # None: monitoring is off (a warning said why)
-    recorder.plan(step)                       # before a step: what it measures (layers, attention)
+    recorder.plan(step)                       # before a step: what it measures (layers, attention), its global_step
     if recorder.due(steps_since_recorded):    # after it
         rec = {"step": step, "epoch": 1, "t": time.time(), "rank": recorder.rank, "loss": 2.3}
         recorder.record(rec, step, steps_since_recorded, time.perf_counter(), boundary)
@@ -110,12 +110,14 @@ class StepRecorder:
         network: Any = None,
         total_steps: int | None = None,
         run_id: str | None = None,
+        attempt: int | None = None,
         collective: bool = False,
     ) -> StepRecorder:
         """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``).
 
         ``network``: the model, whose trainable parameters count for TFLOPS where ``optimizer`` has none;
-        ``run_id``: the run to join (a rank > 0 that learnt rank 0's through the train step's collective);
+        ``run_id``, ``attempt``: the run and attempt to join (a rank > 0 that learnt rank 0's through the train step's
+        collective);
         ``collective``: the ranks agree on actions through that collective (``RunSession.start``).
         """
         who = discover()
@@ -149,6 +151,7 @@ class StepRecorder:
             launch_key=who.launch_key,
             launch_meta=who.as_meta() | ({"throughput": flops.meta()} if flops is not None else {}),
             run_id=run_id,
+            attempt=attempt,
             collective=collective,
         )
         try:
@@ -194,7 +197,8 @@ class StepRecorder:
 
     # -- per step ----------------------------------------------------------------
     def plan(self, step: int) -> None:
-        """Before global step ``step``: what it measures (the layers, the attention statistics)."""
+        """Before global step ``step``: what it measures (the layers, the attention statistics) and, when it will be
+        recorded, the optimizer's ``global_step`` it runs at (the rate it uses)."""
         measuring = False
         if self.layers is not None:
             layers_on, hist = self.layers.plan(step, first=self.state.first_pending)
@@ -204,6 +208,11 @@ class StepRecorder:
         if self.entropy is not None:
             self.entropy.sampling = step % self.config.attention_entropy.every == 0
         self.measuring = measuring
+        state = self.state
+        # a step that will be recorded: the optimizer's global_step it runs at (not the first: the optimizer may be
+        # restored between start and the first step, and a first step is read after it)
+        if self.lr_probe is not None and not state.first_pending and self.due(step - state.offset - state.recorded):
+            self.lr_probe.before(step)
 
     def due(self, steps: int) -> bool:
         """Whether the step that just ended, ``steps`` after the last recorded one, is recorded."""
@@ -211,8 +220,8 @@ class StepRecorder:
 
     def record(self, rec: dict[str, Any], step: int, steps: int, now: float, boundary: StepBoundary) -> None:
         """Complete ``rec`` (global step ``step``, ``steps`` since the last recorded) and queue it; then act."""
-        if self.lr_probe is not None and vocab.LR not in rec:
-            lr = self.lr_probe(step)
+        if self.lr_probe is not None and vocab.LR not in rec:  # a train cell that returns the lr gives it itself
+            lr = self.lr_probe.used(step, applied=not (rec.get(vocab.SKIPPED) or rec.get(vocab.OVERFLOW)))
             if lr is not None:
                 rec[vocab.LR] = lr
         self.timer.add(rec, steps, now)

@@ -5,7 +5,8 @@ Example::
 
     import mindwatch.mindspore as mw
 
-    skip_step = mw.SkipStep(optimizer)        # sigma 6, window 128, warmup 20: monitor_config.skip_steps' defaults
+    run = mw.start_run({"skip_steps": {"enabled": True}}, network=net, optimizer=optimizer)
+    skip_step = mw.SkipStep(optimizer, run=run)   # the run's skip_steps: sigma 6, window 128, warmup 20 by default
 
     @ms.jit
     def train_step(x, y):
@@ -24,6 +25,7 @@ callback switches ``skip_steps`` on at train begin (:meth:`~mindwatch.mindspore.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import mindspore as ms
@@ -33,6 +35,8 @@ from mindspore import nn, ops
 from mindwatch import metrics as vocab
 from mindwatch.alerts.skip import SkipStepsSettings
 from mindwatch.mindspore.layer_stats import squares
+
+log = logging.getLogger("mindwatch")
 
 
 class SkipDecision(nn.Cell):
@@ -76,24 +80,59 @@ class SkipStep(nn.Cell):
 
     Example::
 
-        skip_step = SkipStep(optimizer, sigma=6.0, window=128, warmup=20)
-        skipped = skip_step(grads)            # inside your jit step; or skip_step(grads, loss) with metric="loss"
+        skip_step = SkipStep(optimizer, run=run)   # the settings of the run's config, skip_steps (written once)
+        skipped = skip_step(grads)                 # inside your jit step; or skip_step(grads, loss) with metric="loss"
 
-    Returns ``skipped``, 1.0 when the update was skipped, else 0.0; pass it to ``run.step(skipped=...)``. Keywords
-    are ``monitor_config.skip_steps``' (checked the same way); a gradient with a NaN/Inf norm is never applied.
+    Returns ``skipped``, 1.0 when the update was skipped, else 0.0; pass it to ``run.step(skipped=...)``. The
+    settings are ``monitor_config.skip_steps``': the run's (``run=``, a :class:`~mindwatch.mindspore.Run`), else
+    ``settings`` or keywords (checked the same way; ``SkipStep(optimizer)``: the defaults, on). Keywords beside
+    ``run=`` must agree with the run's config (a ``ValueError`` names the key that does not). With ``skip_steps``
+    off (``enabled: false``) every update is applied and ``skipped`` is 0. A gradient with a NaN/Inf norm is never
+    applied.
     """
 
-    def __init__(self, optimizer: nn.Optimizer, settings: SkipStepsSettings | None = None, **values: Any) -> None:
+    def __init__(
+        self, optimizer: nn.Optimizer, settings: SkipStepsSettings | None = None, *, run: Any = None, **values: Any
+    ) -> None:
         super().__init__()
-        s = settings if settings is not None else SkipStepsSettings(enabled=True, **values)
+        s = skip_step_settings(settings, run, values)
         self.optimizer = optimizer
         self.by_loss = s.metric == vocab.LOSS
-        self.decision = skip_decision(s)
+        #: None: ``skip_steps`` is off, every update is applied (a branch the graph compiler resolves).
+        self.decision = skip_decision(s) if s.enabled else None
+        if self.decision is None:
+            log.warning(
+                "mindwatch: skip_steps.enabled is false: SkipStep applies every update "
+                "(skip_steps: {enabled: true} in the run's config switches it on)"
+            )
+        self.not_skipped = ms.Tensor(0.0, ms.float32)
 
     def construct(self, grads, loss=None):
+        if self.decision is None:
+            return ops.depend(self.not_skipped, self.optimizer(grads))
         norm = ops.sqrt(ops.reduce_sum(squares(grads)))
         skip = self.decision(loss if self.by_loss else norm)
         skipped = ops.cast(skip, ms.float32)
         if ops.logical_and(ops.isfinite(norm), ops.logical_not(skip)):
             skipped = ops.depend(skipped, self.optimizer(grads))
         return skipped
+
+
+def skip_step_settings(settings: SkipStepsSettings | None, run: Any, values: dict[str, Any]) -> SkipStepsSettings:
+    """:class:`SkipStep`'s settings: ``run``'s config (keywords must agree with it), else ``settings`` or keywords."""
+    if run is None:
+        if settings is not None and values:
+            raise TypeError(f"SkipStep takes settings or keywords, not both (got settings and {sorted(values)})")
+        return settings if settings is not None else SkipStepsSettings(**{"enabled": True, **values})
+    if settings is not None:
+        raise TypeError("SkipStep takes its settings from run= or from settings=, not both")
+    configured: SkipStepsSettings = run.config.skip_steps
+    given = SkipStepsSettings(**{**configured.model_dump(), **values})  # the keywords checked as the config is
+    for key in values:
+        if getattr(given, key) != getattr(configured, key):
+            raise ValueError(
+                f"SkipStep({key}={values[key]!r}) disagrees with the run's config, skip_steps.{key}: "
+                f"{getattr(configured, key)!r}. Write it once, in the config's skip_steps, and build "
+                "SkipStep(optimizer, run=run)"
+            )
+    return configured

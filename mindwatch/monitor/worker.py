@@ -58,9 +58,13 @@ class Monitor:
         samplers: Sequence[Sampler] = (),
         sample_secs: float = 1.0,
         batch_secs: float = BATCH_SECS,
+        retired: Callable[[], bool] | None = None,
     ) -> None:
-        """``batch_secs``: while records come, the worker writes them this often (the first after a pause at once)."""
+        """``batch_secs``: while records come, the worker writes them this often (the first after a pause at once).
+        ``retired``: true once this process no longer speaks for the run (a later attempt took it over): records and
+        alerts are dropped, and the sinks are not told the end (no end-of-run message for an attempt superseded)."""
         self.sinks = list(sinks)
+        self.retired = retired or (lambda: False)
         self.samplers = list(samplers)
         self.flush_secs = flush_secs
         self.sample_secs = sample_secs
@@ -119,6 +123,8 @@ class Monitor:
             self._thread.join(timeout)
         self._drain()
         self._deliver_alerts()
+        if self.retired():
+            return
         if self.dropped:
             log.warning(
                 "mindwatch: %d records were dropped because the queue was full (queue_size=%d)", self.dropped, self._capacity
@@ -167,7 +173,7 @@ class Monitor:
         q = self._queue
         while q:
             batch.append(q.popleft())
-        if not batch:
+        if not batch or self.retired():
             return
         now = time.monotonic()
         if self.samplers and now - self._last_sample >= self.sample_secs:
@@ -185,6 +191,8 @@ class Monitor:
         self._deliver_alerts()  # what the rules raised on this batch, without waiting for the next one
 
     def _deliver_alerts(self) -> None:
+        if self._alerts and self.retired():
+            self._alerts.clear()
         while self._alerts:
             alert = self._alerts.popleft()
             for sink in self.sinks:

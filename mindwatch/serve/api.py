@@ -36,6 +36,7 @@ from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import run_progress
+from mindwatch.analysis.state_text import error_headline
 from mindwatch.analysis.summary import summarize_run
 from mindwatch.checks.listing import COLUMN_LABELS, FILTER_EXAMPLE, SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
 from mindwatch.serve.cursor import cursor_of
@@ -211,6 +212,7 @@ def runs_table(
     for s, values in rows:
         row = {k: v for k, v in s.items() if k != "config"}
         row["final_loss"] = _json_value(row.get("final_loss"))
+        row["error_headline"] = error_headline(row.get("error"))  # what went wrong; the whole error stays in "error"
         row["values"] = {c: _json_value(values.get(c)) for c in columns}
         out.append(row)
     extra = sorted(available.difference(SUMMARY_COLUMNS))
@@ -300,6 +302,8 @@ def compare_runs(views: list[RunView]) -> dict[str, Any]:
         row = {k: _json_value(v) for k, v in summary.to_dict().items() if k not in ("config", "path")}
         # its numbers as the report and `mindwatch runs` print them (units.format_number: 4 significant digits)
         text = {k: format_number(v) for k, v in summary.to_dict().items() if isinstance(v, float)}
+        if summary.error:
+            text["error"] = error_headline(summary.error) or summary.error
         runs.append({"id": view.id, "rank_text": summary.rank_text, "summary": row, "text": text, "metrics": view.metrics})
     configs = [view.meta.get("config") or {} for view in views]
     keys = [

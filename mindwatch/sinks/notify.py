@@ -7,7 +7,7 @@ Example::
     #   notify:
     #     - {type: dingtalk, url_env: DINGTALK_URL, secret_env: DINGTALK_SECRET}
     #     - {type: feishu, url_env: FEISHU_URL, secret_env: FEISHU_SECRET}
-    #     - {type: slack, url_env: SLACK_WEBHOOK_URL, min_severity: warning, events: [alerts]}
+    #     - {type: slack, url_env: SLACK_WEBHOOK_URL, min_severity: error, events: [alerts]}
     #     - {type: webhook, url: "http://alerts.internal:8080/mindwatch"}
     #     - {type: email, host: smtp.example.com, sender: mw@example.com, to: [ops@example.com],
     #        username_env: SMTP_USER, password_env: SMTP_PASSWORD}
@@ -15,6 +15,13 @@ Example::
     sink = NotifySink([Slack(url)], context={"project": "gpt", "run": "run_1", "rank": 0})
     sink.alert(alert)      # returns at once; a sender thread per channel formats and sends it
     sink.close("failed", error="RuntimeError: ...")   # the end-of-run message, then the senders stop
+
+A channel gets, by default, every alert of severity ``warning`` and above and the end-of-run message:
+one anomaly, one message. What an action did (the ``intervention`` alerts, severity ``info``) goes to
+``alerts.jsonl``, the dashboard and the report; a channel sends it on its own only with
+``min_severity: info``, and the end-of-run message tells it in a line (``action: saved ...``), or, for a
+stop, in its reason (``stopped by mindwatch: loss is nan at step 12``). A field that is unknown (None) is
+left out of every message, never shown as ``None``.
 
 Each channel has its own sender thread and a bounded queue, so a dead or slow endpoint
 delays only its own messages and never the training: a request times out after
@@ -59,12 +66,16 @@ from typing import Any, Protocol
 
 from mindwatch.alerts.alert import Alert, severity_at_least, step_text
 from mindwatch.analysis.progress import Progress
+from mindwatch.config import ChannelSettings
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.sink import BaseSink
 from mindwatch.store.states import FINAL_STATES, rank_state
-from mindwatch.units import format_duration
+from mindwatch.units import format_duration, format_number
 
 log = logging.getLogger("mindwatch")
+
+#: A channel's defaults (``min_severity``, ``events``, ``timeout``, ``retries``): the config's, the one owner.
+_DEFAULTS = ChannelSettings()
 
 
 class Refused(Exception):
@@ -99,19 +110,33 @@ class RunEnd:
     reason: str | None = None
     #: Other ranks that did not finish: ``{rank: "stale after step 40"}``.
     lost_ranks: dict[int, str] = field(default_factory=dict)
+    #: What this rank's actions did (the ``intervention`` alerts' messages), but a stop, which ``state`` tells.
+    interventions: list[str] = field(default_factory=list)
 
 
 def alert_message(alert: Alert, context: dict[str, Any]) -> Message:
-    sev = str(alert.get("severity", "warning")).upper()
-    title = f"mindwatch {sev}: {alert.get('rule')} in {context.get('project')}/{context.get('run')}"
-    lines = [str(alert.get("message", "")), f"{step_text(alert)}, rank {alert.get('rank')}, host {context.get('host')}"]
-    if alert.get("metric") is not None:
-        lines.append(f"{alert['metric']} = {alert.get('value')} (threshold {alert.get('threshold')})")
+    """An alert as every channel tells it; a field that is None is left out."""
+    sev = str(alert.get("severity") or "warning").upper()
+    rule = alert.get("rule") or "alert"
+    title = f"mindwatch {sev}: {rule}{_in_run(context)}"
+    lines = [str(alert["message"])] if alert.get("message") else []
+    where = [step_text(alert)]
+    if alert.get("rank") is not None:
+        where.append(f"rank {alert['rank']}")
+    if context.get("host"):
+        where.append(f"host {context['host']}")
+    lines.append(", ".join(where))
+    if alert.get("metric") is not None and (alert.get("value") is not None or alert.get("threshold") is not None):
+        reading = str(alert["metric"])
+        if alert.get("value") is not None:
+            reading += f" = {format_number(alert['value'])}"
+        if alert.get("threshold") is not None:
+            reading += f" (threshold {format_number(alert['threshold'])})"
+        lines.append(reading)
     if alert.get("actions"):
-        lines.append("actions: " + ", ".join(alert["actions"]))
-    return _with_places(
-        Message("alert", f"the {alert.get('rule')} alert", title, lines, {"event": "alert", **context, **alert}), context
-    )
+        lines.append("actions: " + ", ".join(map(str, alert["actions"])))
+    fields = _known({"event": "alert", **context, **alert})
+    return _with_places(Message("alert", f"the {rule} alert", title, lines, fields), context)
 
 
 def end_message(end: RunEnd, context: dict[str, Any]) -> Message:
@@ -124,7 +149,7 @@ def end_message(end: RunEnd, context: dict[str, Any]) -> Message:
         ended = sorted(r for r, what in end.lost_ranks.items() if what.startswith(state))
         if ended:
             how += f", rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))} {state}"
-    title = f"mindwatch: {context.get('project')}/{context.get('run')} {how}"
+    title = f"mindwatch: {_run_name(context) or 'run'} {how}"
     lines = []
     if end.error:
         lines.append(f"error: {end.error}")
@@ -133,13 +158,39 @@ def end_message(end: RunEnd, context: dict[str, Any]) -> Message:
     for rank, what in sorted(end.lost_ranks.items()):
         lines.append(f"rank {rank}: {what}")
     done = "no step recorded" if end.step is None else Progress(end.step, end.total_steps).text(running=False)
-    lines.append(f"{done}, {format_duration(end.duration)} on {context.get('host')}")
+    if end.duration is not None:
+        done += f", {format_duration(end.duration)}"
+    if context.get("host"):
+        done += f" on {context['host']}"
+    lines.append(done)
     if end.final_loss is not None:
         lines.append(f"final loss {end.final_loss:.4f}")
     lines.append(f"{end.alerts} alert{'' if end.alerts == 1 else 's'}")
-    fields = {"event": "end", **context, **asdict(end), "t": time.time()}
+    lines += [f"action: {what}" for what in end.interventions[:_INTERVENTION_LINES]]
+    if len(end.interventions) > _INTERVENTION_LINES:
+        lines.append(f"and {len(end.interventions) - _INTERVENTION_LINES} more actions (alerts.jsonl has them all)")
+    fields = _known({"event": "end", **context, **asdict(end), "t": time.time()})
     fields["lost_ranks"] = {str(r): w for r, w in end.lost_ranks.items()}
     return _with_places(Message("end", "the end-of-run message", title, lines, fields), context)
+
+
+#: The end-of-run message tells the first this many actions done; alerts.jsonl has them all.
+_INTERVENTION_LINES = 5
+
+
+def _run_name(context: dict[str, Any]) -> str:
+    """``project/run``, or as much of it as ``context`` knows."""
+    return "/".join(str(context[k]) for k in ("project", "run") if context.get(k) is not None)
+
+
+def _in_run(context: dict[str, Any]) -> str:
+    name = _run_name(context)
+    return f" in {name}" if name else ""
+
+
+def _known(fields: dict[str, Any]) -> dict[str, Any]:
+    """The plain webhook's JSON: a field that is None is left out, as in every other message."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _with_places(msg: Message, context: dict[str, Any]) -> Message:
@@ -185,10 +236,10 @@ class Webhook:
         self,
         url: str,
         *,
-        timeout: float = 5.0,
-        retries: int = 2,
-        min_severity: str = "info",
-        events: Sequence[str] = ("alerts", "end"),
+        timeout: float = _DEFAULTS.timeout,
+        retries: int = _DEFAULTS.retries,
+        min_severity: str = _DEFAULTS.min_severity,
+        events: Sequence[str] = tuple(_DEFAULTS.events),
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"a {self.kind} URL must start with http:// or https://")
@@ -343,10 +394,10 @@ class Email:
         ssl: bool = False,
         username: str | None = None,
         password: str | None = None,
-        timeout: float = 5.0,
-        retries: int = 2,
-        min_severity: str = "info",
-        events: Sequence[str] = ("alerts", "end"),
+        timeout: float = _DEFAULTS.timeout,
+        retries: int = _DEFAULTS.retries,
+        min_severity: str = _DEFAULTS.min_severity,
+        events: Sequence[str] = tuple(_DEFAULTS.events),
         tls_context: _ssl.SSLContext | None = None,
     ) -> None:
         if not to:
@@ -481,10 +532,13 @@ class _Sender:
 
 
 class NotifySink(BaseSink):
-    """Sink that sends alerts (at or above each channel's ``min_severity``) and the end of the run to the channels.
+    """Sink that sends alerts (at or above each channel's ``min_severity``) and the end of the run to the channels;
+    what the actions did (``intervention`` alerts) is also a line of the end-of-run message, and no alert of the count.
 
     ``run_dir`` and ``world_size``: where rank 0 looks, when the run ends, for ranks that did not finish.
     ``handoff``: starts a sender process for an urgent alert (:meth:`urgent`); False when it could not.
+    ``rank_ends``: how each other rank ended as rank 0 heard it on the lifeline (``{rank: {"state", "last_step",
+    "reason"}}``): it counts before the status files, which may be on another node.
     """
 
     def __init__(
@@ -497,9 +551,11 @@ class NotifySink(BaseSink):
         run_dir: str | Path | None = None,
         world_size: int = 1,
         handoff: Callable[[Alert], bool] | None = None,
+        rank_ends: Callable[[], dict[int, dict[str, Any]]] | None = None,
     ) -> None:
         self.context = dict(context or {})
         self.handoff = handoff
+        self.rank_ends = rank_ends
         self._handed_off: list[Alert] = []  # sent by a sender process already: not again when they come as alerts
         self.close_grace = close_grace
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -512,6 +568,7 @@ class NotifySink(BaseSink):
         self._last_step: int | None = None
         self._final_loss: float | None = None
         self._alerts = 0
+        self._interventions: list[str] = []
 
     @property
     def channels(self) -> list[Channel]:
@@ -535,7 +592,12 @@ class NotifySink(BaseSink):
         self.total_steps = total_steps
 
     def alert(self, alert: Alert) -> None:
-        self._alerts += 1
+        failed = alert.get("error") is not None  # an action that failed is a warning: an alert of its own
+        if alert.get("rule") == "intervention" and (failed or alert.get("actions") != ["stop"]):
+            # what an action did is a line of the end-of-run message; a stop is told by the run's state and reason
+            self._interventions.append(str(alert.get("message") or ", ".join(alert.get("actions") or [])))
+        if alert.get("rule") != "intervention" or failed:
+            self._alerts += 1
         if any(alert is sent for sent in self._handed_off):
             return
         for s in self._senders:
@@ -577,16 +639,21 @@ class NotifySink(BaseSink):
         )
 
     def _lost_ranks(self, ending: str) -> dict[int, str]:
-        if self.run_dir is None or self.world_size <= 1:
+        if self.world_size <= 1:
             return {}
-        layout, out = RunLayout(self.run_dir), {}
-        died = (read_json(layout.status(0)) or {}).get("lost_ranks") or {}  # what rank 0's liveness check saw
+        heard = self.rank_ends() if self.rank_ends is not None else {}
+        layout, out = (RunLayout(self.run_dir) if self.run_dir is not None else None), {}
+        died = ((read_json(layout.status(0)) if layout else None) or {}).get("lost_ranks") or {}  # rank 0's liveness
         for rank in range(1, self.world_size):
-            st = read_json(layout.status(rank))
+            st = heard.get(rank) or (read_json(layout.status(rank)) if layout else None)
             if str(rank) in died and (st or {}).get("state") not in FINAL_STATES:
                 d = died[str(rank)]
-                out[rank] = f"died at step {d.get('last_step')} (pid {d.get('pid')} on host {d.get('host')})"
+                where = ", ".join(f"{k} {d[k]}" for k in ("pid", "host") if d.get(k) is not None)
+                at = f" at step {d['last_step']}" if d.get("last_step") is not None else ""
+                out[rank] = f"died{at}" + (f" ({where.replace(', host', ' on host')})" if where else "")
                 continue
+            if st is None and layout is None:
+                continue  # nothing to go by: say nothing rather than guess
             state = rank_state(st) if st is not None else "missing"
             if state == "finished" or (state == ending and state in FINAL_STATES):
                 continue  # it ended as this rank did (a coordinated stop): nothing to tell
@@ -602,6 +669,7 @@ class NotifySink(BaseSink):
     def close(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         """Queue the end-of-run message, give the senders up to ``close_grace`` seconds to deliver, then leave them."""
         end = self.ending(state, error, reason)
+        end.interventions = list(self._interventions)
         for s in self._senders:
             if "end" in s.channel.events:
                 self._put(s, ("end", end))

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mindwatch.store.jsonl import read_last_record
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.states import FINAL_STATES
 
@@ -68,7 +69,12 @@ def continue_meta(old: dict[str, Any], new: dict[str, Any], run_dir: Path, *, be
 def settle(attempt: dict[str, Any], layout: RunLayout, *, before: float) -> None:
     """Fill ``end``, ``ended_at`` and ``last_step`` of an attempt from the rank status files it left."""
     statuses = [s for r in layout.ranks() if (s := read_json(layout.status(r))) is not None]
-    old = [s for s in statuses if float(s.get("updated_at") or 0) < before]
+    number = attempt.get("attempt")
+    old = [
+        s
+        for s in statuses
+        if s.get("attempt") == number or (s.get("attempt") is None and float(s.get("updated_at") or 0) < before)
+    ]
     if attempt.get("end") not in ENDS:
         states = {str(s.get("state")) for s in old}
         ends = {s if s in FINAL_STATES else "killed" for s in states} or {"killed"}
@@ -77,8 +83,35 @@ def settle(attempt: dict[str, Any], layout: RunLayout, *, before: float) -> None
     if attempt.get("ended_at") is None and beats:
         attempt["ended_at"] = max(beats)
     steps = [s["last_step"] for s in old if isinstance(s.get("last_step"), int)]
+    for rank in {s["rank"] for s in old if isinstance(s.get("rank"), int)}:  # records written after the last heartbeat
+        last = read_last_record(layout.metrics(rank))
+        if last is not None:
+            steps.append(last["step"])
     if attempt.get("last_step") is None and steps:
         attempt["last_step"] = max(steps)
+
+
+def next_attempt(run_dir: Path) -> int:
+    """The number the next attempt of the run in ``run_dir`` gets (1 for a new run), as :func:`continue_meta` numbers it."""
+    old = read_json(RunLayout(Path(run_dir)).meta)
+    if old is None:
+        return 1
+    attempts = [a for a in old.get("attempts") or [] if isinstance(a, dict)]
+    return max(len(attempts), 1) + 1
+
+
+def this_attempt(meta: dict[str, Any]) -> int | None:
+    """The number of the newest attempt in ``meta`` (None: a meta without attempts)."""
+    attempts = meta.get("attempts") or []
+    number = attempts[-1].get("attempt") if attempts and isinstance(attempts[-1], dict) else None
+    return number if isinstance(number, int) else None
+
+
+def resumed_step(meta: dict[str, Any]) -> int:
+    """The last step the run's earlier attempts recorded (a resumed run counts on from it), else 0."""
+    attempts = meta.get("attempts") or []
+    steps = [a["last_step"] for a in attempts[:-1] if isinstance(a, dict) and isinstance(a.get("last_step"), int)]
+    return max(steps, default=0)
 
 
 def time_lost(attempts: list[dict[str, Any]]) -> float:

@@ -117,6 +117,12 @@ def new_run_id(parent: Path, run_name: str | None = None) -> str:
     return candidate
 
 
+def fallback_run_id(run_name: str | None, rank: int) -> str:
+    """The run id of a rank > 0 that could not learn rank 0's: a run of its own, stamped, so a rerun never appends
+    to an old one (``gpt_20261202_061500_rank1``)."""
+    return f"{run_name or 'run'}_{time.strftime('%Y%m%d_%H%M%S')}_rank{rank}"
+
+
 def write_json_atomic(path: Path, obj: dict[str, Any], *, durable: bool = True) -> None:
     """Write ``obj`` as JSON to ``path`` via a temp file and rename, so a reader never sees half of it.
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from mindwatch.store.attempts import next_attempt
 from mindwatch.store.layout import read_json, write_json_atomic
 
 log = logging.getLogger("mindwatch")
@@ -40,6 +41,13 @@ log = logging.getLogger("mindwatch")
 RUN_ID_ENV = "MINDWATCH_RUN_ID"
 #: Clock tolerance between the process start and rank 0's rendezvous file (ranks on other hosts).
 CLOCK_SLACK_SECS = 2.0
+
+
+def launch_attempt(parent: Path, key: str | None, run_id: str) -> int | None:
+    """The attempt number rank 0 published for the launch ``key`` into ``run_id`` (None: not known)."""
+    found = read_json(rendezvous_path(parent, key)) if key else None
+    attempt = (found or {}).get("attempt")
+    return attempt if isinstance(attempt, int) and (found or {}).get("run_id") == run_id else None
 
 
 class RendezvousTimeout(TimeoutError):
@@ -76,7 +84,9 @@ def agree_run_id(
         run_id = propose()
         (Path(parent) / run_id).mkdir(parents=True, exist_ok=True)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, {"run_id": run_id, "key": key, "written_at": time.time(), "host": socket.gethostname()})
+        attempt = next_attempt(Path(parent) / run_id)  # the ranks that join learn which attempt they are
+        published = {"run_id": run_id, "key": key, "attempt": attempt, "written_at": time.time(), "host": socket.gethostname()}
+        write_json_atomic(path, published)
         return run_id
     if not_before is None:
         not_before = psutil.Process().create_time() - CLOCK_SLACK_SECS

@@ -72,7 +72,7 @@ def lost_message(statuses: dict[int, dict[str, Any]]) -> str | None:
     if not lost:
         return None
     rank, info = min(lost.items(), key=lambda item: float(item[1].get("t") or 0))
-    how = "exited" if info.get("how") == "exited" else "sent no heartbeat"
+    how = {"exited": "exited", "unreachable": "stopped answering"}.get(str(info.get("how")), "sent no heartbeat")
     text = f"rank {rank} died at step {info.get('last_step')} (pid {info.get('pid')} on host {info.get('host')} {how})"
     others = [s for r, s in statuses.items() if r not in lost]
     ends = [s["updated_at"] for s in others if s.get("state") in FINAL_STATES and isinstance(s.get("updated_at"), (int, float))]

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mindwatch.store.attempts import this_attempt
 from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.jsonl import encode_line
 from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerFilesWriter, layers_dir
@@ -38,11 +39,23 @@ class RunWriter(BaseSink):
     """Writes ``metrics.rank<R>.jsonl`` (and its column files), ``status.rank<R>.json``, appends to ``alerts.jsonl``."""
 
     def __init__(
-        self, run_dir: Path, rank: int = 0, *, flush_secs: float = 2.0, column_files: bool = True, columns_every_secs: float = 0.0
+        self,
+        run_dir: Path,
+        rank: int = 0,
+        *,
+        flush_secs: float = 2.0,
+        column_files: bool = True,
+        columns_every_secs: float = 0.0,
+        attempt: int | None = None,
     ) -> None:
-        """``columns_every_secs``: how often heartbeats also append to the column files (0: at every one)."""
+        """``columns_every_secs``: how often heartbeats also append to the column files (0: at every one).
+        ``attempt``: the attempt of the run this process writes for (``meta.json``'s ``attempts``); once a later
+        attempt takes the run over (a relaunch while this process lingers), it writes nothing more."""
         self.layout = RunLayout(Path(run_dir))
         self.rank = rank
+        self.attempt = attempt
+        #: A later attempt of the run took it over: nothing more is written (see :meth:`check_superseded`).
+        self.superseded_by: int | None = None
         self.flush_secs = flush_secs
         self.state = "running"
         self.error: str | None = None
@@ -78,7 +91,7 @@ class RunWriter(BaseSink):
     # -- sink interface -------------------------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
         """Append records and hand them to the OS (readers see them at once)."""
-        if not records:
+        if not records or self.superseded_by is not None:
             return
         rows = [i for i, r in enumerate(records) if LAYER_KEY in r or HISTOGRAM_KEY in r] if self.layers is not None else []
         if rows:  # the statistics go to the layer files, not into the line; before the lines, so a reader has both
@@ -117,6 +130,8 @@ class RunWriter(BaseSink):
     def flush(self) -> None:
         """fsync what was written since the last flush, and rewrite the heartbeat (fsynced once the state is final)."""
         final = self.state in FINAL_STATES
+        if self.check_superseded():
+            return
         try:
             if self._fh is not None and self._unsynced:
                 os.fsync(self._fh.fileno())
@@ -144,15 +159,41 @@ class RunWriter(BaseSink):
     # -- alerts and status ----------------------------------------------
     def append_alert(self, alert: dict[str, Any]) -> None:
         """Append one alert to ``alerts.jsonl`` (shared by all ranks; one small write each, O_APPEND)."""
+        if self.superseded_by is not None:
+            return
         try:
             with open(self.layout.alerts, "ab") as f:
                 f.write(encode_line(alert))
         except OSError as e:
             self._warn(f"mindwatch: cannot write alert to {self.layout.alerts} ({e})")
 
+    def check_superseded(self) -> bool:
+        """Whether a later attempt of the run took it over: ``meta.json`` names a newer attempt, or another process
+        of a newer attempt wrote this rank's status. Read at each heartbeat (two small files); once true, stays so."""
+        if self.superseded_by is not None or self.attempt is None:
+            return self.superseded_by is not None
+        mine = read_json(self.layout.status(self.rank)) or {}
+        newer = [mine.get("attempt")] if mine.get("pid") != os.getpid() else []
+        if self.rank == 0 or not newer:  # rank 0 owns meta.json; other ranks see it where the folder is shared
+            newer.append(this_attempt(read_json(self.layout.meta) or {}))
+        latest = max((a for a in newer if isinstance(a, int)), default=0)
+        if latest > self.attempt:
+            self.superseded_by = latest
+            self._close_file()
+            log.warning(
+                "mindwatch: attempt %d of %s took the run over (a relaunch); this process (attempt %d, rank %d) "
+                "writes nothing more into it",
+                latest,
+                self.layout.root,
+                self.attempt,
+                self.rank,
+            )
+        return self.superseded_by is not None
+
     def status(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
+            "attempt": self.attempt,
             "pid": os.getpid(),
             "host": self.host,
             "state": self.state,

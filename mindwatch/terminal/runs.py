@@ -4,6 +4,7 @@ Example::
 
     mindwatch runs monitor_output
     mindwatch runs monitor_output --json     # for scripts
+    mindwatch runs node0/out node1/out       # each node's save_dir: a run in several is one run, every rank
 
 The steps column reads ``185/1,500 (12 %)`` when the run recorded its plan, and a running run
 shows an ETA at its mean rate since it started. Reads only ``meta.json``, the status files and the alert count of each run
@@ -16,20 +17,27 @@ import datetime as _dt
 import io
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from mindwatch.analysis.progress import Progress, steps_per_second
-from mindwatch.analysis.summary import RunSummary, list_run
-from mindwatch.store.catalog import find_runs
+from mindwatch.analysis.summary import RunSummary, listed
+from mindwatch.serve.views import Catalog
+from mindwatch.store.catalog import RunHead
 from mindwatch.units import format_duration
 
 #: rich styles of run states, shared with ``mindwatch tail``.
 STATE_STYLE = {"finished": "bold green", "failed": "bold red", "stalled": "bold red", "stale": "bold red", "stopped": "yellow"}
 
 
-def list_runs(logdir: str | os.PathLike[str]) -> list[RunSummary]:
-    """Summaries of every run under ``logdir``, newest first (as the dashboard lists them)."""
-    summaries = [list_run(p) for p in find_runs(logdir)]
+def list_runs(*logdirs: str | os.PathLike[str]) -> list[RunSummary]:
+    """Summaries of every run under ``logdirs``, newest first, as the dashboard lists them: a run found under
+    several (each node's save_dir) at the same ``project/run`` is one run, read from every folder of it."""
+    catalog = Catalog([Path(d) for d in logdirs])
+    summaries = []
+    for run_id in catalog.run_ids():
+        view = catalog.open(run_id)  # not read: where the run's folders are (rank 0's first)
+        summaries.append(listed(RunHead(view.path, view.layout.also).refresh()))
     return sorted(summaries, key=lambda s: (s.started_at or 0.0, s.path), reverse=True)
 
 
@@ -49,14 +57,15 @@ def format_tags(tags: Any) -> str:
     return str(tags or "")
 
 
-def print_runs(logdir: str | os.PathLike[str], as_json: bool = False, console: Any = None) -> int:
-    """Print the runs table (or JSON); 0, or 2 when ``logdir`` does not exist."""
+def print_runs(*logdirs: str | os.PathLike[str], as_json: bool = False, console: Any = None) -> int:
+    """Print the runs table (or JSON) of the runs under ``logdirs``; 0, or 2 when one does not exist."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
+    logdir = ", ".join(map(str, logdirs))
     try:
-        summaries = list_runs(logdir)
+        summaries = list_runs(*logdirs)
     except FileNotFoundError as e:
         console.print(f"mindwatch runs: {e}", style="red")
         return 2

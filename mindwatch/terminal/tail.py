@@ -4,6 +4,7 @@ Example::
 
     mindwatch tail monitor_output/gpt/run_20261129_074500
     mindwatch tail monitor_output            # the most recently started run under a log directory
+    mindwatch tail node0/gpt/run_1 --also node1/gpt/run_1    # a run's folders on two nodes, read as one run
 
 Shows the run's state, its progress (steps out of planned, ETA), the latest value, min, max and a
 sparkline of every metric, and the alerts as they arrive. Reads the run directory incrementally
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,14 +122,16 @@ def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int =
 def tail(
     path: str | os.PathLike[str],
     *,
+    also: Sequence[str | os.PathLike[str]] = (),
     interval: float = 0.5,
     rank: int | None = None,
     once: bool = False,
     console: Console | None = None,
 ) -> int:
-    """Follow a run until it ends or goes stale (exit 0) or Ctrl-C (exit 0); ``once`` prints one frame and returns."""
+    """Follow a run until it ends or goes stale (exit 0) or Ctrl-C (exit 0); ``once`` prints one frame and returns.
+    ``also``: the run's folders on other nodes (each node's ranks), read with it as one run."""
     console = console or Console(highlight=False)
-    run = open_run(resolve_run(path))
+    run = open_run(resolve_run(path), *also)
     if once:
         console.print(render(run, rank))
         return 0

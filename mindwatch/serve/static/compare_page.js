@@ -8,11 +8,16 @@ import { api } from "./api.js";
 import { PALETTE, fmtDuration, line } from "./charts.js";
 import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { badge, h } from "./dom.js";
-import { POINTS, chartGroups, metricAxis } from "./run_charts.js";
+import { POINTS, chartGroups, eventXs, metricAxis } from "./run_charts.js";
 import { chartControls } from "./run_panels.js";
 
 /** A run's colour on every chart and in the tables: its place in the URL's list. */
 export const runColor = (i) => PALETTE[i % PALETTE.length];
+/** What a run is called here, as on the runs page: its display name (notes.json), else its id. */
+const runName = (r) => r.summary.name || r.id;
+/** A run's name with its colour; its id beside a display name (two runs may share a name), in full on hover. */
+const runLabel = (r, i) => [h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ",
+  h("span", { class: "run-label", title: r.id }, runName(r)), r.summary.name ? h("span", { class: "muted run-id" }, ` ${r.id}`) : null];
 
 /** The summary rows, in the order a person reads them: [RunSummary field, its value of a run's {summary, rank_text}];
  * each row's label comes from the server (/api/compare/runs' labels), like the runs table's headers. */
@@ -27,11 +32,13 @@ const SUMMARY_ROWS = [
   ["samples_per_second_p50", (r) => number(r, "samples_per_second_p50")],
   ["max_grad_norm", (r) => number(r, "max_grad_norm")],
   ["started_at", (r) => (r.summary.started_at ? new Date(r.summary.started_at * 1000).toLocaleString() : "–")],
-  ["error", (r) => r.summary.error || ""],
+  ["error", (r) => (r.text && r.text.error) || ""],  // what went wrong (analysis/state_text.py's headline), not its first characters
 ];
 
-/** A table cell of one run; long text (an error, a list) wraps, the rest stays on one line. */
-const cell = (run, content) => h("td", { "data-run": run, class: typeof content === "string" && content.length > 40 ? "long" : "" }, content);
+/** A table cell of run r (the i-th); long text (an error, a list) wraps, the rest stays on one line. On a phone the table
+ * stacks, and each cell says whose it is (data-label, style.css). */
+const cell = (r, i, content) => h("td", { "data-run": r.id, "data-label": runName(r), style: `--run-color:${runColor(i)}`,
+  class: typeof content === "string" && content.length > 40 ? "long" : "" }, content);
 /** A summary number as the report prints it: the server's text (mindwatch.units.format_number, 4 significant digits). */
 const number = (r, field) => (r.text && r.text[field]) || "–";
 const configText = (v, present) => (!present ? "(not set)" : typeof v === "string" ? v : JSON.stringify(v));
@@ -58,7 +65,7 @@ export class ComparePage {
     this.runs = [];  // /api/compare/runs: [{id, summary, rank_text, metrics}]
     this.config = [];
     this.labels = {};
-    this.charts = [];  // [{metric, chart, series}]
+    this.charts = [];  // [{metric, events, chart, series, marks}]
     this.disposed = false;
     this.controls = h("section", { class: "toolbar", id: "compare-controls" });
     this.summary = h("section", { class: "compare-table", id: "compare-summary" });
@@ -110,12 +117,11 @@ export class ComparePage {
 
   renderSummary() {
     const head = h("tr", {}, h("th", {}, ""), ...this.runs.map((r, i) => h("th", { "data-run": r.id },
-      h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ",
-      h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.id), " ",
-      h("button", { type: "button", class: "link remove-run", title: `leave ${r.id} out`, "aria-label": `leave ${r.id} out`,
+      h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, ...runLabel(r, i)), " ",
+      h("button", { type: "button", class: "link remove-run", title: `leave ${runName(r)} out`, "aria-label": `leave ${runName(r)} out`,
         onclick: () => this.removeRun(r.id) }, "×"))));
     const rows = SUMMARY_ROWS.map(([field, value]) => h("tr", { "data-row": field }, h("th", {}, this.labels[field] || field),
-      ...this.runs.map((r) => cell(r.id, value(r)))));
+      ...this.runs.map((r, i) => cell(r, i, value(r)))));
     this.summary.replaceChildren(h("h3", {}, "Summary"), h("div", { class: "scroll" }, h("table", { class: "runs", id: "summary-table" }, h("thead", {}, head), h("tbody", {}, ...rows))));
   }
 
@@ -124,10 +130,9 @@ export class ComparePage {
     const shown = this.view.allConfig ? this.config : differ;
     const toggle = h("label", {}, h("input", { type: "checkbox", id: "config-all", checked: this.view.allConfig,
       onchange: (e) => { this.view.allConfig = e.target.checked; this.keepView(); this.renderConfig(); } }), ` show all ${this.config.length} keys`);
-    const head = h("tr", {}, h("th", {}, "key"), ...this.runs.map((r, i) => h("th", { "data-run": r.id },
-      h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ", r.id)));
+    const head = h("tr", {}, h("th", {}, "key"), ...this.runs.map((r, i) => h("th", { "data-run": r.id }, ...runLabel(r, i))));
     const rows = shown.map((k) => h("tr", { "data-key": k.key, class: k.differs ? "differs" : "" }, h("th", {}, k.key),
-      ...k.values.map((v, i) => cell(this.runs[i].id, configText(v, k.present[i])))));
+      ...k.values.map((v, i) => cell(this.runs[i], i, configText(v, k.present[i])))));
     const note = differ.length ? `${differ.length} of ${this.config.length} config keys differ` : `The configs are the same (${this.config.length} keys)`;
     this.configBox.replaceChildren(h("h3", {}, "Config"), h("div", { class: "toolbar" }, h("span", { class: "muted", id: "config-note" }, note), toggle),
       shown.length ? h("div", { class: "scroll" }, h("table", { class: "runs", id: "config-table" }, h("thead", {}, head), h("tbody", {}, ...rows))) : "");
@@ -136,12 +141,11 @@ export class ComparePage {
   /** Which colour is which run, once above the charts and in full: a chart's own legend cuts long names that share
    * a prefix (run_20261201_1935...) and scrolls the runs past the third out of sight. It stays in view (sticky). */
   renderKey() {
-    this.key.replaceChildren(...this.runs.map((r, i) => h("span", { class: "key-run", "data-run": r.id },
-      h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ", r.id)));
+    this.key.replaceChildren(...this.runs.map((r, i) => h("span", { class: "key-run", "data-run": r.id }, ...runLabel(r, i))));
   }
 
   /** One chart per metric of each chart group any run has (run_charts.chartGroups), in the groups' order; a chart
-   * whose group holds several metrics names the group under its title. */
+   * whose group holds several metrics names the group under its title; the group's events are marked on each of its charts. */
   buildCharts() {
     const metrics = [...new Set(this.runs.flatMap((r) => r.metrics))];
     this.grid.replaceChildren();
@@ -150,26 +154,32 @@ export class ComparePage {
         const el = h("div", { class: "chart", id: `compare-${m}`, "data-metric": m, "data-group": g.id });
         this.grid.append(el);
         const subtitle = g.metrics.length > 1 || g.title !== m ? g.title : "";
-        this.charts.push({ metric: m, series: [], chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x, legend: false }) });
+        this.charts.push({ metric: m, events: g.events, series: [], marks: [],
+          chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x, legend: false }) });
       }
     }
     echarts.connect(this.charts.map((c) => c.chart.chart));
   }
 
-  /** Every chart's points: one request per metric for all runs. */
+  /** Every chart's points: one request per metric for all runs (and per event its chart marks). */
   async loadAll() {
+    const names = Object.fromEntries(this.runs.map((r) => [r.id, runName(r)]));
     await Promise.all(this.charts.map(async (c) => {
-      const d = await api.compare(this.view.runs, c.metric, this.view.x, POINTS);
+      const [d, ...events] = await Promise.all([c.metric, ...c.events].map((m) => api.compare(this.view.runs, m, this.view.x, POINTS)));
       if (this.disposed) return;
-      c.series = d.series.map((s, i) => ({ name: s.run, run: s.run, color: runColor(i), points: s.points, nonfinite: s.nonfinite }))
+      c.series = d.series.map((s, i) => ({ name: names[s.run] || s.run, run: s.run, color: runColor(i), points: s.points, nonfinite: s.nonfinite }))
         .filter((s) => s.points.length);
+      // each run's events in its colour
+      c.marks = events.flatMap((e) => e.series.map((s, i) => ({ name: e.metric, color: runColor(i), xs: eventXs(s.points) })))
+        .filter((e) => e.xs.length);
       this.draw(c);
     }));
   }
 
   draw(c) {
     // elapsed: the server counts each run's x from its own start
-    c.chart.update({ series: c.series, x: this.view.x, xOrigin: 0, smoothing: this.view.smoothing, log: this.view.log, robust: this.view.robust });
+    c.chart.update({ series: c.series, events: c.marks, x: this.view.x, xOrigin: 0, smoothing: this.view.smoothing, log: this.view.log,
+      robust: this.view.robust });
   }
 
   drawAll() { this.charts.forEach((c) => this.draw(c)); }

@@ -19,20 +19,26 @@ const GROUPS = vocab.groups.map((g) => Object.assign({}, g, { axes: g.axes.lengt
 const HIDDEN = new Set(vocab.not_charted);
 export { isLayerMetric };
 
-/** The charts of a run with these metrics: the known groups that have data, then one chart per other metric. */
+/** The charts of a run with these metrics: the known groups that have a curve, then one chart per other metric. A group's
+ * metrics are its curves; its events (skip_steps' skipped steps) are marked on its chart, not drawn. */
 export function chartGroups(metrics) {
   const groups = GROUPS.map((g) => {
-    const present = g.metrics.filter((m) => metrics.includes(m));
-    const axes = g.axes && present.length > 1 ? g.metrics.map((m, i) => g.axes[Math.min(i, g.axes.length - 1)]).filter((a, i) => present.includes(g.metrics[i])) : undefined;
+    const curves = g.metrics.filter((m) => !g.events.includes(m));
+    const present = curves.filter((m) => metrics.includes(m));
+    const axes = g.axes && present.length > 1 ? curves.map((m, i) => g.axes[Math.min(i, g.axes.length - 1)]).filter((a, i) => present.includes(curves[i])) : undefined;
     const range = rangeOf(present);
-    return Object.assign({}, g, { metrics: present, axes: (axes || [{ name: unitOf(present[0]) }]).map((a) => Object.assign({}, range, a)) });
+    return Object.assign({}, g, { metrics: present, events: g.events.filter((m) => metrics.includes(m)),
+      axes: (axes || [{ name: unitOf(present[0]) }]).map((a) => Object.assign({}, range, a)) });
   }).filter((g) => g.metrics.length);
   const used = new Set(GROUPS.flatMap((g) => g.metrics));
   for (const m of metrics) {
-    if (!used.has(m) && !HIDDEN.has(m) && !isFamilyMetric(m)) groups.push({ id: m, title: m, metrics: [m], axes: [{ name: unitOf(m) }] });
+    if (!used.has(m) && !HIDDEN.has(m) && !isFamilyMetric(m)) groups.push({ id: m, title: m, metrics: [m], events: [], axes: [{ name: unitOf(m) }] });
   }
   return groups;
 }
+
+/** The steps (or times) at which an event's series is 1: where a chart marks it. */
+export const eventXs = (points) => points.filter((p) => p[1] > 0).map((p) => p[0]);
 
 function seriesDefs(group, ranks) {
   const defs = [];
@@ -45,7 +51,8 @@ function seriesDefs(group, ranks) {
   return defs;
 }
 
-/** One chart of the run page: its group, its series (one per metric and rank) and the ECharts line chart. */
+/** One chart of the run page: its group, its series (one per metric and rank), its events' series (marked, not drawn)
+ * and the ECharts line chart. */
 export class ChartCard {
   /** x: the view's x ("step", "time" or "elapsed": time since the origin draw() is given). */
   constructor(el, runId, group, ranks, x) {
@@ -54,7 +61,17 @@ export class ChartCard {
     this.group = group;
     this.x = x === "step" ? "step" : "time";  // what the server sends: elapsed is time drawn from the origin
     this.defs = seriesDefs(group, ranks);
+    this.eventDefs = group.events.flatMap((m) => ranks.map((r) => ({ key: `${m}@${r}`, metric: m, rank: r, points: [], nonfinite: [] })));
     this.chart = line(el, { title: group.title, series: this.defs, axes: group.axes, x });
+  }
+
+  /** Every series the card reads: its curves and its events (the live stream appends to both). */
+  get allDefs() { return this.defs.concat(this.eventDefs); }
+
+  /** Each event's marks: the x of every rank's 1s, once. */
+  events() {
+    return this.group.events.map((m) => ({ name: m,
+      xs: [...new Set(this.eventDefs.filter((d) => d.metric === m).flatMap((d) => eventXs(d.points)))].sort((a, b) => a - b) }));
   }
 
   /** Whether the overview has arrived (a zoom before that takes its window from another card). */
@@ -62,7 +79,7 @@ export class ChartCard {
 
   /** Fetch the overview, or with win = [lo, hi] the detail of that window (the overview outside it). */
   async load(win) {
-    await Promise.all(this.defs.map(async (d) => {
+    await Promise.all(this.allDefs.map(async (d) => {
       const q = { run: this.runId, metric: d.metric, rank: d.rank, x: this.x, points: POINTS };
       if (win) Object.assign(q, { lo: win[0], hi: win[1] });
       const s = await api.series(q);
@@ -77,7 +94,7 @@ export class ChartCard {
   }
 
   /** Back to the overview after a zoom out. */
-  showOverview() { this.defs.forEach((d) => { d.points = d.overview.slice(); }); }
+  showOverview() { this.allDefs.forEach((d) => { d.points = d.overview.slice(); }); }
 
   /** Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.analysis.bands). */
   async loadBands(bandMetrics) {
@@ -91,7 +108,8 @@ export class ChartCard {
 
   /** xOrigin: the epoch second an elapsed axis counts from. */
   draw(view, alerts, restarts, xOrigin) {
-    this.chart.update({ series: this.defs, alerts, restarts, x: view.x, xOrigin, smoothing: view.smoothing, log: view.log, robust: view.robust });
+    this.chart.update({ series: this.defs, alerts, restarts, events: this.events(), x: view.x, xOrigin, smoothing: view.smoothing, log: view.log,
+      robust: view.robust });
   }
 
   resize() { this.chart.resize(); }

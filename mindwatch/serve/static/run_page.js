@@ -142,10 +142,11 @@ export class RunPage {
     this.histograms = null;
     this.grid.replaceChildren();
     this.cards = chartGroups(this.info.metrics).map((g) => {
-      const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": g.metrics.join(",") });
+      const read = g.metrics.concat(g.events);  // its curves and the events it marks
+      const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": read.join(",") });
       let card = null;
       this.grid.append(chartFrame(el, { name: `${this.runId}_${g.id}`, chart: () => card && card.chart.chart,
-        csv: () => csvUrl(this.runId, g.metrics, this.ranksShown()) }));
+        csv: () => csvUrl(this.runId, read, this.ranksShown()) }));
       card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
       card.chart.chart.on("datazoom", () => this.zoomed(card));
       return card;
@@ -275,6 +276,7 @@ export class RunPage {
     this.banner.hidden = !text;
     this.banner.className = `banner banner-${st.state}`;
     this.banner.textContent = text;
+    this.banner.title = st.error || "";  // the sentence names what went wrong; the whole error on hover
   }
 
   showError(message) {
@@ -287,14 +289,14 @@ export class RunPage {
   connect() {
     if (this.live) this.live.close();
     if (this.disposed) return;
-    const metrics = this.cards.flatMap((c) => c.group.metrics);
+    const metrics = this.cards.flatMap((c) => c.group.metrics.concat(c.group.events));
     const liveDot = (on) => $("#run-live") && $("#run-live").classList.toggle("on", on);
     this.live = openLive({ run: this.runId, metrics: metrics.join(","), cursor: this.info.cursor }, {
       open: () => liveDot(true),
       error: () => liveDot(false),
       points: (d) => {
         if (this.waitsForCharts()) { this.live.close(); this.build(); return; }  // the first step: the charts it has
-        const added = mergePoints(this.cards.flatMap((c) => c.defs), d, this.view.x);
+        const added = mergePoints(this.cards.flatMap((c) => c.allDefs), d, this.view.x);
         if (added) { this.scheduleDraw(); this.refreshDerived(); }
       },
       alert: (d) => {

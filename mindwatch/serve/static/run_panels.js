@@ -48,8 +48,8 @@ function xSelect(value, onX) {
   return sel;
 }
 
-/** The side bar: the last 200 alerts (newest first), tags, the run's meta and config; an alert that names a layer
- * links to it (``onLayer(layer)``). */
+/** The side bar: the last 200 alerts (newest first), then tags, the run's meta and config; an alert that names a layer
+ * links to it (``onLayer(layer)``). Two sections: on a narrow screen the alerts come before the charts (style.css). */
 export function sidePanel(info, alerts, onLayer) {
   const layerLink = (a) => {
     if (!a.layer || !onLayer) return "";
@@ -58,13 +58,15 @@ export function sidePanel(info, alerts, onLayer) {
     return h("span", {}, " → ", link);
   };
   return [
-    h("h3", {}, `Alerts (${alerts.length})`),
-    h("ul", { class: "alert-list", id: "alert-list" }, ...alerts.slice(-200).reverse().map((a) =>
-      h("li", { class: `sev-${a.severity || "warning"}` }, h("b", {}, `step ${a.step ?? "?"}`), ` r${a.rank ?? 0} `,
-        h("span", { class: "rule" }, a.rule || ""), " ", a.message || `${a.metric} = ${a.value}`, layerLink(a)))),
-    h("h3", {}, "Tags"), h("div", {}, ...tagList(info.tags).map((t) => h("span", { class: "tag" }, t))),
-    h("h3", {}, "Run"), h("pre", { class: "config" }, JSON.stringify(info.meta, null, 1)),
-    h("h3", {}, "Config"), h("pre", { class: "config", id: "config" }, JSON.stringify(info.config, null, 1)),
+    h("section", { class: "side-alerts", id: "side-alerts" },
+      h("h3", {}, `Alerts (${alerts.length})`),
+      h("ul", { class: "alert-list", id: "alert-list" }, ...alerts.slice(-200).reverse().map((a) =>
+        h("li", { class: `sev-${a.severity || "warning"}` }, h("b", {}, `step ${a.step ?? "?"}`), ` r${a.rank ?? 0} `,
+          h("span", { class: "rule" }, a.rule || ""), " ", a.message || `${a.metric} = ${a.value}`, layerLink(a))))),
+    h("section", { class: "side-info" },
+      h("h3", {}, "Tags"), h("div", {}, ...tagList(info.tags).map((t) => h("span", { class: "tag" }, t))),
+      h("h3", {}, "Run"), h("pre", { class: "config" }, JSON.stringify(info.meta, null, 1)),
+      h("h3", {}, "Config"), h("pre", { class: "config", id: "config" }, JSON.stringify(info.config, null, 1))),
   ];
 }
 

@@ -171,23 +171,26 @@ export class RunsPage {
     for (const tr of old.values()) tr.remove();
   }
 
+  /** A run's row; each cell names its column (data-label), which a phone shows when the table stacks (style.css). */
   row(r, now) {
     const steps = r.last_step ?? "–";
+    const td = (i, attrs, ...content) => h("td", Object.assign({ "data-label": FIXED[i][0] }, attrs), ...content);
     return h("tr", { "data-run": r.id, class: `row-${r.state}` },
-      h("td", {}, h("input", { type: "checkbox", checked: this.selected.has(r.id), onchange: (e) => {
+      td(0, {}, h("input", { type: "checkbox", checked: this.selected.has(r.id), "aria-label": `select ${r.name || r.run_id}`, onchange: (e) => {
         e.target.checked ? this.selected.add(r.id) : this.selected.delete(r.id);
         this.compareBtn.disabled = this.selected.size < 1;
       } })),
-      h("td", { class: "run-name" }, h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.name || r.run_id),
+      td(1, { class: "run-name" }, h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.name || r.run_id),
         r.name ? h("span", { class: "muted run-id" }, ` ${r.run_id}`) : null, r.note ? h("div", { class: "note" }, r.note) : null),
-      h("td", {}, r.project),
-      h("td", {}, ...tagList(r.tags).map((t) => h("span", { class: "tag" }, t))),
-      h("td", {}, badge(r.state), r.error ? h("div", { class: "err", title: r.error }, `⚠ ${r.error.length > 90 ? r.error.slice(0, 89) + "…" : r.error}`) : null),
-      h("td", { class: "num" }, r.total_steps ? `${steps}/${r.total_steps}` : steps),
-      h("td", { class: "num age", "data-t": r.last_time ?? "" }, r.last_time ? ago(now - r.last_time) + " ago" : "–"),
-      h("td", { class: "num" }, r.alert_count ? h("span", { class: "alerts" }, r.alert_count) : "0"),
-      h("td", { class: "num" }, ago(r.duration)),
-      ...this.view.columns.map((c) => h("td", { class: "num", "data-column": c }, cell(r.values[c]))));
+      td(2, {}, r.project),
+      td(3, {}, ...tagList(r.tags).map((t) => h("span", { class: "tag" }, t))),
+      // what went wrong (analysis/state_text.py's headline); the whole error on hover
+      td(4, {}, badge(r.state), r.error ? h("div", { class: "err", title: r.error }, `⚠ ${r.error_headline}`) : null),
+      td(5, { class: "num" }, r.total_steps ? `${steps}/${r.total_steps}` : steps),
+      td(6, { class: "num age", "data-t": r.last_time ?? "" }, r.last_time ? ago(now - r.last_time) + " ago" : "–"),
+      td(7, { class: "num" }, r.alert_count ? h("span", { class: "alerts" }, r.alert_count) : "0"),
+      td(8, { class: "num" }, ago(r.duration)),
+      ...this.view.columns.map((c) => h("td", { class: "num", "data-column": c, "data-label": label(c, this.labels || {}) }, cell(r.values[c]))));
   }
 
   dispose() {
