@@ -13,16 +13,26 @@ a short smoke run).
    paired per-round ratios, and CPU per thread (the training thread, mindwatch's threads, MindSpore's).
 3. The cheapest read: the tutorial's own step (it returns the loss alone) read by a loss reader, against a step that
    also returns ``mw.grad_norm(grads)`` (the norm in the step's graph) with ``run.step(loss=loss, grad_norm=norm)``.
+4. Under msrun, 2 workers, data parallel (``bench/msrun/loop_worker.py``; ``--msrun-rounds 0`` skips it): the bare loop
+   (``nn.DistributedGradReducer``, the loss read), ``start_run`` with its separate signal ``AllReduce`` every
+   ``loop_every`` steps, and ``start_run(grad_reducer=mw.DistributedGradReducer(...))``. The **mean** step beside the
+   median, the worst decile (p90) and the slowest step, and the total time: a stall every ``loop_every`` steps hides
+   in a median, not in a mean.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -148,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=60 if QUICK else 200)
     p.add_argument("--skip", type=int, default=10 if QUICK else 20)
     p.add_argument("--hot-steps", type=int, default=10_000 if QUICK else 100_000)
+    p.add_argument("--msrun-rounds", type=int, default=1 if QUICK else 6, help="rounds of the msrun part (0: skip it)")
+    p.add_argument("--msrun-steps", type=int, default=30 if QUICK else 60)
     args = p.parse_args(argv or [])
 
     hot = hot_path(args.hot_steps)
@@ -196,6 +208,52 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"  {ours} / {peer}, paired: process CPU median {statistics.median(process):.4f}, "
             f"training-thread CPU median {statistics.median(train_cpu):.4f}"
+        )
+    if args.msrun_rounds:
+        msrun_loop(args.msrun_rounds, args.msrun_steps)
+
+
+def msrun_loop(rounds: int, steps: int) -> None:
+    """Part 4: the data-parallel loop under msrun, 2 workers (rank 0's steps)."""
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}", "GLOG_v": "3"}
+    env["PYTHONPATH"] = f"{Path(__file__).resolve().parent.parent}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    worker = Path(__file__).resolve().parent / "msrun" / "loop_worker.py"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as logs:
+        cmd = [str(venv_bin / "msrun"), "--worker_num=2", "--local_worker_num=2", f"--master_port={port}", "--join=True"]
+        cmd += [f"--log_dir={logs}", str(worker), str(rounds), str(steps)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+        log = Path(logs) / "worker_0.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+    line = next((ln for ln in text.splitlines() if ln.startswith("LOOP_BENCH ")), None)
+    if done.returncode != 0 or line is None:
+        print(f"bench loop: msrun failed ({done.returncode}):\n{text[-3000:]}{done.stdout[-2000:]}", file=sys.stderr)
+        raise SystemExit(1)
+    out = json.loads(line.split(" ", 1)[1])
+    print(f"\nmsrun, 2 workers, data parallel, the functional loop (demo-sized model); {rounds} rotating rounds x {steps}")
+    print("steps, rank 0, every step (ms):        mean | median |    p90 |    max |  total s | CPU/step training, others")
+    for arm, r in out.items():
+        ts = sorted(r["steps"])
+        p90 = ts[int(0.9 * (len(ts) - 1))]
+        cpu = f"{statistics.median(r['training']) * 1e3:.2f}, {statistics.median(r['other']) * 1e3:.1f}"
+        print(
+            f"  {arm:28s} {statistics.mean(ts) * 1e3:8.2f} | {statistics.median(ts) * 1e3:6.2f} | {p90 * 1e3:6.2f} |"
+            f" {ts[-1] * 1e3:6.1f} | {sum(ts):8.2f} | {cpu}"
+        )
+    base = out["bare loop"]
+    for arm in list(out)[1:]:
+        mean = statistics.mean(out[arm]["steps"]) / statistics.mean(base["steps"])
+        median = statistics.median(out[arm]["steps"]) / statistics.median(base["steps"])
+        cpu = statistics.median(
+            (a + b) / (c + d)
+            for a, b, c, d in zip(out[arm]["training"], out[arm]["other"], base["training"], base["other"], strict=True)
+        )
+        print(
+            f"  {arm} / bare loop: mean step {mean:.4f} (target <= 1.03), median {median:.4f}, "
+            f"process CPU per round (median) {cpu:.4f}"
         )
 
 

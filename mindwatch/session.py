@@ -91,6 +91,9 @@ class RunSession:
     lifeline: LifelineServer | LifelineClient | None = None
     #: This attempt's number (``meta.json``'s ``attempts``; None: not known): liveness ignores other attempts' files.
     attempt: int | None = None
+    #: The alerts behind other ranks' requests, as they came over the lifeline: ``(asking rank, alert step, action)``.
+    asked_elsewhere: dict[tuple[int, int, str], Alert] = field(default_factory=dict)
+    _asked_arrived: threading.Condition = field(default_factory=threading.Condition)
 
     @classmethod
     def start(
@@ -288,7 +291,7 @@ class RunSession:
                         me={"rank": 0, "pid": os.getpid(), "host": host, "attempt": self.attempt},
                         on_gone=watch.rank_disconnected,
                         keepalive_secs=cfg.distributed.lifeline_keepalive_secs,
-                        on_message=watch.relayed,
+                        on_message=self._from_a_rank,
                     )
                 except OSError as e:
                     log.warning("mindwatch: no lifeline for the other ranks (%r): a dead rank is known by its files only", e)
@@ -383,6 +386,43 @@ class RunSession:
             self.meta["attempts"][-1]["first_step"] = step
             self.write_meta()
 
+    def share_ask(self, action: str, alert: Alert) -> None:
+        """Training thread, as this rank asks every rank for ``action``: the alert behind it goes over the lifeline to
+        the other ranks (through rank 0), so that each names it as the reason, with or without a shared folder."""
+        message = {"asked": {"by": self.rank, "action": action, "alert": alert}}
+        if isinstance(self.lifeline, LifelineServer):
+            self.lifeline.broadcast(message)
+        elif isinstance(self.lifeline, LifelineClient):
+            self.lifeline.send(message)
+
+    def asked_alert(self, rank: int, step: int, action: str, wait: float) -> Alert | None:
+        """The alert behind ``rank``'s request for ``action`` (its alert at ``step``), from the lifeline; waits up to
+        ``wait`` s for it while a lifeline is up (it left with the request, a step before)."""
+        key = (rank, step, action)
+        with self._asked_arrived:
+            if self.lifeline is not None:
+                self._asked_arrived.wait_for(lambda: key in self.asked_elsewhere, wait)
+            return self.asked_elsewhere.pop(key, None)
+
+    def _keep_asked(self, message: dict[str, Any]) -> None:
+        asked = message.get("asked")
+        if not isinstance(asked, dict) or not isinstance(asked.get("alert"), dict):
+            return
+        step = asked["alert"].get("step")
+        key = (int(asked.get("by", -1)), step if isinstance(step, int) else 0, str(asked.get("action")))
+        with self._asked_arrived:
+            self.asked_elsewhere[key] = asked["alert"]
+            self._asked_arrived.notify_all()
+
+    def _from_a_rank(self, rank: int, message: dict[str, Any]) -> None:
+        """Rank 0's lifeline thread: a stall's dump for the hang diagnosis, or a request's alert for every rank."""
+        if "stall" in message and self.cross_rank is not None:
+            self.cross_rank.relayed(rank, message)
+        if "asked" in message:
+            self._keep_asked(message)
+            if isinstance(self.lifeline, LifelineServer):
+                self.lifeline.broadcast(message, but=rank)
+
     def rank_ends(self) -> dict[int, dict[str, Any]]:
         """Rank 0 of a collective run: how each other rank ended, as it said on the lifeline (else {})."""
         return self.lifeline.ends() if isinstance(self.lifeline, LifelineServer) else {}
@@ -397,6 +437,7 @@ class RunSession:
                 me={"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname(), "attempt": self.attempt},
                 on_gone=zero.rank_zero_disconnected if zero is not None else lambda hello: None,
                 keepalive_secs=self.config.distributed.lifeline_keepalive_secs,
+                on_message=self._keep_asked,
             )
         except (OSError, ValueError) as e:
             log.warning("mindwatch: could not reach rank 0's lifeline at %s (%r): liveness by files only", address, e)

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_for
-from test_distributed import Launch, Webhooks, msrun, raw_records
+from test_distributed import Launch, Webhooks, msrun, only_run_dir, raw_records
 
 import mindwatch
 from mindwatch.store.jsonl import read_last_record
@@ -143,3 +143,27 @@ def test_a_relaunch_at_once_after_an_attempt_that_died_at_step_3_is_quiet(tmp_pa
         assert (status["state"], status["attempt"], status["last_step"]) == ("finished", 2, 30), status
     assert relaunch_ends(hooks, run_dir) == [("finished", {})]
     assert all(not body.get("lost_ranks") for _, body in hooks.posts if body.get("event") == "end"), hooks.posts
+
+
+def test_a_nan_in_a_loop_with_a_folder_per_node_is_two_messages_and_names_no_lost_rank(tmp_path: Path) -> None:
+    """The functional loop (its signal on ``mw.DistributedGradReducer``), a folder per node, a NaN in rank 0's labels
+    at step 30 with ``nonfinite: {actions: [stop]}``: both ranks stop on that step; each channel hears the alert and
+    the end, and the end names no lost rank."""
+    out, hooks = tmp_path / "out", Webhooks()
+    config = json.dumps({"alerts": {"nonfinite": {"actions": ["stop"]}}, "notify": [{"type": "webhook", "url": hooks.url}]})
+    job = Launch()
+    try:
+        args = ("--save-dir", str(out), "--save-dir-per-rank", "--loop", "--signal-in-reducer", "--mode", "pynative")
+        msrun(job, tmp_path / "logs", *args, "--steps", "60", "--nan-rank", "0", "--nan-at", "30", "--config", config)
+        codes = job.wait(300)
+    finally:
+        job.kill()
+        hooks.close()
+    assert codes == [0], (tmp_path / "logs" / "msrun.out").read_text()[-3000:]
+    run_dirs = [only_run_dir(out / f"rank{r}" / "dist") for r in (0, 1)]
+    for rank, run_dir in enumerate(run_dirs):
+        status = json.loads((run_dir / f"status.rank{rank}.json").read_text())
+        assert (status["state"], status["last_step"]) == ("stopped", 30), status
+    posted = [(b.get("event"), b.get("rule"), b.get("state")) for _, b in hooks.posts]
+    assert posted == [("alert", "nonfinite", None), ("end", None, "stopped")], posted
+    assert not hooks.posts[-1][1].get("lost_ranks"), hooks.posts[-1][1]

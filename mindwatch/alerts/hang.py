@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import Field
 
 from mindwatch.schema import RuleSettings
+from mindwatch.store.layout import RunLayout
 
 
 class HangSettings(RuleSettings):
@@ -248,19 +249,25 @@ def diagnose_run(run_dir: str | os.PathLike[str], also: Sequence[str | os.PathLi
     ``also``: the run's folders on the other nodes (a multi-node job without a shared file system), read with
     ``run_dir`` as one run (:class:`~mindwatch.store.layout.RunLayout`); a rank with no file in any of them is
     named as not found, not as the culprit."""
-    from mindwatch.store.layout import RunLayout, read_json
+    from mindwatch.store.layout import read_json
 
     layout = RunLayout(Path(run_dir), tuple(Path(p) for p in also))
-    found = [dump for root in layout.roots for dump in _dumps_in(RunLayout(root).stacks)]  # each node's stacks/
-    newest: dict[int, Path] = {}
-    for rank, path in sorted(found, key=lambda d: d[1].stat().st_mtime):
-        newest[rank] = path
+    newest = newest_dumps(layout)
     world = (read_json(layout.meta) or {}).get("world_size")
     ranks = set(layout.ranks()) | set(newest)
     world_size = world if isinstance(world, int) and world > 0 else (max(ranks) + 1 if ranks else None)
     last_steps = {r: (read_json(layout.status(r)) or {}).get("last_step") for r in range(world_size or 0)}
     unseen = [r for r in range(world_size or 0) if r not in ranks]
     return diagnose(newest, world_size, last_steps, unseen)
+
+
+def newest_dumps(layout: RunLayout) -> dict[int, Path]:
+    """Each rank's newest stall dump in the run's ``stacks/`` folders (every node's: ``layout.roots``)."""
+    found = [dump for root in layout.roots for dump in _dumps_in(RunLayout(root).stacks)]
+    newest: dict[int, Path] = {}
+    for rank, path in sorted(found, key=lambda d: d[1].stat().st_mtime):
+        newest[rank] = path
+    return newest
 
 
 def _dumps_in(stacks: Path) -> list[tuple[int, Path]]:

@@ -179,6 +179,14 @@ class LifelineServer:
             except Exception as e:  # never let a report end the lifeline
                 log.warning("mindwatch: the lifeline could not report rank %s (%r)", hello.get("rank"), e)
 
+    def broadcast(self, message: dict[str, Any], *, but: int | None = None) -> None:
+        """Send every connected rank (except rank ``but``) one message; a rank whose line is down is skipped."""
+        line = json.dumps(message).encode() + b"\n"
+        for conn, hello in list(self._peers.items()):
+            if hello and hello.get("rank") != but:
+                with contextlib.suppress(OSError):  # a small line into an idle socket's buffer: never blocks
+                    conn.sendall(line)
+
     def ends(self) -> dict[int, dict[str, Any]]:
         """How each other rank ended as it said in its ``bye``; a rank still connected is ``running``."""
         ends = dict(self._ends)
@@ -223,9 +231,13 @@ class LifelineClient:
         me: dict[str, Any],
         on_gone: Callable[[dict[str, Any]], None],
         keepalive_secs: float = 30.0,
+        on_message: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        """``on_message(message)``: any other line rank 0 sends (:meth:`LifelineServer.broadcast`), on the lifeline's
+        thread."""
         host, _, port = address.rpartition(":")
         self.on_gone = on_gone
+        self.on_message = on_message
         self._closing = False
         self._sock = socket.create_connection((host, int(port)), timeout=CONNECT_SECS)
         keep_alive(self._sock, keepalive_secs)
@@ -253,6 +265,11 @@ class LifelineClient:
                     self._closing = True
                 elif not self.peer:
                     self.peer = msg
+                elif self.on_message is not None:
+                    try:
+                        self.on_message(msg)
+                    except Exception as e:  # never let a message end the lifeline
+                        log.warning("mindwatch: the lifeline could not take rank 0's message (%r)", e)
         if not self._closing:
             try:
                 self.on_gone({**self.peer, "how": how})

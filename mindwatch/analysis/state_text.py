@@ -43,6 +43,9 @@ def _stopped_why(reason: str | None) -> str:
     return f" {reason.removeprefix('stopped ')}" if reason.startswith("stopped by ") else f": {reason}"
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+
+
 def error_headline(error: str | None, lines: int = ERROR_LINES) -> str | None:
     """What went wrong, in the error's first ``lines`` lines that hold words, joined by spaces.
 
@@ -52,12 +55,18 @@ def error_headline(error: str | None, lines: int = ERROR_LINES) -> str | None:
         error_headline("RuntimeError:\\n-----\\n- Kernel error:\\n-----\\nAdd failed: out of memory\\n...")
         # 'RuntimeError: Kernel error: Add failed: out of memory'
 
-    None for no error; the error itself when no line holds a word.
+    A Python traceback says what went wrong at its end: the lines after its last frame are read, not its first
+    ``Traceback (most recent call last):``. None for no error; the error itself when no line holds a word.
     """
     if not error:
         return None
     kept: list[str] = []
-    for raw in _RULE.sub("\n", error.replace("\r", "\n")).split("\n"):
+    text = error.replace("\r", "\n")
+    if _TRACEBACK in text:  # what went wrong: after the last frame (``  File ...`` and its source line)
+        tail = text.rsplit(_TRACEBACK, 1)[1].split("\n")
+        frames = [i for i, line in enumerate(tail) if line.startswith("  File ")]
+        text = "\n".join(tail[frames[-1] + 2 :] if frames else tail)
+    for raw in _RULE.sub("\n", text).split("\n"):
         text = " ".join(raw.split()).lstrip("-*•> ").strip()
         if text.startswith(_STACK) or len(kept) == lines:
             break

@@ -7,6 +7,7 @@ Example::
 """
 
 from mindwatch.mindspore.callback import MonitorCallback
+from mindwatch.mindspore.grad_reducer import DistributedGradReducer
 from mindwatch.mindspore.loop import Run, start_run
 from mindwatch.mindspore.reduction import grad_norm
 from mindwatch.mindspore.skip_step import SkipStep
@@ -16,6 +17,7 @@ from mindwatch.mindspore.train_step import TrainOneStepWithGradNorm, TrainOneSte
 MindSporeTransformersMonitor = MonitorCallback
 
 __all__ = [
+    "DistributedGradReducer",
     "MindSporeTransformersMonitor",
     "MonitorCallback",
     "Run",

@@ -45,6 +45,9 @@ _STEP_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.STEP_TIME)
 _DATA_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.DATA_TIME)
 #: Slots for rank 0's :class:`Announcement` (``run_id\nhost:port\nattempt\nresumed_step``), one character code each.
 TOKEN_SLOTS = 160
+#: How long a rank waits, when another rank's request arrives in the vector, for the alert behind it on the lifeline
+#: (it left a step earlier, with the request: it is there unless the lifeline is down).
+ALERT_WAIT_SECS = 0.5
 #: The bit of each action (float32 holds these sums exactly).
 ACTION_BITS = {action: 1 << i for i, action in enumerate(ACTIONS)}
 
@@ -212,6 +215,7 @@ class SignalExchange:
         if control.outgoing_waiting:
             for action, alert in control.outgoing():
                 self.signal.ask(action, alert)
+                self.session.share_ask(action, alert)
         self.signal.send()
         self._sent_step = self._timed_step
 
@@ -224,9 +228,10 @@ class SignalExchange:
         for asked in self.signal.read(reduced):
             if asked.rank == self.signal.rank:
                 alert = self.signal.asking.pop(asked.action, None)
-            else:
-                alert = find_alert(self.session.layout.alerts, asked)
-            if alert is None:  # another node's alert (no shared file system): what the vector says
+            else:  # it came over the lifeline with the request (else from a shared alerts.jsonl)
+                alert = self.session.asked_alert(asked.rank, asked.alert_step, asked.action, ALERT_WAIT_SECS)
+                alert = alert or find_alert(self.session.layout.alerts, asked)
+            if alert is None:  # no lifeline, no shared file system: what the vector says
                 alert = {
                     "rule": "rank_request",
                     "rank": asked.rank,

@@ -5,6 +5,7 @@ Example::
     from mindwatch.report.export import export_run, metrics_table
     export_run("monitor_output/gpt/run_20261129_074500", "csv", "gpt.csv")
     table = metrics_table("monitor_output/gpt/run_20261129_074500")   # {column: numpy array}
+    export_run("node0/gpt/run_1", "csv", "gpt.csv", also=["node1/gpt/run_1"])  # a run's folders on two nodes, as one
 
 One row per recorded step and rank, columns ``step, rank, t, epoch`` then every metric
 (sorted). A metric a record does not hold is empty (csv), ``null`` (jsonl) or null (parquet);
@@ -18,6 +19,7 @@ import csv
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,18 +31,22 @@ FORMATS = ("csv", "jsonl", "parquet")
 _INTEGER_COLUMNS = ("step", "rank", "epoch")
 
 
-def metrics_table(run_dir: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+#: More folders of one run: its ranks in each node's save_dir, without a shared file system (``--also``).
+Folders = Sequence[str | os.PathLike[str]]
+
+
+def metrics_table(run_dir: str | os.PathLike[str], also: Folders = ()) -> dict[str, np.ndarray]:
     """Every record of every rank as columns: ``step``, ``rank``, ``t`` (float, NaN when absent), then metrics.
 
     Metric columns are float64 with NaN where a record lacks the metric; ``present[name]`` masks
     tell a missing value from a recorded NaN (see :func:`table_with_masks`).
     """
-    return table_with_masks(run_dir)[0]
+    return table_with_masks(run_dir, also)[0]
 
 
-def table_with_masks(run_dir: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def table_with_masks(run_dir: str | os.PathLike[str], also: Folders = ()) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """``(columns, present)``: the table and, per metric column, a bool mask of recorded values."""
-    run = open_run(run_dir)
+    run = open_run(run_dir, *also)
     steps, ranks, times = [], [], []
     values: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # name -> (first row, lines, values) per rank
     n = 0
@@ -71,11 +77,14 @@ def table_with_masks(run_dir: str | os.PathLike[str]) -> tuple[dict[str, np.ndar
     return cols_out, present
 
 
-def export_run(run_dir: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str] | None = None) -> Path:
-    """Write the table to ``out`` (default ``<run_dir>/metrics.<fmt>``) and return its path."""
+def export_run(
+    run_dir: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str] | None = None, *, also: Folders = ()
+) -> Path:
+    """Write the table to ``out`` (default ``<run_dir>/metrics.<fmt>``) and return its path; ``also``: the run's
+    folders on other nodes, their ranks' rows in the same table."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    cols, present = table_with_masks(run_dir)
+    cols, present = table_with_masks(run_dir, also)
     path = Path(out) if out is not None else Path(run_dir) / f"metrics.{fmt}"
     path.parent.mkdir(parents=True, exist_ok=True)
     {"csv": _write_csv, "jsonl": _write_jsonl, "parquet": _write_parquet}[fmt](path, cols, present)

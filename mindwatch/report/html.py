@@ -10,7 +10,9 @@ The page holds its data as JSON, ECharts (from npm, :func:`mindwatch.assets.echa
 dashboard's chart module (``mindwatch/assets/charts.js``) inline, so it opens offline and can be
 mailed or attached to a model as a delivery artefact. Long runs are thinned per series to
 :data:`MAX_POINTS` keeping each bucket's min and max, so spikes stay; the heat map is binned
-like the dashboard's (:func:`mindwatch.analysis.heatmap.bin_layers`).
+like the dashboard's (:func:`mindwatch.analysis.heatmap.bin_layers`). The charts are the dashboard's
+too: an event metric (:attr:`mindwatch.metrics.Metric.event`, a step ``skip_steps`` skipped) is no curve
+of its own but a mark at each step it happened on the charts of its group (the loss chart).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 from mindwatch import __version__
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
+from mindwatch.alerts.hang import locate, newest_dumps
 from mindwatch.analysis.batches import flagged_batches, ids_text
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
@@ -48,6 +51,10 @@ MAX_POINTS = 2000
 MAX_HEATMAP_STEPS = HEATMAP_BUCKETS
 #: Alerts listed in the table (all of them are counted and drawn).
 MAX_ALERT_ROWS = 500
+#: The characters of a stack dump the report holds (a dump of many threads runs long; the file has the rest).
+MAX_DUMP_CHARS = 20_000
+#: Steps an event is marked at on a chart, per run: as many as a chart draws (charts.js's MAX_EVENTS).
+MAX_EVENT_MARKS = 500
 #: Per-layer metrics drawn as one chart of a line per layer (mindwatch.mindspore.attention).
 _PER_LAYER = tuple(m.prefix for m in vocab.ATTENTION_FAMILIES)
 _ENTROPY = f"{vocab.ATTENTION_ENTROPY}/"
@@ -109,6 +116,7 @@ def render_report(runs: list[Run]) -> str:
             '<div class="grid" id="alerts-chart"></div>',
             _alerts_table(runs, labels),
             _batches_table(runs, labels),
+            _stacks_section(runs, labels),
             "<h2>Config and tags</h2>",
             *(_config_section(r, lab, len(runs) > 1) for r, lab in zip(runs, labels, strict=True)),
         ]
@@ -145,7 +153,8 @@ def _step_range(runs: list[Run]) -> list[int] | None:
 
 
 def _metric_names(runs: list[Run]) -> list[str]:
-    names = {m for r in runs for m in r.metrics if m not in vocab.NOT_CHARTED and not is_layer_metric(m)}  # layers: their own
+    # layers: their own charts; events: marks on their group's charts
+    names = {m for r in runs for m in r.metrics if m not in vocab.NOT_CHARTED and not is_layer_metric(m) and not _is_event(m)}
     plain = ordered_metrics({m for m in names if not m.startswith(_PER_LAYER)})
     return plain + [p + "*" for p in _PER_LAYER if any(m.startswith(p) for m in names)]  # one chart for all layers
 
@@ -155,13 +164,15 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
     for name in _metric_names(runs):
         series: list[dict[str, Any]] = []
         thinned = False
-        for run, label in zip(runs, labels, strict=True):
+        first_curve: dict[int, int] = {}  # a run's first series on the chart: its events take that colour
+        for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
             metrics = sorted(m for m in run.metrics if m.startswith(name[:-1])) if name.endswith("*") else [name]
             for metric in metrics:
                 for rank in run.ranks:
                     s = run.series(metric, rank=rank)
                     if not len(s):
                         continue
+                    first_curve.setdefault(i, len(series))
                     line = line_points(s.step, s.value, MAX_POINTS)
                     thinned |= line.thinned
                     parts = [label] if len(runs) > 1 else []
@@ -177,9 +188,51 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
         note = f"thinned to {MAX_POINTS} points per series (min and max per bucket)" if thinned else ""
         if log:
             note = (note + "; " if note else "") + "log scale"
+        events, cut = _event_marks(runs, _events_of(name), first_curve)
+        note = "; ".join(n for n in (note, *cut) if n)
         known = vocab.get(name)  # its unit names the y axis and sets its range (memory from 0), as on the dashboard
-        charts.append({"name": name, "unit": known.unit if known else "", "series": series, "log": log, "points_note": note})
+        charts.append(
+            {
+                "name": name,
+                "unit": known.unit if known else "",
+                "series": series,
+                "events": events,
+                "log": log,
+                "points_note": note,
+            }
+        )
     return charts
+
+
+def _is_event(name: str) -> bool:
+    known = vocab.get(name)
+    return known is not None and known.event
+
+
+def _events_of(name: str) -> tuple[str, ...]:
+    """The events the chart of ``name`` marks: its chart group's (``loss`` marks ``skipped``), as on the dashboard."""
+    known = vocab.get(name)
+    return next((g.events for g in vocab.CHART_GROUPS if known is not None and g.id == known.group), ())
+
+
+def _event_marks(runs: list[Run], events: tuple[str, ...], first_curve: dict[int, int]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``line()``'s ``events``: each run's steps at which each event is 1 on any rank, each step once, as the dashboard
+    marks them (``{name, xs}``; comparing runs, ``series``: the run's first curve, whose colour the marks take); and
+    a note for each event with more steps than :data:`MAX_EVENT_MARKS`."""
+    marks, cut = [], []
+    for event in events:
+        for i, run in enumerate(runs):
+            parts = [run.series(event, rank=rank) for rank in run.ranks]
+            steps = np.unique(np.concatenate([s.step[s.value > 0] for s in parts])) if parts else np.empty(0, np.int64)
+            if not len(steps):
+                continue
+            mark: dict[str, Any] = {"name": event, "xs": steps[:MAX_EVENT_MARKS].tolist()}
+            if len(runs) > 1 and i in first_curve:
+                mark["series"] = first_curve[i]
+            marks.append(mark)
+            if len(steps) > MAX_EVENT_MARKS:
+                cut.append(f"the first {MAX_EVENT_MARKS} of {len(steps):,} {event} steps marked")
+    return marks, cut
 
 
 def _histogram(runs: list[Run], labels: list[str], bins: int = 30, ticks: int = 6) -> dict[str, Any] | None:
@@ -428,6 +481,29 @@ def _batches_table(runs: list[Run], labels: list[str]) -> str:
         tds = "".join(f"<td>{_e(c)}</td>" for c in cells)
         out.append("<tr>" + (f"<td>{_e(lab)}</td>" if multi else "") + tds + "</tr>")
     return f'<h3>Flagged batches</h3><table id="batches"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>'
+
+
+def _stacks_section(runs: list[Run], labels: list[str]) -> str:
+    """Each rank's newest stall stack dump (every node's ``stacks/``; a rank on another host sends its dump to rank 0):
+    where the rank was, and the dump itself, folded."""
+    rows = []
+    for run, lab in zip(runs, labels, strict=True):
+        for rank, path in sorted(newest_dumps(run.layout).items()):
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            place = locate(rank, text, path.name)
+            more = f"\n... ({len(text) - MAX_DUMP_CHARS} more characters in {path})" if len(text) > MAX_DUMP_CHARS else ""
+            rows.append(
+                f"<tr>{f'<td>{_e(lab)}</td>' if len(runs) > 1 else ''}<td>{rank}</td><td>{_e(place.description)}</td>"
+                f"<td>{_e(place.detail)}</td><td><details><summary>{_e(path.name)}</summary>"
+                f"<pre>{_e(text[:MAX_DUMP_CHARS])}{_e(more)}</pre></details></td></tr>"
+            )
+    if not rows:
+        return ""
+    head = ("<th>run</th>" if len(runs) > 1 else "") + "<th>rank</th><th>where</th><th>detail</th><th>stack dump</th>"
+    return f'<h3>Stack dumps</h3><table id="stacks"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def _config_section(run: Run, label: str, multi: bool) -> str:

@@ -2,7 +2,7 @@
 // mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
-import { esc, heatmap, line, titleOption, unitAxis } from "../assets/charts.js";
+import { PALETTE, esc, heatmap, line, titleOption, unitAxis } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
 const SEV_COLORS = { error: "#c62828", warning: "#e09100", info: "#1e88e5" };
@@ -50,6 +50,9 @@ function heatDiv(parent, id, rows) {
 const HEAT_ROW_PX = 14, HEAT_FRAME_PX = 110;  // a row's label (11-12 px text), and the title, x axis and margins
 
 // -- one chart per metric ------------------------------------------------------------------
+// Its group's events (mindwatch.metrics' Metric.event: the steps skip_steps skipped) are dashed lines at the steps they
+// happened, as on the dashboard, not curves; comparing runs, each run's in the colour of its first curve (charts.js's
+// palette, as line() colours the series).
 const curves = document.getElementById("curves");
 DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) => {
   const chart = line(el, {
@@ -59,6 +62,7 @@ DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) 
       name: s.label, points: s.points,  // the wire shape of analysis/lines.py; one mark where the values stop being finite
       nonfinite: s.nonfinite.slice(0, 1).map(([at]) => [at, `non-finite from step ${at}`]),
     })),
+    events: m.events.map((e) => ({ name: e.name, xs: e.xs, color: e.series === undefined ? undefined : PALETTE[e.series % PALETTE.length] })),
   });
   curveCharts.push(chart);
   return chart;

@@ -20,6 +20,7 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--max-grad-norm X``: clip the gradients to that global norm (in the train cell).
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
 ``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
+``--signal-in-reducer``: that loop reduces with ``mw.DistributedGradReducer`` (``start_run(grad_reducer=)``).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main() -> None:
     p.add_argument("--config", default="{}", help="JSON merged into the monitor config")
     p.add_argument("--layer-stats", action="store_true", help="per-layer statistics in the train cell")
     p.add_argument("--loop", action="store_true", help="a loop of its own with start_run, not Model.train")
+    p.add_argument("--signal-in-reducer", action="store_true", help="--loop with mw.DistributedGradReducer (grad_reducer=)")
     p.add_argument("--nan-rank", type=int, default=-1)
     p.add_argument("--nan-at", type=int, default=-1, help="the step (1-based) whose labels are NaN")
     p.add_argument("--scale-rank", type=int, default=-1)
@@ -131,7 +133,7 @@ def main() -> None:
     if rank == args.late_rank:
         time.sleep(args.late_secs)
     if args.loop:
-        run_dir = train_loop(net, optimizer, data, config)
+        run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer)
     else:
         cb = MonitorCallback(config)
         callbacks = [cb]
@@ -147,11 +149,13 @@ def main() -> None:
     print(f"train_dp: rank {rank} finished, run dir {run_dir}", flush=True)
 
 
-def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: dict) -> object:
-    """The data-parallel functional loop: each rank's gradients all-reduced (mean), then the update."""
+def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: dict, *, in_reducer: bool) -> object:
+    """The data-parallel functional loop: each rank's gradients all-reduced (mean), then the update; ``in_reducer``:
+    mindwatch's signal rides on that reduction (``mw.DistributedGradReducer``), else the loop sums it itself."""
     loss_net = nn.WithLossCell(net, nn.MSELoss())
     grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
-    reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True)
+    kind = mw.DistributedGradReducer if in_reducer else nn.DistributedGradReducer
+    reducer = kind(optimizer.parameters, mean=True)
 
     @ms.jit
     def train_step(x, y):
@@ -160,7 +164,9 @@ def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: 
         optimizer(grads)
         return loss, grads
 
-    with mw.start_run(config, network=net, optimizer=optimizer, total_steps=data.get_dataset_size()) as run:
+    total = data.get_dataset_size()
+    grad_reducer = reducer if in_reducer else None
+    with mw.start_run(config, network=net, optimizer=optimizer, total_steps=total, grad_reducer=grad_reducer) as run:
         for x, y in run.batches(data.create_tuple_iterator()):
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)

@@ -1,0 +1,54 @@
+"""``DistributedGradReducer`` with mindwatch's cross-rank signal inside: a loop's signal rides on its gradient reduction.
+
+Example::
+
+    import mindwatch.mindspore as mw
+
+    reducer = mw.DistributedGradReducer(optimizer.parameters, mean=True)   # in place of nn.DistributedGradReducer
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        optimizer(reducer(grads))
+        return loss, grads
+
+    with mw.start_run(config, network=net, optimizer=optimizer, grad_reducer=reducer) as run:
+        ...
+
+It reduces the gradients exactly as ``nn.DistributedGradReducer`` does (same arguments, one instance of it inside),
+and sums the signal vector (:mod:`mindwatch.mindspore.rank_signal`) with one more small ``AllReduce`` in the same
+compiled step, in the gradients' fusion group. ``run.step`` writes this rank's slots before each step and reads the
+sum after it: every rank acts at the step it asked at, as with ``Model.train``'s train cells, and the loop makes no
+collective call of its own (without ``grad_reducer``, ``start_run`` sums the vector with a separate ``AllReduce``
+every ``distributed.coordination.loop_every`` steps, which costs that step a round trip between the ranks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+
+from mindwatch.mindspore.rank_signal import signal_size
+
+
+class DistributedGradReducer(nn.Cell):
+    """``nn.DistributedGradReducer`` (the same arguments) that also sums mindwatch's signal; see the module docstring."""
+
+    def __init__(self, parameters: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(auto_prefix=False)
+        from mindspore.communication import get_group_size
+
+        self.reducer = nn.DistributedGradReducer(parameters, *args, **kwargs)
+        zeros = np.zeros(signal_size(get_group_size()), np.float32)
+        #: This rank's slots, written by ``run.step`` before a step (``RankSignal.send``).
+        self.mindwatch_signal = ms.Parameter(ms.Tensor(zeros), name="mindwatch_signal", requires_grad=False)
+        #: Every rank's slots summed by the step, read by ``run.step`` after it.
+        self.mindwatch_signal_sum = ms.Parameter(ms.Tensor(zeros), name="mindwatch_signal_sum", requires_grad=False)
+        self._signal_sum = ops.AllReduce().add_prim_attr("fusion", 1)
+
+    def construct(self, grads):
+        reduced = self.reducer(grads)
+        return ops.depend(reduced, ops.assign(self.mindwatch_signal_sum, self._signal_sum(self.mindwatch_signal)))
