@@ -7,8 +7,9 @@ Example::
     cfg = load_config("monitor.yaml")          # a path, a YAML string or a dict
     cfg.interval, cfg.step_interval, cfg.flush_secs
 
-The example in the seed article loads unchanged; every key below is documented in
-docs/configuration.md. Errors name the key path and what is allowed::
+A config written for MindSpore Transformers' monitor (``backend``, ``callback.type:
+MindSporeTransformersMonitor``, ``callback.params.warn_on_value``) loads unchanged, so nobody rewrites theirs;
+every key below is documented in docs/configuration.md. Errors name the key path and what is allowed::
 
     ConfigError: monitor_config.interval: Input should be greater than 0 (got -1)
 """
@@ -39,10 +40,7 @@ class ConfigError(ValueError):
     """A ``monitor_config`` that cannot be used; the message names the key path."""
 
 
-_Section = Section
-
-
-class Bound(_Section):
+class Bound(Section):
     """An explicit threshold: ``{above: 50}`` or ``{below: 1000}``."""
 
     above: float | None = None
@@ -55,7 +53,7 @@ class Bound(_Section):
         return self
 
 
-class CallbackParams(_Section):
+class CallbackParams(Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     #: ``{metric: limit}``; a bare number is an upper bound, except for throughput
     #: metrics where it is a lower bound. ``{metric: {above: x}}`` / ``{below: y}`` is explicit.
@@ -69,14 +67,14 @@ class CallbackParams(_Section):
         return v.upper() if isinstance(v, str) else v
 
 
-class CallbackSection(_Section):
+class CallbackSection(Section):
     type: Literal["MindSporeTransformersMonitor", "MonitorCallback"] = "MonitorCallback"
     params: CallbackParams = Field(default_factory=CallbackParams)
     #: The dataset column that holds each sample's id: anomaly alerts name the ids of their step's batch.
     sample_ids: str | None = Field(default=None, min_length=1)
 
 
-class AttentionEntropy(_Section):
+class AttentionEntropy(Section):
     #: Compute the entropy every N steps (it needs a device sync, so not every step).
     every: int = Field(default=50, ge=1)
     #: fnmatch patterns on cell names whose *output* is the attention probabilities;
@@ -84,7 +82,7 @@ class AttentionEntropy(_Section):
     cells: list[str] = Field(default_factory=list)
 
 
-class LayersSection(_Section):
+class LayersSection(Section):
     """Per-layer health (docs/layers.md): recorded when the train cell has ``layer_stats=True``."""
 
     enabled: bool = True
@@ -104,7 +102,7 @@ class LayersSection(_Section):
         return v
 
 
-class ThroughputSection(_Section):
+class ThroughputSection(Section):
     """TFLOPS per device and MFU (docs/configuration.md#tflops-and-mfu): what a step costs and what the device can do."""
 
     #: The model FLOPs of one training step on one device (forward and backward); null: 6 x trainable parameters
@@ -115,7 +113,7 @@ class ThroughputSection(_Section):
     peak_tflops: float | None = Field(default=None, gt=0)
 
 
-class PrometheusSection(_Section):
+class PrometheusSection(Section):
     """An opt-in ``/metrics`` endpoint in each training process (see docs/prometheus.md)."""
 
     enabled: bool = False
@@ -125,7 +123,7 @@ class PrometheusSection(_Section):
     host: str = Field(default="127.0.0.1", min_length=1)
 
 
-class _AlertsSettings(_Section):
+class _AlertsSettings(Section):
     """Alert rules, the stall watchdog and the actions they request (docs/alerts.md).
 
     Each rule's own section (``alerts.spike``, ...) comes from its module in
@@ -163,7 +161,7 @@ else:
     )
 
 
-class CoordinationSettings(_Section):
+class CoordinationSettings(Section):
     """Coordinated actions (docs/distributed.md): every rank carries out an action at the same step."""
 
     #: Agree on a step with every rank (multi-rank runs); false: each rank acts alone on its own rules.
@@ -181,7 +179,7 @@ class CoordinationSettings(_Section):
     loop_every: int = Field(default=10, ge=1)
 
 
-class DistributedSection(_Section):
+class DistributedSection(Section):
     """Distributed training (docs/distributed.md): run-id agreement and the cross-rank rules on rank 0."""
 
     #: Seconds ranks > 0 wait for rank 0 to publish the run id at train begin.
@@ -212,7 +210,7 @@ SIGNED_WEBHOOKS = ("dingtalk", "feishu")
 _ALL_EVENTS: tuple[NotifyEvent, ...] = ("alerts", "end")
 
 
-class ChannelSettings(_Section):
+class ChannelSettings(Section):
     """What every notify channel has; its defaults are the channels' (``mindwatch.sinks.notify`` reads them here)."""
 
     #: Alerts below this severity are not sent; the end-of-run message always is (when in ``events``). ``info`` adds
@@ -303,7 +301,7 @@ def _email_address(v: str) -> str:
     return v
 
 
-class MonitorConfig(_Section):
+class MonitorConfig(Section):
     """The whole ``monitor_config`` section. See docs/configuration.md for each key."""
 
     enable: bool = True

@@ -36,6 +36,7 @@ from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.lifeline import LifelineClient, LifelineServer, StacksRelay, local_address
 from mindwatch.alerts.registry import build_rules
 from mindwatch.config import MonitorConfig
+from mindwatch.launch_env import local_rank
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.coordination import ActionCoordinator
 from mindwatch.monitor.inbox import RequestInbox
@@ -500,7 +501,7 @@ def bridge_sinks(config: MonitorConfig, layout: RunLayout, run_id: str, rank: in
     prom = config.prometheus
     if prom.enabled:
         try:
-            from mindwatch.sinks.prometheus import PrometheusSink, local_rank
+            from mindwatch.sinks.prometheus import PrometheusSink
         except ImportError as e:
             log.warning("mindwatch: prometheus.enabled needs prometheus_client (pip install prometheus_client): %s", e)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,30 @@ def test_every_rule_module_declares_a_spec_and_gets_a_config_section():
     for spec in specs:
         assert isinstance(getattr(alerts, spec.key), spec.settings), spec.key
         assert spec.doc
+
+
+def _section(title: str) -> str:
+    """The text of docs/architecture.md under ``## <title>``, up to the next section."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    return doc.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_map_names_every_module_of_the_package():
+    the_parts = _section("The parts")
+    modules = sorted(p for p in (REPO / "mindwatch").rglob("*.py") if p.name != "__init__.py" and "vendor" not in p.parts)
+    assert len(modules) > 90 and any(p.parent.name == "rules" for p in modules) and any(p.parent.name == "demo" for p in modules)
+    missing = [str(p.relative_to(REPO)) for p in modules if not re.search(rf"(?<!\w){re.escape(p.name)}(?!\w)", the_parts)]
+    assert missing == [], "docs/architecture.md's map (## The parts) does not name these modules:\n" + "\n".join(missing)
+
+
+def test_the_nevers_list_what_the_rules_import():
+    nevers = " ".join(_section("The nevers (checked by `lint-imports`)").split())
+    listed = nevers.split("which import only", 1)[1].split("and never the config", 1)[0]
+    rules = REPO / "mindwatch" / "alerts" / "rules"
+    graph = import_graph([REPO / "mindwatch"])
+    imported = {m for p in rules.glob("*.py") for m in graph[_module_name(p, REPO)]} - {"mindwatch"}
+    outside = sorted(m.removeprefix("mindwatch.") for m in imported if not m.startswith("mindwatch.alerts.rules"))
+    assert outside and [m for m in outside if f"`{m}`" not in listed] == [], listed
 
 
 def _module_name(path: Path, base: Path) -> str:

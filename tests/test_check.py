@@ -6,7 +6,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +162,8 @@ def test_no_rule_can_execute_code(template: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "rule, passed",
     [
-        ("10 ** 10 ** 10 ** 10 > 0", True),  # inf, at once: floats, never big integers
+        ("10 ** 400 == inf", True),  # floats, never big integers (an integer 10 ** 400 is finite)
+        ("10 ** 10 ** 10 ** 10 > 0", True),  # inf, at once
         ("(-8) ** 0.5 > 0", False),  # nan
         ("1 / 0 > 1e308", True),
         ("0 / 0 == 0 / 0", False),
@@ -173,9 +173,7 @@ def test_no_rule_can_execute_code(template: str, tmp_path: Path) -> None:
 )
 def test_huge_numbers_are_floats(rule: str, passed: bool, tmp_path: Path) -> None:
     run = mindwatch.open_run(synthetic_run(tmp_path))
-    start = time.perf_counter()
     assert evaluate(run, rule).passed is passed
-    assert time.perf_counter() - start < 1.0
 
 
 @settings(max_examples=300, deadline=None)

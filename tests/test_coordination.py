@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from mindwatch.alerts.liveness import RankLiveness, pid_running
+from mindwatch.analysis.state_text import lost_sentence
 from mindwatch.config import load_config
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.coordination import ActionCoordinator
 from mindwatch.session import RunSession
 from mindwatch.store.layout import RunLayout, write_json_atomic
-from mindwatch.store.states import lost_message, rank_states, run_state
+from mindwatch.store.states import rank_states, run_state
 
 
 def two_ranks(tmp_path: Path, **coordination: float) -> tuple[list[Control], list[ActionCoordinator]]:
@@ -148,9 +149,9 @@ def test_the_run_names_the_rank_that_died_and_when_the_others_ended() -> None:
     }
     assert rank_states(statuses, now=1002) == {0: "stopped", 1: "lost"}
     assert run_state(rank_states(statuses, now=1002).values()) == "lost"
-    assert lost_message(statuses) == "rank 1 died at step 812 (pid 4242 on host a exited); the others ended 1.5 s later"
+    assert lost_sentence(statuses) == "rank 1 died at step 812 (pid 4242 on host a exited); the others ended 1.5 s later"
     statuses[1] = {"state": "finished"}  # it wrote its end after all: not lost
-    assert lost_message(statuses) is None and rank_states(statuses)[1] == "finished"
+    assert lost_sentence(statuses) is None and rank_states(statuses)[1] == "finished"
 
 
 def test_a_stop_for_a_lost_rank_ends_the_process_only_when_no_step_boundary_comes(

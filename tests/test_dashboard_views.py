@@ -15,6 +15,7 @@ from test_dashboard_browser import wait_for
 from mindwatch.serve.process import DashboardProcess
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.writer import RunWriter
+from mindwatch.units import format_duration
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -107,8 +108,8 @@ def test_the_header_shows_progress_rate_and_eta_and_moves_with_the_points(tmp_pa
         assert (first["value"], first["max"]) == (60, 120)
         assert first["text"].strip() == "60/120 (50 %)"
         assert first["rate"].strip() == "10.0 steps/s"
-        # 60 steps left at 10 steps/s
-        assert first["eta"].strip() == "· ETA 6 s"
+        # 60 steps left at 10 steps/s, said as every duration is (mindwatch.units.format_duration)
+        assert first["eta"].strip() == f"· ETA {format_duration(6)}" == "· ETA 6.0 s"
 
         later = time.time()
         writer.write([{"step": s, "t": later + (s - 60) * 0.1, "loss": 2.0} for s in range(61, 91)])

@@ -52,7 +52,8 @@ class Launch:
 
     def start(self, cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         out = open(log, "wb")  # noqa: SIM115 (closed with the process)
-        p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # in the log's folder: a worker whose graph fails to compile leaves rank_<R>/om/analyze_fail.ir in its working directory
+        p = subprocess.Popen(cmd, cwd=log.parent, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.procs.append(p)
         self.seen.add(p.pid)

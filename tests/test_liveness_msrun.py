@@ -162,7 +162,8 @@ def test_kill_9_of_rank_0_is_named_by_rank_1_and_the_restart_is_quiet(tmp_path: 
     last_step = named_last_step(lost, run_dir, dead=0, survivor=1)
     assert lost["rank"] == 0 and lost["reported_by"] == 1 and lost["severity"] == "error"
     assert lost["message"] == f"rank 0 is gone (pid {pid} on host {socket.gethostname()} exited; last step {last_step})"
-    assert lost["t"] - killed < 1.0
+    liveness_secs = json.loads((run_dir / "meta.json").read_text())["config"]["distributed"]["liveness_secs"]
+    assert lost["t"] - killed < liveness_secs + 5.0, "named within liveness_secs (+ 5 s: a loaded machine)"
     status1 = json.loads((run_dir / "status.rank1.json").read_text())
     assert status1["lost_ranks"]["0"]["pid"] == pid, "rank 1 recorded it in its status"
     [mail] = channels.lost_mails()

@@ -252,7 +252,8 @@ def test_a_black_hole_endpoint_neither_blocks_nor_breaks_training(black_hole: st
     assert "gave up sending the threshold alert to webhook (127.0.0.1) after 2 tries: timed out" in caplog.text
     assert "not keeping up; alerts for it are dropped" in caplog.text
     assert "did not answer in time" in caplog.text
-    assert wall < 60  # sanity only; the slowdown is measured in bench/bench_alerts.py
+    # waiting out even one timeout per alert would take this long; the slowdown is measured in bench/bench_alerts.py
+    assert wall < run.last_step * cfg["notify"][0]["timeout"], f"training took {wall:.1f} s"
 
 
 def test_channels_from_config_read_the_environment(monkeypatch: pytest.MonkeyPatch, caplog) -> None:

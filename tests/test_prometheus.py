@@ -21,8 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import mindwatch
 from mindwatch.config import load_config
+from mindwatch.launch_env import local_rank
 from mindwatch.session import RunSession
-from mindwatch.sinks.prometheus import PrometheusSink, local_rank
+from mindwatch.sinks.prometheus import PrometheusSink
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"

@@ -141,7 +141,7 @@ def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, a
         assert page.query_selector(".banner") is None
     elif kind == "failed":
         assert state_text == "failed"
-        assert "corrupt shard" in page.inner_text(".banner.failed")
+        assert "corrupt shard" in page.inner_text(".banner.banner-failed")
         first_nan = next(r["step"] for r in recs if math.isnan(r["loss"]))
         assert summary_cell(page, "loss non-finite from") == str(first_nan)
         loss_chart = next(m for m in data["metrics"] if m["name"] == "loss")
@@ -220,7 +220,7 @@ def test_report_of_a_run_with_no_records_yet(browser, tmp_path: Path) -> None:
     assert problems == [] and page.evaluate(CHARTS_SHOWN)["errors"] == []
     assert "no metrics recorded yet" in page.inner_text("main")
     assert summary_cell(page, "state") == "running" and summary_cell(page, "steps") == "-"
-    assert "still running" in page.inner_text(".banner.running")
+    assert "still running" in page.inner_text(".banner.banner-running")
     page.close()
     assert main(["report", str(tmp_path / "nope"), "-o", str(out)]) == 2
 
@@ -368,7 +368,7 @@ def test_alert_numbers_and_the_stop_reason_read_in_words(browser, tmp_path: Path
     assert problems == []
     cells = page.eval_on_selector_all("#alerts tbody td", "tds => tds.map((td) => td.textContent)")
     assert "8.116e8" in cells and "-236,700" in cells
-    banner = page.inner_text(".banner.stopped")
+    banner = page.inner_text(".banner.banner-stopped")
     assert banner == f"stopped: Stopped at step 30 by mindwatch: {message}."
     page.close()
     with TestClient(create_app(tmp_path / "logs")) as c:  # the dashboard's banner: the same sentence

@@ -32,6 +32,11 @@ def status(run_dir: Path) -> dict:
         return {}
 
 
+def taken_at(answer: str) -> int:
+    """The step in the CLI's ``... taken at step N: ...``: the request was carried out after it."""
+    return int(answer.split("taken at step ")[1].split(":")[0])
+
+
 def recorded(run_dir: Path, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows = [json.loads(line) for line in (run_dir / "metrics.rank0.jsonl").read_text().splitlines() if line.strip()]
     rows = [r for r in rows if metric in r]
@@ -49,18 +54,18 @@ def test_a_person_slows_checkpoints_zooms_into_and_stops_a_live_graph_training(t
     try:
         wait_for(lambda: status(run_dir).get("state") == "running" and (status(run_dir).get("last_step") or 0) >= 20, 120)
 
-        # lr x 0.5: the recorded lr halves within 1 s plus a step of the request
-        asked = time.time()
+        # lr x 0.5: the recorded lr halves from the step after the one the answer names
         out = mindwatch_cli("lr", str(run_dir), "--factor", "0.5", "--reason", "loss climbs", "--wait", "20")
         assert out.returncode == 0, out.stderr
         assert "taken at step" in out.stdout, out.stdout
+        lr_at = taken_at(out.stdout)
         wait_for(lambda: (recorded(run_dir, "lr")[1] < 0.0075).any(), 30)
         steps, lr, t = recorded(run_dir, "lr")
         halved = np.flatnonzero(lr < 0.0075)
         first = halved[0]
         assert lr[:first] == pytest.approx(0.01) and lr[first:] == pytest.approx(0.005)
+        assert steps[first] == lr_at + 1, (lr_at, steps[first])
         step_secs = float(np.median(np.diff(t[:first])))
-        assert t[first] - asked < 1.0 + 2 * step_secs, f"the lr changed {t[first] - asked:.2f} s after the request"
 
         # checkpoint: a file in checkpoints/ that loads
         out = mindwatch_cli("checkpoint", str(run_dir), "--wait", "20")
@@ -72,18 +77,18 @@ def test_a_person_slows_checkpoints_zooms_into_and_stops_a_live_graph_training(t
         # set layers.every=1: a layer row every step from then on (before: step 1 only)
         out = mindwatch_cli("set", str(run_dir), "layers.every=1", "--wait", "20")
         assert out.returncode == 0 and "taken at step" in out.stdout, out.stdout + out.stderr
-        set_at = int(out.stdout.split("taken at step ")[1].split(":")[0])
+        set_at = taken_at(out.stdout)
         time.sleep(1.5)
 
-        # stop with a reason: the run ends stopped with it, within 1 s plus a step
-        asked = time.time()
+        # stop with a reason: the run ends stopped with it, at the step the answer names
         out = mindwatch_cli("stop", str(run_dir), "--reason", "x marks it", "--wait", "20")
         assert out.returncode == 0 and "taken at step" in out.stdout, out.stdout + out.stderr
+        stop_at = taken_at(out.stdout)
         proc.wait(60)
         ended = status(run_dir)
         assert ended["state"] == "stopped"
         assert ended["reason"] == f"stopped by {requester()}: x marks it"
-        assert float(ended["updated_at"]) - asked < 1.0 + 2 * step_secs + 1.0  # + closing the run
+        assert ended["last_step"] == stop_at
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -94,6 +99,7 @@ def test_a_person_slows_checkpoints_zooms_into_and_stops_a_live_graph_training(t
     layer_metric = next(m for m in run.metrics if m.startswith("weight_norm/"))
     layer_steps = run.series(layer_metric).step.tolist()
     last = run.last_step
+    assert last == stop_at and run.series("loss").step.tolist()[-1] == stop_at
     assert layer_steps[0] == 1
     after = [s for s in layer_steps if s > 1]
     assert after and after[0] <= set_at + int(1.0 / step_secs) + 2, (set_at, after[:3])

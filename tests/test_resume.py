@@ -83,7 +83,7 @@ def every_reader(run_dir: Path, metric: str = "loss") -> dict[str, tuple[list[in
     run = mindwatch.open_run(run_dir)
     s = run.series(metric)
     out = {"open_run": (s.step.tolist(), s.value.tolist())}
-    pts = api.series(dashboard_view(run_dir), metric, points=100_000)["points"]
+    pts = api.thinned_series(dashboard_view(run_dir), metric, points=100_000)["points"]
     out["dashboard"] = ([int(p[0]) for p in pts], [p[1] for p in pts])
     table = metrics_table(run_dir)
     keep = ~np.isnan(table[metric])
@@ -124,7 +124,7 @@ def test_a_resumed_training_continues_the_run_from_step_21(tmp_path: Path) -> No
     assert all(a["pid"] == os.getpid() and a["host"] and a["command"] for a in attempts)
     assert attempts[0]["ended_at"] <= attempts[1]["started_at"]
     summary = summarize_run(run)
-    assert summary.attempts == 2 and 0 <= summary.time_lost < 60
+    assert summary.attempts == 2 and summary.time_lost == pytest.approx(attempts[1]["started_at"] - attempts[0]["ended_at"])
     assert api.run_info(dashboard_view(run_dir))["attempts"] == attempts
 
 

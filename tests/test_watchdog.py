@@ -21,7 +21,9 @@ from mindwatch.monitor.watchdog import Watchdog
 from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.store.writer import RunWriter
 
-STALL_AT, STALL_SECS, TIMEOUT = 25, 4.0, 1.5
+STALL_AT, TIMEOUT = 25, 1.5
+NAMED_WITHIN = 2 * TIMEOUT  # a stall is named within twice its limit: a loaded machine wakes the watchdog late
+STALL_SECS = NAMED_WITHIN + 1.0  # the hang outlasts that, so the stall is seen while it lasts
 
 
 def wait_for_the_disk_that_never_answers() -> None:
@@ -88,7 +90,7 @@ def test_a_hung_data_pipeline_is_a_stall_with_stacks_then_resumed(tmp_path: Path
     stall, resumed = [a for a in run.alerts if a["rule"] in ("stall", "resumed")]  # data_wait etc. may fire too
     assert (stall["rule"], resumed["rule"]) == ("stall", "resumed")
     assert stall["severity"] == "error" and stall["threshold"] == TIMEOUT
-    assert TIMEOUT <= stall["value"] < TIMEOUT + 1.0  # detected within a second of the timeout
+    assert TIMEOUT <= stall["value"] < NAMED_WITHIN
     assert stall["step"] == STALL_AT  # the last step that ended before the hang
     dump = Path(stall["stacks"])
     assert dump.parent == run.path / "stacks"
@@ -125,7 +127,7 @@ def test_a_hang_before_the_first_step_is_a_stall_too(tmp_path: Path) -> None:
 
     run = mindwatch.open_run(mon.run_dir)
     stall, resumed = [a for a in run.alerts if a["rule"] in ("stall", "resumed")]
-    assert stall["step"] is None and stall["threshold"] == TIMEOUT and TIMEOUT <= stall["value"] < TIMEOUT + 1.0
+    assert stall["step"] is None and stall["threshold"] == TIMEOUT and TIMEOUT <= stall["value"] < NAMED_WITHIN
     assert "since training began" in stall["message"]
     assert "wait_for_the_data_server_to_come_up" in Path(stall["stacks"]).read_text()  # the generator, named
     assert resumed["rule"] == "resumed" and resumed["value"] >= STALL_SECS - 0.5

@@ -7,13 +7,17 @@ Example::
     # 'Failed at step 120: RuntimeError: out of memory. Data stopped 2m 05s ago.'
 
 The dashboard sends the sentence with the run's status (``status_summary()["banner"]``) and the
-page only shows it; the report puts the run's label before it.
+page only shows it; the report puts the run's label before it. A lost rank's sentence (:func:`lost_sentence`) is a run
+summary's ``error``; ``mindwatch tail`` ends with :func:`ended_line`. No other module puts a state in words
+(``tests/test_one_owner.py``).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from mindwatch.store.states import FINAL_STATES, lost_ranks
 from mindwatch.units import format_duration
 
 #: Lines of an error the banner and the runs table show: the exception's line and the message's first lines.
@@ -101,3 +105,26 @@ def state_sentence(
         ),
     }
     return sentences.get(state, f"State {state} at step {last_step}.")
+
+
+def lost_sentence(statuses: dict[int, dict[str, Any]]) -> str | None:
+    """Who died first and when the others ended: ``rank 1 died at step 812 (pid 4242 on host a exited); the others
+    ended 1.2 s later``; None when no rank was lost (:func:`mindwatch.store.states.lost_ranks`)."""
+    lost = lost_ranks(statuses)
+    if not lost:
+        return None
+    rank, info = min(lost.items(), key=lambda item: float(item[1].get("t") or 0))
+    how = {"exited": "exited", "unreachable": "stopped answering"}.get(str(info.get("how")), "sent no heartbeat")
+    text = f"rank {rank} died at step {info.get('last_step')} (pid {info.get('pid')} on host {info.get('host')} {how})"
+    others = [s for r, s in statuses.items() if r not in lost]
+    ends = [s["updated_at"] for s in others if s.get("state") in FINAL_STATES and isinstance(s.get("updated_at"), (int, float))]
+    if others and len(ends) == len(others) and isinstance(info.get("t"), (int, float)):
+        text += f"; the others ended {max(0.0, max(ends) - info['t']):.1f} s later"
+    return text
+
+
+def ended_line(state: str, last_step: int | None) -> str:
+    """What ``mindwatch tail`` says when it stops following a run: ``run ended: finished at step 120``; a ``stale`` run
+    (its heartbeat stopped without a final state) says why it counts as ended."""
+    why = " (no heartbeat and no final state: killed or lost)" if state == "stale" else ""
+    return f"run ended: {state} at step {last_step}{why}"

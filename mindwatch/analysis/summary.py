@@ -41,10 +41,39 @@ import numpy as np
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.progress import total_steps_of
+from mindwatch.analysis.state_text import lost_sentence
 from mindwatch.store.attempts import time_lost
 from mindwatch.store.catalog import RunHead, last_step, last_time
 from mindwatch.store.reader import Run
-from mindwatch.store.states import lost_message, rank_states, run_state
+from mindwatch.store.states import rank_states, run_state
+
+#: What a field of :class:`RunSummary` is called wherever a person reads it: the report's summary, the compare page's,
+#: the runs page's and ``mindwatch runs``' headers (the pages get them from the API); a field not here reads as its name.
+LABELS = {
+    "run_id": "run",
+    "rank_text": "ranks",
+    "last_step": "steps",
+    "total_steps": "planned steps",
+    "last_time": "last point",
+    "started_at": "started",
+    "alert_count": "alerts",
+    "final_loss": "final loss",
+    "best_loss": "best loss",
+    "first_nonfinite_loss_step": "loss non-finite from",
+    "max_grad_norm": "max grad norm",
+    "samples_per_second_p50": "samples/s p50",
+    "samples_per_second_p5": "samples/s p5",
+    "tokens_per_second_p50": "tokens/s p50",
+    "tokens_per_second_p5": "tokens/s p5",
+    "tflops_p50": "TFLOPS per device p50",
+    "mfu_p50": "MFU p50",
+    "data_wait_share": "data-wait share",
+}
+
+
+def field_label(field_name: str) -> str:
+    """What ``field_name`` (a :class:`RunSummary` field, ``duration`` or ``rank_text``) is called: :data:`LABELS`."""
+    return LABELS.get(field_name, field_name)
 
 
 def ordered_metrics(names: list[str] | set[str]) -> list[str]:
@@ -159,7 +188,7 @@ def listed(run: RunFacts, now: float | None = None) -> RunSummary:
         run_id=str(meta.get("run_id", run.path.name)),
         project=str(meta.get("project", run.path.parent.name)),
         state=run_state(rank_states(statuses, now).values()),
-        error=lost_message(statuses) or (errors[0] if errors else None),
+        error=lost_sentence(statuses) or (errors[0] if errors else None),
         reason=str(reasons[0]) if reasons else None,
         name=str(run.notes["name"]) if run.notes.get("name") else None,
         note=str(run.notes["note"]) if run.notes.get("note") else None,

@@ -19,18 +19,44 @@ export function ema(points, weight) {
   });
 }
 
-/** Seconds as a clock-style duration, one form per axis: "4:05" (long: "1:04:05"). */
-export function fmtDuration(secs, long) {
+/** Python's round(): to the nearest integer, a tie to the even one. */
+function roundHalfEven(x) {
+  const r = Math.round(x);
+  return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+/** Python's f"{x:.1f}": a tie (an exact x.x5: in binary only a quarter is one) goes to the even tenth, where toFixed
+ * takes the larger. */
+function fixed1(x) {
+  if (!Number.isInteger(x * 4) || Number.isInteger(x * 2)) return x.toFixed(1);
+  const tenths = Math.floor(Math.abs(x) * 10);
+  return `${x < 0 ? "-" : ""}${((tenths % 2 === 0 ? tenths : tenths + 1) / 10).toFixed(1)}`;
+}
+
+/**
+ * A duration as a person reads it, wherever they look: mindwatch.units.format_duration's rule, "1h 02m 03s", "1m 23s",
+ * "4.3 s"; "-" when unknown (tests/test_dashboard_vocabulary_browser.py holds the two to the same text).
+ */
+export function formatDuration(secs) {
+  if (secs === null || secs === undefined || !Number.isFinite(secs)) return "-";
+  const whole = roundHalfEven(secs), h = Math.floor(whole / 3600), rem = whole - h * 3600;
+  const m = Math.floor(rem / 60), s = rem - m * 60;
+  const pad = (n) => String(n).padStart(2, "0");
+  return h ? `${h}h ${pad(m)}m ${pad(s)}s` : m ? `${m}m ${pad(s)}s` : `${fixed1(secs)} s`;
+}
+
+/** A tick of the elapsed axis, a clock's: "4:05" (long: "1:04:05"), as the axis's name says ("elapsed (m:ss)"). */
+function clockTick(secs, long) {
   const a = Math.round(Math.abs(secs)), sign = secs < 0 ? "-" : "";
   const pad = (n) => String(n).padStart(2, "0");
   const hh = Math.floor(a / 3600), mm = Math.floor((a % 3600) / 60), ss = a % 60;
   return long || hh ? `${sign}${hh}:${pad(mm)}:${pad(ss)}` : `${sign}${mm}:${pad(ss)}`;
 }
 
-/** An x value as a tooltip reads it: a step, a wall-clock time (x in ms on the time axis), or a duration. */
+/** An x value as a tooltip reads it: a step, a wall-clock time (x in ms on the time axis), or a place on the elapsed axis. */
 export function fmtX(x, kind) {
   if (kind === "time") return new Date(x).toLocaleString();
-  if (kind === "elapsed") return fmtDuration(x, Math.abs(x) >= 3600);
+  if (kind === "elapsed") return clockTick(x, Math.abs(x) >= 3600);
   return Number.isInteger(x) ? String(x) : String(Number(x.toPrecision(6)));
 }
 
@@ -230,7 +256,7 @@ function xAxisOption(o, px) {
     const ends = { min: bounds.min ?? ((v) => Math.floor(v.min / interval) * interval),
       max: bounds.max ?? ((v) => Math.ceil(v.max / interval) * interval) };
     return { type: "value", scale: true, interval, name: long ? "elapsed (h:mm:ss)" : "elapsed (m:ss)", ...common, ...ends,
-      axisLabel: { formatter: (v) => fmtDuration(v, long), hideOverlap: true } };
+      axisLabel: { formatter: (v) => clockTick(v, long), hideOverlap: true } };
   }
   return { type: "value", scale: true, minInterval: 1, name: "step", ...common,
     axisLabel: { formatter: (v) => (Number.isInteger(v) ? String(v) : "") } };

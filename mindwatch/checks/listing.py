@@ -8,7 +8,8 @@ Example::
 
 A row holds the columns of one run (:func:`run_columns`): ``config.<dotted key>`` from meta.json's
 config snapshot, ``tag.<key>`` from its tags, and the summary values ``final_loss``, ``best_loss``,
-``steps``, ``duration``, ``alerts``, ``state``, ``project``, ``run``. A bare name resolves to the
+``steps``, ``duration``, ``alerts``, ``state``, ``project``, ``run``, ``last_time`` (:data:`SUMMARY_COLUMNS`: each
+column's :class:`~mindwatch.analysis.summary.RunSummary` field, whose label is its header). A bare name resolves to the
 column of that name, else ``config.<name>``, else ``tag.<name>``, else the one config key that ends
 in ``.<name>`` (``lr`` finds ``optimizer.lr``). The functions read the summary:
 ``final(loss)``, ``min(loss)`` (the best loss), ``steps()``, ``duration()``, ``alerts()``, ``state()``.
@@ -23,24 +24,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from mindwatch.analysis.config_diff import flatten
+from mindwatch.analysis.summary import field_label
+from mindwatch.analysis.tags import tag_pairs
 from mindwatch.checks.evaluate import Evaluator, Missing, Value
 from mindwatch.checks.language import Call, CheckRule, Name, RuleError, parse_rule
 
-#: The summary columns every run has, beside its config keys and tags.
-SUMMARY_COLUMNS = (
-    "run",
-    "project",
-    "state",
-    "steps",
-    "total_steps",
-    "final_loss",
-    "best_loss",
-    "duration",
-    "alerts",
-    "started_at",
-)
-#: The runs page's headers of the summary columns that are not a plain word.
-COLUMN_LABELS = {"final_loss": "final loss", "best_loss": "best loss", "total_steps": "planned steps", "started_at": "started"}
+#: The summary columns every run has, beside its config keys and tags: the column (the filter's name) -> its field of
+#: :class:`~mindwatch.analysis.summary.RunSummary`.
+SUMMARY_COLUMNS = {
+    "run": "run_id",
+    "project": "project",
+    "state": "state",
+    "steps": "last_step",
+    "total_steps": "total_steps",
+    "final_loss": "final_loss",
+    "best_loss": "best_loss",
+    "duration": "duration",
+    "alerts": "alert_count",
+    "started_at": "started_at",
+    "last_time": "last_time",
+}
+#: The runs page's header of each summary column: its field's label (:data:`mindwatch.analysis.summary.LABELS`).
+COLUMN_LABELS = {column: field_label(field_name) for column, field_name in SUMMARY_COLUMNS.items()}
 #: An example filter, shown in the runs page's empty filter box.
 FILTER_EXAMPLE = "lr > 1e-3 and final(loss) < 2"
 _CALLS = {("final", "loss"): "final_loss", ("min", "loss"): "best_loss", ("steps", None): "steps",
@@ -49,25 +54,10 @@ _CALLS = {("final", "loss"): "final_loss", ("min", "loss"): "best_loss", ("steps
 
 def run_columns(listing: Mapping[str, Any]) -> dict[str, Any]:
     """Every column of one run from its listing (:func:`mindwatch.analysis.summary.list_run` ``.to_dict()`` plus ``id``)."""
-    row: dict[str, Any] = {
-        "run": listing.get("run_id"),
-        "project": listing.get("project"),
-        "state": listing.get("state"),
-        "steps": listing.get("last_step"),
-        "total_steps": listing.get("total_steps"),
-        "final_loss": listing.get("final_loss"),
-        "best_loss": listing.get("best_loss"),
-        "duration": listing.get("duration"),
-        "alerts": listing.get("alert_count"),
-        "started_at": listing.get("started_at"),
-    }
+    row: dict[str, Any] = {column: listing.get(field_name) for column, field_name in SUMMARY_COLUMNS.items()}
     for key, value in flatten(listing.get("config") or {}).items():
         row[f"config.{key}"] = value
-    tags = listing.get("tags") or []
-    if isinstance(tags, Mapping):
-        row.update({f"tag.{k}": v for k, v in tags.items()})
-    elif isinstance(tags, list):
-        row.update({f"tag.{t}": True for t in tags if isinstance(t, str)})
+    row.update({f"tag.{name}": value for name, value in tag_pairs(listing.get("tags"))})
     return row
 
 

@@ -13,7 +13,7 @@ from mindwatch.mindspore.reduction import grad_norm
 from mindwatch.mindspore.skip_step import SkipStep
 from mindwatch.mindspore.train_step import TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
 
-#: The seed article's name for the callback (``callback.type: MindSporeTransformersMonitor``).
+#: The name MindSpore Transformers' monitor configs give the callback (``callback.type: MindSporeTransformersMonitor``).
 MindSporeTransformersMonitor = MonitorCallback
 
 __all__ = [

@@ -8,7 +8,7 @@ Example::
     # in the MindFormers YAML, next to MindFormers' own callbacks:
     # callbacks:
     #   - type: MFLossMonitor
-    #   - type: MonitorCallback              # or the article's name: MindSporeTransformersMonitor
+    #   - type: MonitorCallback              # or MindSporeTransformersMonitor, as monitor configs name it
     #     config: monitor.yaml               # a monitor_config path, or the section inline:
     #     # config: {project: llama-pretrain, save_dir: ./monitor_output, tensorboard: true}
 
@@ -30,7 +30,7 @@ import sys
 
 from mindwatch.mindspore.callback import MonitorCallback
 
-#: The names the callback is registered under: ours and the seed article's.
+#: The names the callback is registered under: ours, and the one MindSpore Transformers' monitor configs use.
 CALLBACK_NAMES = ("MonitorCallback", "MindSporeTransformersMonitor")
 
 

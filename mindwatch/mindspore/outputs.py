@@ -24,9 +24,6 @@ MINDFORMERS_LAYOUTS: dict[int, tuple[str, ...]] = {
     7: (LOSS, OVERFLOW, LOSS_SCALE, LR, GRAD_NORM, "local_norm", "size"),
 }
 
-#: The names we record out of a layout (local_norm / size are MindFormers internals).
-RECORDED = RECORDED_OUTPUTS
-
 
 def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[tuple[int, str], ...]:
     """``(position, name)`` of each value to record from ``net_outputs``; position -1: the output itself is the loss.
@@ -39,7 +36,8 @@ def output_layout(net_outputs: Any, declared: tuple[str, ...] | None) -> tuple[t
         names = declared
     else:
         names = MINDFORMERS_LAYOUTS.get(len(net_outputs), (LOSS,))
-    return tuple((i, name) for i, name in enumerate(names) if name in RECORDED)
+    # local_norm and size are MindFormers internals, not metrics
+    return tuple((i, name) for i, name in enumerate(names) if name in RECORDED_OUTPUTS)
 
 
 def to_float(value: Any) -> float | None:

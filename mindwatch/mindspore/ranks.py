@@ -46,10 +46,6 @@ class RankInfo:
         return self.world_size > 1
 
     @property
-    def is_worker(self) -> bool:
-        return self.role == "MS_WORKER"
-
-    @property
     def launch_key(self) -> str | None:
         """A name every rank of one launch derives alike (the scheduler address and world size), or None.
 
@@ -84,12 +80,6 @@ def discover(environ: Mapping[str, str] | None = None, *, use_communication: boo
     size = _int(env.get("MS_WORKER_NUM")) or _int(env.get("RANK_SIZE")) or _int(env.get("WORLD_SIZE")) or 1
     rank = rank if rank is not None and 0 <= rank < size else 0
     return RankInfo(rank, size, launcher, role, scheduler)
-
-
-def discover_rank() -> tuple[int, int]:
-    """``(rank, world_size)`` of this process; see :func:`discover`."""
-    who = discover()
-    return who.rank, who.world_size
 
 
 def _from_communication() -> tuple[int, int] | None:

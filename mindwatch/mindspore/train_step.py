@@ -31,11 +31,6 @@ from mindwatch.mindspore.rank_signal import signal_size
 from mindwatch.mindspore.skip_step import SkipDecision, skip_decision
 
 
-def global_norm(grads: tuple) -> ms.Tensor:
-    """L2 norm over all gradients, in float32."""
-    return ops.sqrt(ops.reduce_sum(squares(grads)))
-
-
 class _LayerStatsStep:
     """What both train cells share: the norm and clipping, and for ``layer_stats`` the outputs they declare and the
     measured update."""

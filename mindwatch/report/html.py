@@ -38,8 +38,10 @@ from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import Progress
+from mindwatch.analysis.state_colours import state_css
 from mindwatch.analysis.state_text import state_sentence
-from mindwatch.analysis.summary import RunSummary, ordered_metrics, summarize_run
+from mindwatch.analysis.summary import RunSummary, field_label, ordered_metrics, summarize_run
+from mindwatch.analysis.tags import tag_texts
 from mindwatch.assets import asset_text, echarts_js
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
 from mindwatch.store.reader import Run, open_run
@@ -125,6 +127,7 @@ def render_report(runs: list[Run]) -> str:
     return template.substitute(
         title=_e(title),
         version=__version__,
+        state_css=state_css(),
         body=body,
         data=_script_json(data),
         echarts=_script_text(echarts_js().read_text(encoding="utf-8")),
@@ -366,7 +369,7 @@ def _banner(s: RunSummary, label: str, now: float) -> str:
     if s.state == "finished":
         return ""
     text = state_sentence(s.state, last_step=s.last_step, now=now, error=s.error, reason=s.reason, last_time=s.last_time)
-    return f'<div class="banner {_e(s.state)}">{_e(label)}: {_e(text)}</div>'
+    return f'<div class="banner banner-{_e(s.state)}">{_e(label)}: {_e(text)}</div>'
 
 
 def _steps(s: RunSummary) -> str:
@@ -378,24 +381,24 @@ def _steps(s: RunSummary) -> str:
 
 def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
     rows: list[tuple[str, list[str]]] = [
-        ("state", [f'<span class="state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
-        ("steps", [_e(_steps(s)) for s in summaries]),
+        ("state", [f'<span class="state state-{_e(s.state)}">{_e(s.state)}</span>' for s in summaries]),
+        ("last_step", [_e(_steps(s)) for s in summaries]),
         ("records", [_e(str(s.records)) for s in summaries]),
-        ("ranks", [_e(s.rank_text) for s in summaries]),
-        ("started", [_e(_time(s.started_at)) for s in summaries]),
+        ("rank_text", [_e(s.rank_text) for s in summaries]),
+        ("started_at", [_e(_time(s.started_at)) for s in summaries]),
         ("duration", [_e(format_duration(s.duration)) for s in summaries]),
         ("attempts", [_e(_attempts(s.attempts, s.time_lost)) for s in summaries]),
-        ("final loss", [_e(format_number(s.final_loss)) for s in summaries]),
+        ("final_loss", [_e(format_number(s.final_loss)) for s in summaries]),
         (
-            "best loss",
+            "best_loss",
             [
                 _e(format_number(s.best_loss) + (f" (step {s.best_loss_step})" if s.best_loss_step is not None else ""))
                 for s in summaries
             ],
         ),
-        ("loss non-finite from", [_e(format_number(s.first_nonfinite_loss_step)) for s in summaries]),
+        ("first_nonfinite_loss_step", [_e(format_number(s.first_nonfinite_loss_step)) for s in summaries]),
         (
-            "max grad norm",
+            "max_grad_norm",
             [
                 _e(
                     format_number(s.max_grad_norm)
@@ -405,16 +408,16 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
             ],
         ),
         (
-            "samples/s p50 / p5",
+            _pair("samples_per_second_p50", "samples_per_second_p5"),
             [_e(f"{format_number(s.samples_per_second_p50)} / {format_number(s.samples_per_second_p5)}") for s in summaries],
         ),
         (
-            "tokens/s p50 / p5",
+            _pair("tokens_per_second_p50", "tokens_per_second_p5"),
             [_e(f"{format_number(s.tokens_per_second_p50)} / {format_number(s.tokens_per_second_p5)}") for s in summaries],
         ),
-        ("TFLOPS per device p50", [_e(format_number(s.tflops_p50)) for s in summaries]),
-        ("MFU p50", [_e("-" if s.mfu_p50 is None else f"{format_number(s.mfu_p50)} %") for s in summaries]),
-        ("data-wait share", [_e(_percent(s.data_wait_share)) for s in summaries]),
+        ("tflops_p50", [_e(format_number(s.tflops_p50)) for s in summaries]),
+        ("mfu_p50", [_e("-" if s.mfu_p50 is None else f"{format_number(s.mfu_p50)} %") for s in summaries]),
+        ("data_wait_share", [_e(_percent(s.data_wait_share)) for s in summaries]),
         (
             "alerts",
             [
@@ -426,7 +429,9 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
     ]
     head = "".join(f"<th>{_e(lab)}</th>" for lab in labels) if len(labels) > 1 else "<th>value</th>"
     body = "".join(
-        f'<tr data-key="{_e(key)}"><th>{_e(key)}</th>' + "".join(f'<td class="num">{v}</td>' for v in vals) + "</tr>"
+        f'<tr data-key="{_e(field_label(key))}"><th>{_e(field_label(key))}</th>'
+        + "".join(f'<td class="num">{v}</td>' for v in vals)
+        + "</tr>"
         for key, vals in rows
     )
     return f'<table id="summary"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
@@ -526,14 +531,13 @@ def _config_section(run: Run, label: str, multi: bool) -> str:
     )
 
 
+def _pair(first: str, second: str) -> str:
+    """One row of two fields that differ in their last word: ``samples/s p50 / p5``."""
+    return f"{field_label(first)} / {field_label(second).rpartition(' ')[2]}"
+
+
 def _tags(tags: Any) -> str:
-    if isinstance(tags, dict):
-        items = [f"{k}={v}" for k, v in tags.items()]
-    elif isinstance(tags, list):
-        items = [str(t) for t in tags]
-    else:
-        items = [str(tags)] if tags else []
-    return "".join(f'<span class="tag">{_e(t)}</span>' for t in items) or '<span class="muted">none</span>'
+    return "".join(f'<span class="tag">{_e(t)}</span>' for t in tag_texts(tags)) or '<span class="muted">none</span>'
 
 
 # -- formatting -----------------------------------------------------------------------------------

@@ -6,14 +6,17 @@ Example (with the app from :func:`mindwatch.serve.app.create_app`)::
     GET /api/run?run=gpt/run_1
     GET /api/series?run=gpt/run_1&metric=loss&rank=0&x=step&lo=1000&hi=2000&points=2000
     GET /api/csv?run=gpt/run_1&metrics=loss,lr&ranks=0       # every recorded point, not thinned: step,time,metric,rank,value
+    HEAD /api/csv?run=gpt/run_1&metrics=loss&name=loss        # only its file name (Content-Disposition): the PNG's too
     GET /api/heatmap?run=gpt/run_1&prefix=attention_entropy/&buckets=100
-    GET /api/vocabulary                      # mindwatch.metrics: names, families, chart groups
+    GET /api/vocabulary                      # mindwatch.metrics: names, families, chart groups; the states' colours
     GET /api/alerts?run=gpt/run_1
     GET /api/histograms?run=gpt/run_1&rank=0             # the layers' last weight and gradient histograms
     GET /api/compare?runs=gpt/run_1,gpt/run_2&metric=loss&x=elapsed   # one metric of every run
     GET /api/compare/runs?runs=gpt/run_1,gpt/run_2                     # their summaries and config keys
 
-Every bad query value is a 400 with a message that says what to send; nothing else is exposed.
+Every bad query value is a 400 with a message that says what to send; nothing else is exposed. The queries are plain
+functions named for what they return (:func:`thinned_series`, :func:`band_points`, ...); :class:`Api`'s methods are the
+endpoints, named for their routes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +40,10 @@ from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import run_progress
+from mindwatch.analysis.state_colours import state_css
 from mindwatch.analysis.state_text import error_headline
-from mindwatch.analysis.summary import summarize_run
+from mindwatch.analysis.summary import RunSummary, field_label, summarize_run
+from mindwatch.analysis.tags import tag_texts
 from mindwatch.checks.listing import COLUMN_LABELS, FILTER_EXAMPLE, SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
@@ -45,18 +51,12 @@ from mindwatch.store.bandfiles import band_path, read_band_file
 from mindwatch.store.jsonl import encode_number
 from mindwatch.store.layout import read_json
 from mindwatch.store.reader import Series
-from mindwatch.units import format_number
+from mindwatch.units import format_duration, format_number
 
 MAX_POINTS = 20_000
 MAX_COMPARE = 12
-#: The compare page's names of the RunSummary fields it shows (the runs table's where it has one).
-SUMMARY_LABELS = {
-    **COLUMN_LABELS,
-    "last_step": "last step",
-    "alert_count": "alerts",
-    "samples_per_second_p50": "samples/s (median)",
-    "max_grad_norm": "max grad norm",
-}
+#: The compare page's names of the RunSummary fields (:data:`mindwatch.analysis.summary.LABELS`).
+SUMMARY_LABELS = {name: field_label(name) for name in (*(f.name for f in fields(RunSummary)), "duration", "rank_text")}
 
 #: The most series one CSV download holds (a heat map's family: one per layer, for each rank shown).
 MAX_CSV_SERIES = 1024
@@ -140,10 +140,6 @@ def run_param(req: Request, catalog: Catalog, name: str = "run") -> RunView:
     return catalog.open(raw)
 
 
-# -- JSON helpers --------------------------------------------------------------
-_num = encode_number
-
-
 # -- queries (plain functions: the live stream and the benchmark reuse them) ----------------------
 def progress_info(view: RunView, state: str | None) -> dict[str, Any]:
     """:func:`mindwatch.analysis.progress.run_progress` as JSON (``view.lock`` held); no ETA unless running, and then
@@ -164,6 +160,7 @@ def run_info(view: RunView) -> dict[str, Any]:
             "id": view.id,
             "project": meta.get("project"),
             "tags": meta.get("tags", []),
+            "tag_texts": tag_texts(meta.get("tags")),
             "notes": {k: view.notes[k] for k in ("name", "note") if view.notes.get(k)},
             "config": meta.get("config", {}),
             "meta": {k: v for k, v in meta.items() if k not in ("config", "tags")},
@@ -213,6 +210,7 @@ def runs_table(
         row = {k: v for k, v in s.items() if k != "config"}
         row["final_loss"] = _json_value(row.get("final_loss"))
         row["error_headline"] = error_headline(row.get("error"))  # what went wrong; the whole error stays in "error"
+        row["tag_texts"] = tag_texts(row.get("tags"))
         row["values"] = {c: _json_value(values.get(c)) for c in columns}
         out.append(row)
     extra = sorted(available.difference(SUMMARY_COLUMNS))
@@ -220,17 +218,17 @@ def runs_table(
         "runs": out,
         "total": len(summaries),
         "columns": [*SUMMARY_COLUMNS, *extra],
-        "labels": COLUMN_LABELS,
+        "labels": {**COLUMN_LABELS, "tags": field_label("tags")},
         "filter_example": f"filter, e.g. {FILTER_EXAMPLE}",
         "now": now or time.time(),
     }
 
 
 def _json_value(v: Any) -> Any:
-    return _num(v) if isinstance(v, float) else v
+    return encode_number(v) if isinstance(v, float) else v
 
 
-def series(
+def thinned_series(
     view: RunView,
     metric: str,
     rank: int | None = None,
@@ -279,7 +277,7 @@ def compare_series(views: list[RunView], metric: str, x: str = "step", points: i
     for view in views:
         view.refresh()
         if view.columns:
-            s = series(view, metric, x="step" if x == "step" else "time", points=points, refresh=False)
+            s = thinned_series(view, metric, x="step" if x == "step" else "time", points=points, refresh=False)
         else:  # a run that has not written a step yet
             s = {"run": view.id, "metric": metric, "total": 0, "points": [], "nonfinite": []}
         if x == "elapsed" and s["points"]:
@@ -291,7 +289,7 @@ def compare_series(views: list[RunView], metric: str, x: str = "step", points: i
     return {"metric": metric, "x": x, "series": out}
 
 
-def compare_runs(views: list[RunView]) -> dict[str, Any]:
+def compare_tables(views: list[RunView]) -> dict[str, Any]:
     """The compare page's tables: each run's :class:`~mindwatch.analysis.summary.RunSummary` (the full form) and
     metrics, and every config key with each run's value (``present`` false where a run has none)."""
     runs = []
@@ -302,6 +300,7 @@ def compare_runs(views: list[RunView]) -> dict[str, Any]:
         row = {k: _json_value(v) for k, v in summary.to_dict().items() if k not in ("config", "path")}
         # its numbers as the report and `mindwatch runs` print them (units.format_number: 4 significant digits)
         text = {k: format_number(v) for k, v in summary.to_dict().items() if isinstance(v, float)}
+        text["duration"] = format_duration(summary.duration)  # as the report's summary and `mindwatch runs` say it
         if summary.error:
             text["error"] = error_headline(summary.error) or summary.error
         runs.append({"id": view.id, "rank_text": summary.rank_text, "summary": row, "text": text, "metrics": view.metrics})
@@ -346,13 +345,14 @@ def series_csv(view: RunView, metrics: list[str], ranks: list[int] | None = None
         return "\n".join(out) + "\n"
 
 
-def csv_file_name(run_id: str, metrics: list[str]) -> str:
-    """``gpt_run_1_loss.csv``: the run and the first metric, in characters every file system takes."""
-    stem = f"{run_id}_{metrics[0]}" + ("_etc" if len(metrics) > 1 else "")
+def csv_file_name(run_id: str, metrics: list[str], chart: str | None = None) -> str:
+    """``gpt_run_1_loss.csv``: the run and the chart's name (else the first metric), in characters every file system
+    takes. The page names a chart's PNG after it (``HEAD /api/csv``), so both downloads of a chart share a name."""
+    stem = f"{run_id}_{chart}" if chart else f"{run_id}_{metrics[0]}" + ("_etc" if len(metrics) > 1 else "")
     return re.sub(r"[^\w.-]+", "_", stem)[:120] + ".csv"
 
 
-def band(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
+def band_points(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
     """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.analysis.bands`), thinned keeping extremes."""
     b = band_across_ranks(view, metric, refresh)
     half = max(points // 2, 10)
@@ -383,7 +383,7 @@ def band_across_ranks(view: RunView, metric: str, refresh: bool = True) -> Band:
         return band_of(metric, per_rank)
 
 
-def outliers(view: RunView, metric: str, k: int = 5) -> dict[str, Any]:
+def outlier_ranks(view: RunView, metric: str, k: int = 5) -> dict[str, Any]:
     """The ``k`` ranks most often at the edge of the band (the max or the min of ``metric`` across ranks), most first:
     the ranks the per-rank overlay draws by default when a run has too many to draw them all."""
     b = band_across_ranks(view, metric)
@@ -407,7 +407,7 @@ def band_from_file(view: RunView, metric: str) -> Band | None:
     return band_of_rows(metric, rows, ranks)
 
 
-def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[str, Any]:
+def layer_heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[str, Any]:
     """Mean of each ``<prefix><layer>`` metric per step bucket (:func:`mindwatch.analysis.heatmap.bin_layers`)."""
     view.refresh()
     with view.lock:
@@ -426,7 +426,7 @@ def heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[
         return {"run": view.id, "prefix": prefix, "layers": names, "steps": grid.steps, "values": grid.values}
 
 
-def histograms(view: RunView, rank: int | None) -> dict[str, Any]:
+def histogram_grids(view: RunView, rank: int | None) -> dict[str, Any]:
     """The last recorded histograms of each layer's weights and gradients (:mod:`mindwatch.analysis.histograms`)."""
     view.refresh()
     with view.lock:
@@ -437,6 +437,12 @@ def histograms(view: RunView, rank: int | None) -> dict[str, Any]:
         return {"run": view.id, "rank": rank, **{kind: g.as_dict() if g else None for kind, g in grids.items()}}
 
 
+def page_vocabulary() -> dict[str, Any]:
+    """What the pages read once (``GET /api/vocabulary``): the metric vocabulary (:func:`mindwatch.metrics.vocabulary`)
+    and ``state_css``, the states' colours (:func:`mindwatch.analysis.state_colours.state_css`)."""
+    return {**vocab.vocabulary(), "state_css": state_css()}
+
+
 # -- endpoints -----------------------------------------------------------------------------
 class Api:
     """Starlette endpoints bound to one catalog."""
@@ -445,7 +451,7 @@ class Api:
         self.catalog = catalog
 
     def vocabulary(self, req: Request) -> JSONResponse:
-        return JSONResponse(vocab.vocabulary())
+        return JSONResponse(page_vocabulary())
 
     def runs(self, req: Request) -> JSONResponse:
         columns, filter_text, sort = runs_query(req)
@@ -457,7 +463,7 @@ class Api:
     def series(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
         return JSONResponse(
-            series(
+            thinned_series(
                 view,
                 metric_param(req),
                 rank=int_param(req, "rank", None, 0, 1 << 20),
@@ -479,20 +485,19 @@ class Api:
         ranks = [int(r) for r in raw_ranks]
         if len(metrics) * max(len(ranks), 1) > MAX_CSV_SERIES:
             raise BadRequest(f"at most {MAX_CSV_SERIES} series (metrics x ranks) in one CSV, got {len(metrics) * len(ranks)}")
-        name = csv_file_name(view.id, metrics)
-        return Response(
-            series_csv(view, metrics, ranks),
-            media_type="text/csv",
-            headers={"Content-Disposition": f'attachment; filename="{name}"'},
-        )
+        name = csv_file_name(view.id, metrics, req.query_params.get("name"))
+        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        if req.method == "HEAD":  # the file's name only (the chart's PNG takes it): no points read
+            return Response(media_type="text/csv", headers=headers)
+        return Response(series_csv(view, metrics, ranks), media_type="text/csv", headers=headers)
 
     def band(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
-        return JSONResponse(band(view, metric_param(req), points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000))
+        return JSONResponse(band_points(view, metric_param(req), points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000))
 
     def outliers(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
-        return JSONResponse(outliers(view, metric_param(req), k=int_param(req, "k", 5, 1, 100) or 5))
+        return JSONResponse(outlier_ranks(view, metric_param(req), k=int_param(req, "k", 5, 1, 100) or 5))
 
     def heatmap(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
@@ -500,11 +505,11 @@ class Api:
         if not _METRIC.match(prefix):
             raise BadRequest(f"prefix {prefix[:40]!r} is not a metric name prefix")
         buckets = int_param(req, "buckets", HEATMAP_BUCKETS, 1, 2000) or HEATMAP_BUCKETS
-        return JSONResponse(heatmap(view, prefix, int_param(req, "rank", None, 0, 1 << 20), buckets))
+        return JSONResponse(layer_heatmap(view, prefix, int_param(req, "rank", None, 0, 1 << 20), buckets))
 
     def histograms(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
-        return JSONResponse(histograms(view, int_param(req, "rank", None, 0, 1 << 20)))
+        return JSONResponse(histogram_grids(view, int_param(req, "rank", None, 0, 1 << 20)))
 
     def alerts(self, req: Request) -> JSONResponse:
         view = run_param(req, self.catalog)
@@ -520,8 +525,8 @@ class Api:
         return JSONResponse(compare_series(views, metric, x, points))
 
     def compare_runs(self, req: Request) -> JSONResponse:
-        return JSONResponse(compare_runs(runs_param(req, self.catalog)))
+        return JSONResponse(compare_tables(runs_param(req, self.catalog)))
 
 
 def _plain_alert(alert: dict[str, Any]) -> dict[str, Any]:
-    return {k: (_num(v) if isinstance(v, float) else v) for k, v in alert.items()}
+    return {k: (encode_number(v) if isinstance(v, float) else v) for k, v in alert.items()}

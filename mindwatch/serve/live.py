@@ -36,9 +36,10 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from mindwatch.serve.api import _num, _plain_alert, check_metric, progress_info, runs_query, runs_table
+from mindwatch.serve.api import _plain_alert, check_metric, progress_info, runs_query, runs_table
 from mindwatch.serve.cursor import cursor_of, format_cursor, parse_cursor
 from mindwatch.serve.views import BadRequest, Catalog, NotFound, RunView
+from mindwatch.store.jsonl import encode_number
 
 log = logging.getLogger("mindwatch.serve")
 
@@ -254,7 +255,9 @@ class LiveHub:
                     steps = cols.steps[new_lines].tolist()
                     times = cols.time_of_lines(new_lines).tolist()
                     values = value[new].tolist()
-                    payload[name] = [[s, (t if t == t else None), _num(v)] for s, t, v in zip(steps, times, values, strict=True)]
+                    payload[name] = [
+                        [s, (t if t == t else None), encode_number(v)] for s, t, v in zip(steps, times, values, strict=True)
+                    ]
                 events.append(_event("points", {"rank": rank, "metrics": payload}, format_cursor(ranks, alerts_seen)))
                 pushed = True
             if alerts_seen < len(view.alerts):

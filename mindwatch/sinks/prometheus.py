@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -43,16 +41,6 @@ log = logging.getLogger("mindwatch")
 PREFIX = "mindwatch_"
 LABELS = ("project", "run", "rank")
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def local_rank(env: Mapping[str, str] = os.environ) -> int:
-    """This process's rank on its machine: ``LOCAL_RANK`` if set; under ``msrun``, ``DEVICE_ID``
-    (msrun sets it to the local rank of each worker it starts); else 0."""
-    for key in ("LOCAL_RANK", "DEVICE_ID" if env.get("MS_ROLE") == "MS_WORKER" else ""):
-        value = env.get(key) if key else None
-        if value is not None and value.strip().isdigit():
-            return int(value)
-    return 0
 
 
 def metric_name(name: str) -> tuple[str, dict[str, str]]:

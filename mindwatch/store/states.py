@@ -7,7 +7,9 @@ Example::
     rank_state({"state": "running", "updated_at": t, "heartbeat_secs": 2})    # "running", or "stale" when old
     run_state(["finished", "failed"])                                         # "failed"
     rank_states({0: status0, 1: status1})     # {0: "failed", 1: "lost"}: rank 0 saw rank 1 die
-    lost_message({0: status0, 1: status1})    # "rank 1 died at step 812 (pid 4242 on host a exited); ..."
+
+What a state says in words and colours is not here: :mod:`mindwatch.analysis.state_text` and
+:mod:`mindwatch.analysis.state_colours`.
 """
 
 from __future__ import annotations
@@ -63,19 +65,3 @@ def rank_states(statuses: dict[int, dict[str, Any]], now: float | None = None) -
     for rank in lost_ranks(statuses):
         states[rank] = LOST
     return states
-
-
-def lost_message(statuses: dict[int, dict[str, Any]]) -> str | None:
-    """Who died first and when the others ended: ``rank 1 died at step 812 (pid 4242 on host a exited); the others
-    ended 1.2 s later``; None when no rank was lost."""
-    lost = lost_ranks(statuses)
-    if not lost:
-        return None
-    rank, info = min(lost.items(), key=lambda item: float(item[1].get("t") or 0))
-    how = {"exited": "exited", "unreachable": "stopped answering"}.get(str(info.get("how")), "sent no heartbeat")
-    text = f"rank {rank} died at step {info.get('last_step')} (pid {info.get('pid')} on host {info.get('host')} {how})"
-    others = [s for r, s in statuses.items() if r not in lost]
-    ends = [s["updated_at"] for s in others if s.get("state") in FINAL_STATES and isinstance(s.get("updated_at"), (int, float))]
-    if others and len(ends) == len(others) and isinstance(info.get("t"), (int, float)):
-        text += f"; the others ended {max(0.0, max(ends) - info['t']):.1f} s later"
-    return text

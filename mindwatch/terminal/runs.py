@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from mindwatch.analysis.progress import Progress, steps_per_second
-from mindwatch.analysis.summary import RunSummary, listed
+from mindwatch.analysis.state_colours import terminal_style
+from mindwatch.analysis.summary import RunSummary, field_label, listed
+from mindwatch.analysis.tags import tag_texts
 from mindwatch.serve.views import Catalog
 from mindwatch.store.catalog import RunHead
 from mindwatch.units import format_duration
-
-#: rich styles of run states, shared with ``mindwatch tail``.
-STATE_STYLE = {"finished": "bold green", "failed": "bold red", "stalled": "bold red", "stale": "bold red", "stopped": "yellow"}
 
 
 def list_runs(*logdirs: str | os.PathLike[str]) -> list[RunSummary]:
@@ -49,14 +48,6 @@ def listed_progress(s: RunSummary) -> Progress:
     return Progress(s.last_step, s.total_steps, rate)
 
 
-def format_tags(tags: Any) -> str:
-    if isinstance(tags, dict):
-        return ", ".join(f"{k}={v}" for k, v in tags.items())
-    if isinstance(tags, list):
-        return ", ".join(map(str, tags))
-    return str(tags or "")
-
-
 def print_runs(*logdirs: str | os.PathLike[str], as_json: bool = False, console: Any = None) -> int:
     """Print the runs table (or JSON) of the runs under ``logdirs``; 0, or 2 when one does not exist."""
     from rich.console import Console
@@ -76,9 +67,10 @@ def print_runs(*logdirs: str | os.PathLike[str], as_json: bool = False, console:
         console.print(f"no runs under {logdir}")
         return 0
     table = Table(title=f"runs under {logdir}", title_justify="left")
-    for col in ("project", "run", "state", "steps", "ETA", "duration", "started", "alerts", "tags"):
+    for col in ("project", "run_id", "state", "last_step", "eta", "duration", "started_at", "alert_count", "tags"):
         # whole cells (a run id copied from here must be one piece); a narrow terminal scrolls, it does not fold
-        table.add_column(col, justify="right" if col in ("steps", "ETA", "alerts", "duration") else "left", no_wrap=True)
+        right = col in ("last_step", "eta", "alert_count", "duration")
+        table.add_column("ETA" if col == "eta" else field_label(col), justify="right" if right else "left", no_wrap=True)
     for s in summaries:
         progress = listed_progress(s)
         eta = progress.eta_secs if s.state == "running" else None
@@ -86,13 +78,13 @@ def print_runs(*logdirs: str | os.PathLike[str], as_json: bool = False, console:
         table.add_row(
             s.project,
             run_cell(s),
-            f"[{STATE_STYLE.get(s.state, 'cyan')}]{s.state}[/]",
+            f"[{terminal_style(s.state)}]{s.state}[/]",
             "-" if s.last_step is None else progress.steps_text() if s.total_steps is not None else str(s.last_step),
             "-" if eta is None else format_duration(eta),
             format_duration(s.duration),
             started,
             str(s.alert_count),
-            format_tags(s.tags),
+            ", ".join(tag_texts(s.tags)),
         )
     width = console.width
     console.width = max(width, table_width(table))  # a narrow terminal wraps whole lines; no cell is broken

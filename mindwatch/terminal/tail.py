@@ -28,13 +28,14 @@ from rich.table import Table
 from rich.text import Text
 
 from mindwatch.analysis.progress import run_progress
+from mindwatch.analysis.state_colours import terminal_style
+from mindwatch.analysis.state_text import ended_line
 from mindwatch.analysis.summary import list_run, ordered_metrics
 from mindwatch.store.catalog import find_runs
 from mindwatch.store.layerfiles import is_layer_metric
 from mindwatch.store.layout import is_run_dir
 from mindwatch.store.reader import Run, open_run
-from mindwatch.terminal.runs import STATE_STYLE
-from mindwatch.units import format_number
+from mindwatch.units import format_duration, format_number
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -79,12 +80,12 @@ def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int =
     last = run.last_record.get(r, {})
     head = Text()
     head.append(f"{run.meta.get('project', run.path.parent.name)}/{run.id}  ", style="bold")
-    head.append(state, style=STATE_STYLE.get(state, "bold cyan"))
+    head.append(state, style=terminal_style(state))
     head.append("  " + run_progress(run).text(running=not run.ended and state != "stale"))
     if len(ranks) > 1:
         head.append(f"  ranks {', '.join(map(str, ranks))} (showing {r})")
     if isinstance(last.get("t"), (int, float)):
-        head.append(f"  last record {max(0.0, time.time() - last['t']):.0f} s ago", style="dim")
+        head.append(f"  last record {format_duration(max(0.0, time.time() - last['t']))} ago", style="dim")
     errors = [s.get("error") for s in run.statuses.values() if s.get("error")]
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col, justify in (("metric", "left"), ("last", "right"), ("min", "right"), ("max", "right"), ("trend", "left")):
@@ -148,8 +149,7 @@ def tail(
     except KeyboardInterrupt:
         console.print("stopped following (the run goes on)")
         return 0
-    why = " (no heartbeat and no final state: killed or lost)" if run.state == "stale" else ""
-    console.print(f"run ended: {run.state} at step {run.last_step}{why}")
+    console.print(ended_line(run.state, run.last_step))
     return 0
 
 
@@ -183,6 +183,5 @@ def _follow_lines(run: Run, rank: int | None, console: Console, interval: float)
             time.sleep(interval)
     except KeyboardInterrupt:
         return 0
-    why = " (no heartbeat and no final state: killed or lost)" if run.state == "stale" else ""
-    console.print(f"run ended: {run.state} at step {run.last_step}{why}")
+    console.print(ended_line(run.state, run.last_step))
     return 0

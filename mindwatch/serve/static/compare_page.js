@@ -5,11 +5,12 @@
 // #/compare?runs=p/a,p/b&smoothing=0.6&log=1&y=all&x=elapsed&config=all
 
 import { api } from "./api.js";
-import { PALETTE, fmtDuration, line } from "./charts.js";
+import { PALETTE, line } from "./charts.js";
 import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { badge, h } from "./dom.js";
 import { POINTS, chartGroups, eventXs, metricAxis } from "./run_charts.js";
 import { chartControls } from "./run_panels.js";
+import { loadVocabulary } from "./vocabulary.js";
 
 /** A run's colour on every chart and in the tables: its place in the URL's list. */
 export const runColor = (i) => PALETTE[i % PALETTE.length];
@@ -19,14 +20,15 @@ const runName = (r) => r.summary.name || r.id;
 const runLabel = (r, i) => [h("span", { class: "swatch", style: `background:${runColor(i)}` }), " ",
   h("span", { class: "run-label", title: r.id }, runName(r)), r.summary.name ? h("span", { class: "muted run-id" }, ` ${r.id}`) : null];
 
-/** The summary rows, in the order a person reads them: [RunSummary field, its value of a run's {summary, rank_text}];
- * each row's label comes from the server (/api/compare/runs' labels), like the runs table's headers. */
+/** The summary rows, in the order a person reads them: [RunSummary field, its value of a run's {summary, text, rank_text}];
+ * each row's label comes from the server (/api/compare/runs' labels: mindwatch.analysis.summary.LABELS), like the runs
+ * table's headers, and so does each number's and duration's text (as the report prints them). */
 const SUMMARY_ROWS = [
   ["state", (r) => badge(r.summary.state)],
   ["last_step", (r) => (r.summary.last_step ?? "–") + (r.summary.total_steps ? ` of ${r.summary.total_steps}` : "")],
   ["best_loss", (r) => number(r, "best_loss") + (r.summary.best_loss_step != null ? ` (step ${r.summary.best_loss_step})` : "")],
   ["final_loss", (r) => number(r, "final_loss")],
-  ["duration", (r) => (r.summary.duration == null ? "–" : fmtDuration(r.summary.duration, r.summary.duration >= 3600))],
+  ["duration", (r) => number(r, "duration")],
   ["ranks", (r) => r.rank_text],
   ["alert_count", (r) => String(r.summary.alert_count)],
   ["samples_per_second_p50", (r) => number(r, "samples_per_second_p50")],
@@ -103,7 +105,7 @@ export class ComparePage {
   }
 
   async build() {
-    const d = await api.compareRuns(this.view.runs);
+    const [d] = await Promise.all([api.compareRuns(this.view.runs), loadVocabulary()]);  // the chart groups: the vocabulary's
     if (this.disposed) return;
     this.runs = d.runs;
     this.config = d.config;

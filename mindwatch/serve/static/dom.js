@@ -1,4 +1,4 @@
-// DOM helpers for the dashboard's pages: element building and the small formatters the tables use.
+// DOM helpers for the dashboard's pages: element building, and a run state's badge and colours.
 
 export const $ = (sel, root) => (root || document).querySelector(sel);
 
@@ -14,20 +14,11 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-/** A duration in words: "42 s", "5 min", "1.5 h", "2.0 d"; "–" when unknown. */
-export function ago(seconds) {
-  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "–";
-  if (seconds < 60) return `${Math.max(0, Math.round(seconds))} s`;
-  if (seconds < 3600) return `${Math.round(seconds / 60)} min`;
-  if (seconds < 86400) return `${(seconds / 3600).toFixed(1)} h`;
-  return `${(seconds / 86400).toFixed(1)} d`;
-}
-
-/** Tags as strings: a list as is, a mapping as "key=value". */
-export function tagList(tags) {
-  if (!tags) return [];
-  if (Array.isArray(tags)) return tags.map(String);
-  return Object.entries(tags).map(([k, v]) => `${k}=${v}`);
-}
-
+/** A run's state as a badge; its colour is the state's (showStateColours). */
 export const badge = (state) => h("span", { class: `state state-${state}` }, state);
+
+/** The states' colours (mindwatch/analysis/state_colours.py: the vocabulary's ``state_css``) as the page's own style. */
+export function showStateColours(css) {
+  const style = $("#state-colours") || document.head.appendChild(h("style", { id: "state-colours" }));
+  style.textContent = css;
+}

@@ -9,7 +9,7 @@ import { POINTS } from "./run_charts.js";
 import { isLayerMetric, layerFamilies } from "./vocabulary.js";
 
 /** The statistics a layer's curves show (mindwatch.metrics: the heat-mapped ones), one y axis each. */
-const CURVES = layerFamilies.filter((f) => f.heat);
+const curveFamilies = () => layerFamilies().filter((f) => f.heat);
 
 /** Whether a run has per-layer statistics. */
 export const hasLayers = (metrics) => metrics.some(isLayerMetric);
@@ -19,23 +19,23 @@ export class LayersView {
   constructor(container, runId, rank, metrics) {
     this.runId = runId;
     this.rank = rank;
-    this.stat = layerFamilies[0].name;
+    this.stat = layerFamilies()[0].name;
     this.layers = [];       // layer names, in the heat map's row order
     this.picked = null;     // the layer whose curves are shown
     this.heat = null;
     this.curve = null;
-    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...layerFamilies.map((f) => h("option", { value: f.name }, f.title)));
+    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...layerFamilies().map((f) => h("option", { value: f.name }, f.title)));
     this.select.addEventListener("change", () => { this.stat = this.select.value; this.refresh(); });
     this.heatEl = h("div", { class: "chart heat layers", id: "chart-layers" });
     this.curveEl = h("div", { class: "chart heat", id: "chart-layer" });
     const own = (metrics || []).filter(isLayerMetric);
     const ofStat = () => own.filter((m) => m.startsWith(`${this.stat}/`));
-    const ofPicked = () => CURVES.map((f) => `${f.name}/${this.picked}`);
-    this.curveFrame = chartFrame(this.curveEl, { name: `${runId}_layer`, chart: () => this.curve && this.curve.chart, csv: () => csvUrl(runId, ofPicked(), [rank]) });
+    const ofPicked = () => curveFamilies().map((f) => `${f.name}/${this.picked}`);
+    this.curveFrame = chartFrame(this.curveEl, { name: "layer", chart: () => this.curve && this.curve.chart, csv: () => csvUrl(runId, ofPicked(), [rank], "layer") });
     this.curveFrame.hidden = true;
     this.el = h("section", { class: "layers-view", id: "layers", "data-metrics": own.join(",") },
       h("h3", {}, "Layers ", this.select, h("span", { class: "muted" }, " click a cell for the layer's curves")),
-      chartFrame(this.heatEl, { name: `${runId}_layers`, chart: () => this.heat && this.heat.chart, csv: () => csvUrl(runId, ofStat(), [rank]) }),
+      chartFrame(this.heatEl, { name: "layers", chart: () => this.heat && this.heat.chart, csv: () => csvUrl(runId, ofStat(), [rank], "layers") }),
       this.curveFrame);
     container.append(this.el);
   }
@@ -57,7 +57,7 @@ export class LayersView {
 
   /** The heat map's title and colour scale, and the picked layer's row outlined. */
   heatOptions() {
-    const title = `${layerFamilies.find((f) => f.name === this.stat).title} per layer (log colour)`;
+    const title = `${layerFamilies().find((f) => f.name === this.stat).title} per layer (log colour)`;
     return { title, log: true, selected: this.picked };
   }
 
@@ -71,11 +71,12 @@ export class LayersView {
   }
 
   async loadCurves() {
-    const series = await Promise.all(CURVES.map(async ({ name: stat, title: name }, i) => {
+    const curves = curveFamilies();
+    const series = await Promise.all(curves.map(async ({ name: stat, title: name }, i) => {
       const s = await api.series({ run: this.runId, metric: `${stat}/${this.picked}`, rank: this.rank, x: "step", points: POINTS });
       return { name, metric: `${stat}/${this.picked}`, points: s.points, nonfinite: s.nonfinite, yAxisIndex: i };
     }));
-    const opts = { title: `layer ${this.picked}`, series, axes: CURVES.map((f) => ({ name: f.title })), x: "step" };
+    const opts = { title: `layer ${this.picked}`, series, axes: curves.map((f) => ({ name: f.title })), x: "step" };
     if (this.curve) this.curve.update(opts);
     else this.curve = line(this.curveEl, opts);
   }

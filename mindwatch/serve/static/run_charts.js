@@ -8,21 +8,21 @@ import { isFamilyMetric, isLayerMetric, vocab } from "./vocabulary.js";
 /** Points per series the server sends: the overview, and the detail of a zoomed window. */
 export const POINTS = 2000;
 
-const unitOf = (m) => (vocab.metrics.find((x) => x.name === m) || {}).unit || "";
+const unitOf = (m) => (vocab().metrics.find((x) => x.name === m) || {}).unit || "";
 /** How a chart's y axes range: by the unit of its first metric (charts.js's unitAxis: memory from 0, ...). */
 const rangeOf = (metrics) => unitAxis(unitOf(metrics[0]));
 /** The y axis of a chart of one metric: named by its unit and ranged by it (the compare page's charts). */
 export const metricAxis = (m) => unitAxis(unitOf(m));
 
 /** The chart groups of mindwatch.metrics; an axis list names one y axis per metric when scales differ. */
-const GROUPS = vocab.groups.map((g) => Object.assign({}, g, { axes: g.axes.length ? g.axes.map((name) => ({ name })) : undefined }));
-const HIDDEN = new Set(vocab.not_charted);
+const knownGroups = () => vocab().groups.map((g) => Object.assign({}, g, { axes: g.axes.length ? g.axes.map((name) => ({ name })) : undefined }));
 export { isLayerMetric };
 
 /** The charts of a run with these metrics: the known groups that have a curve, then one chart per other metric. A group's
  * metrics are its curves; its events (skip_steps' skipped steps) are marked on its chart, not drawn. */
 export function chartGroups(metrics) {
-  const groups = GROUPS.map((g) => {
+  const known = knownGroups(), hidden = new Set(vocab().not_charted);
+  const groups = known.map((g) => {
     const curves = g.metrics.filter((m) => !g.events.includes(m));
     const present = curves.filter((m) => metrics.includes(m));
     const axes = g.axes && present.length > 1 ? curves.map((m, i) => g.axes[Math.min(i, g.axes.length - 1)]).filter((a, i) => present.includes(curves[i])) : undefined;
@@ -30,9 +30,9 @@ export function chartGroups(metrics) {
     return Object.assign({}, g, { metrics: present, events: g.events.filter((m) => metrics.includes(m)),
       axes: (axes || [{ name: unitOf(present[0]) }]).map((a) => Object.assign({}, range, a)) });
   }).filter((g) => g.metrics.length);
-  const used = new Set(GROUPS.flatMap((g) => g.metrics));
+  const used = new Set(known.flatMap((g) => g.metrics));
   for (const m of metrics) {
-    if (!used.has(m) && !HIDDEN.has(m) && !isFamilyMetric(m)) groups.push({ id: m, title: m, metrics: [m], events: [], axes: [{ name: unitOf(m) }] });
+    if (!used.has(m) && !hidden.has(m) && !isFamilyMetric(m)) groups.push({ id: m, title: m, metrics: [m], events: [], axes: [{ name: unitOf(m) }] });
   }
   return groups;
 }

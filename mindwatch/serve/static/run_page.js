@@ -12,7 +12,7 @@ import { chartFrame, csvUrl } from "./chart_tools.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
-import { attentionFamilies, vocab } from "./vocabulary.js";
+import { attentionFamilies, loadVocabulary, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
 import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
@@ -73,11 +73,16 @@ export class RunPage {
     this.notes = new RunNotes(runId);  // its display name and note; rename / note buttons only with --allow-control
     main.replaceChildren(h("div", { class: "run-head" }, this.notes.title, h("span", { id: "run-state" }), this.progress, this.actions.el),
       this.notes.el, this.banner, this.controls, this.waiting, h("div", { class: "run-body" }, this.grid, this.side));
-    this.onResize = () => { this.cards.forEach((c) => c.resize()); this.heats.forEach((m) => m.resize()); if (this.layers) this.layers.resize(); if (this.histograms) this.histograms.resize(); };
+    this.onResize = () => this.views().forEach((v) => v.resize());
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
     this.waitClock = setInterval(() => this.showWaiting(), WAITING_MS);
     this.build().catch((e) => this.showError(e.message));
+  }
+
+  /** Everything drawn: the chart cards, the heat maps, the layers view and the histograms (each resize()s and dispose()s). */
+  views() {
+    return [...this.cards, ...this.heats.values(), this.layers, this.histograms].filter(Boolean);
   }
 
   ranksShown() {
@@ -91,12 +96,12 @@ export class RunPage {
   /** With many ranks: the ranks most often at the edge of the first band metric (step_time first: the stragglers). */
   async loadOutliers() {
     const bands = this.info.band_metrics || [];
-    const metric = [...vocab.stragglers].reverse().find((m) => bands.includes(m)) || bands[0];
+    const metric = [...vocab().stragglers].reverse().find((m) => bands.includes(m)) || bands[0];
     this.outliers = metric ? (await api.outliers(this.runId, metric, OUTLIER_RANKS)).ranks : [];
   }
 
   async build() {
-    this.info = await api.run(this.runId);
+    [this.info] = await Promise.all([api.run(this.runId), loadVocabulary()]);
     if (this.info.ranks.length > MANY_RANKS) {
       if (!this.pickedRank) this.view.rank = "top";
       await this.loadOutliers();
@@ -133,11 +138,8 @@ export class RunPage {
   }
 
   async buildCharts() {
-    this.cards.forEach((c) => c.dispose());
-    this.heats.forEach((m) => m.dispose());
+    this.views().forEach((v) => v.dispose());
     this.heats.clear();
-    if (this.layers) this.layers.dispose();
-    if (this.histograms) this.histograms.dispose();
     this.layers = null;
     this.histograms = null;
     this.grid.replaceChildren();
@@ -145,8 +147,8 @@ export class RunPage {
       const read = g.metrics.concat(g.events);  // its curves and the events it marks
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": read.join(",") });
       let card = null;
-      this.grid.append(chartFrame(el, { name: `${this.runId}_${g.id}`, chart: () => card && card.chart.chart,
-        csv: () => csvUrl(this.runId, read, this.ranksShown()) }));
+      this.grid.append(chartFrame(el, { name: g.id, chart: () => card && card.chart.chart,
+        csv: () => csvUrl(this.runId, read, this.ranksShown(), g.id) }));
       card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
       card.chart.chart.on("datazoom", () => this.zoomed(card));
       return card;
@@ -157,11 +159,11 @@ export class RunPage {
     if (this.cards.length) await this.loadCard(this.cards[0]);
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
     if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom);  // the shared link's window
-    for (const f of attentionFamilies.filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
+    for (const f of attentionFamilies().filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
       const members = this.info.metrics.filter((m) => m.startsWith(f.prefix));
       const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}`, "data-metrics": members.join(",") });
-      this.grid.append(chartFrame(el, { name: `${this.runId}_${f.name}`, wide: true, chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
-        csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]]) }));
+      this.grid.append(chartFrame(el, { name: f.name, wide: true, chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
+        csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]], f.name) }));
       this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per layer` }));
     }
     if (hasLayers(this.info.metrics)) {
@@ -188,10 +190,7 @@ export class RunPage {
     if (none) none.remove();
     if (!shown && words.length) this.grid.append(h("p", { class: "empty", id: "filter-none" }, `no chart has a metric matching "${this.view.filter}"`));
     // charts that were hidden drew at zero size
-    this.cards.forEach((c) => c.resize());
-    this.heats.forEach((m) => m.resize());
-    if (this.layers) this.layers.resize();
-    if (this.histograms) this.histograms.resize();
+    this.views().forEach((v) => v.resize());
   }
 
   async loadCard(card, win) {
@@ -351,9 +350,6 @@ export class RunPage {
     clearInterval(this.rescan);
     clearInterval(this.waitClock);
     window.removeEventListener("resize", this.onResize);
-    this.cards.forEach((c) => c.dispose());
-    this.heats.forEach((m) => m.dispose());
-    if (this.layers) this.layers.dispose();
-    if (this.histograms) this.histograms.dispose();
+    this.views().forEach((v) => v.dispose());
   }
 }

@@ -1,6 +1,7 @@
 // The run page's panels that only show data: the toolbar, the state banner, the side bar (alerts, tags, config).
 
-import { $, badge, h, tagList } from "./dom.js";
+import { formatDuration } from "./charts.js";
+import { $, badge, h } from "./dom.js";
 
 /** Above this many ranks the overlay draws the band and the top outlier ranks, not a line per rank. */
 export const MANY_RANKS = 16;
@@ -64,7 +65,7 @@ export function sidePanel(info, alerts, onLayer) {
         h("li", { class: `sev-${a.severity || "warning"}` }, h("b", {}, `step ${a.step ?? "?"}`), ` r${a.rank ?? 0} `,
           h("span", { class: "rule" }, a.rule || ""), " ", a.message || `${a.metric} = ${a.value}`, layerLink(a))))),
     h("section", { class: "side-info" },
-      h("h3", {}, "Tags"), h("div", {}, ...tagList(info.tags).map((t) => h("span", { class: "tag" }, t))),
+      h("h3", {}, "Tags"), h("div", {}, ...info.tag_texts.map((t) => h("span", { class: "tag" }, t))),
       h("h3", {}, "Run"), h("pre", { class: "config" }, JSON.stringify(info.meta, null, 1)),
       h("h3", {}, "Config"), h("pre", { class: "config", id: "config" }, JSON.stringify(info.config, null, 1))),
   ];
@@ -78,14 +79,6 @@ export function stateBadge(st) {
 /** What the banner says about a run in this state ("" while it runs): the server's sentence (analysis/state_text.py). */
 export function bannerText(st) {
   return st.state === "running" ? "" : st.banner || "";
-}
-
-/** A duration for the ETA: "45 s", "12 min 5 s", "3 h 20 min". */
-function etaText(secs) {
-  const s = Math.round(secs);
-  if (s < 60) return `${s} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
-  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
 /** The header's progress: a bar of steps done out of planned, steps/s (recent, or an ended run's average), TFLOPS and MFU, and the ETA;
@@ -104,7 +97,7 @@ export function progressBar(p, state) {
     return [h("span", { id: "progress-text" }, `step ${p.step.toLocaleString("en")} (total unknown)`), rate, pace];
   }
   const pct = Math.floor(100 * p.fraction);
-  const eta = state === "running" && p.eta_secs !== null && p.eta_secs !== undefined ? etaText(p.eta_secs) : null;
+  const eta = state === "running" && p.eta_secs !== null && p.eta_secs !== undefined ? formatDuration(p.eta_secs) : null;
   return [
     h("progress", { id: "progress-bar", max: p.total_steps, value: p.step, title: `${pct} %` }),
     h("span", { id: "progress-text" }, ` ${p.step.toLocaleString("en")}/${p.total_steps.toLocaleString("en")} (${pct} %)`),

@@ -4,13 +4,14 @@
 // so a copied link shows the same table; changing the view rewrites the hash and the page is built again from it.
 
 import { getJSON, openLive } from "./api.js";
-import { $, ago, badge, h, tagList } from "./dom.js";
+import { formatDuration } from "./charts.js";
+import { $, badge, h } from "./dom.js";
 
 const DEFAULT_COLUMNS = ["final_loss", "best_loss"];
-// the fixed columns: header, and the column the server sorts by ("" not sortable)
-const FIXED = [["", ""], ["run", "run"], ["project", "project"], ["tags", ""], ["state", "state"], ["progress", "steps"],
-  ["last point", "last_time"], ["alerts", "alerts"], ["duration", "duration"]];
-/** A chosen column's header: "lr" for config.optimizer.lr, "mode" for tag.mode, the server's words for summary values. */
+// the fixed columns (the first: the checkboxes), each a column the server sorts by but "tags"; their headers are the server's
+const FIXED = ["", "run", "project", "tags", "state", "steps", "last_time", "alerts", "duration"];
+/** A column's header: the server's words for summary values (mindwatch.analysis.summary.LABELS), "lr" for
+ * config.optimizer.lr, "#mode" for tag.mode. */
 const label = (col, labels) => labels[col] || col.replace(/^config\./, "").replace(/^tag\./, "#");
 
 function cell(v) {
@@ -102,9 +103,10 @@ export class RunsPage {
     this.total = d.total;
     this.serverOffset = Date.now() / 1000 - d.now;
     this.filterError.textContent = d.error || "";
-    if (d.labels) {
+    if (d.labels && !this.labels) {
       this.labels = d.labels;
       this.filterInput.placeholder = d.filter_example;
+      this.renderHead();
     }
     if (d.columns.length !== this.available.length) {
       this.available = d.columns;
@@ -123,7 +125,7 @@ export class RunsPage {
 
   renderHead() {
     this.head.replaceChildren(
-      ...FIXED.map(([text, key]) => h("th", {}, this.sortButton(key, text))),
+      ...FIXED.map((key) => h("th", {}, this.sortButton(key === "tags" ? "" : key, key && label(key, this.labels || {})))),
       ...this.view.columns.map((c) => h("th", { "data-column": c, title: c }, this.sortButton(c, label(c, this.labels || {})),
         h("button", { type: "button", class: "remove link", title: "remove column", "aria-label": `remove column ${c}`,
           onclick: () => this.go({ columns: this.view.columns.filter((x) => x !== c) }) }, " ×"))));
@@ -131,7 +133,7 @@ export class RunsPage {
 
   shownRuns() {
     const { project, tag } = this.view;
-    return this.runs.filter((r) => (!project || r.project === project) && (!tag || tagList(r.tags).some((t) => t.includes(tag))));
+    return this.runs.filter((r) => (!project || r.project === project) && (!tag || r.tag_texts.some((t) => t.includes(tag))));
   }
 
   render() {
@@ -174,7 +176,7 @@ export class RunsPage {
   /** A run's row; each cell names its column (data-label), which a phone shows when the table stacks (style.css). */
   row(r, now) {
     const steps = r.last_step ?? "–";
-    const td = (i, attrs, ...content) => h("td", Object.assign({ "data-label": FIXED[i][0] }, attrs), ...content);
+    const td = (i, attrs, ...content) => h("td", Object.assign({ "data-label": FIXED[i] && label(FIXED[i], this.labels || {}) }, attrs), ...content);
     return h("tr", { "data-run": r.id, class: `row-${r.state}` },
       td(0, {}, h("input", { type: "checkbox", checked: this.selected.has(r.id), "aria-label": `select ${r.name || r.run_id}`, onchange: (e) => {
         e.target.checked ? this.selected.add(r.id) : this.selected.delete(r.id);
@@ -183,13 +185,13 @@ export class RunsPage {
       td(1, { class: "run-name" }, h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.name || r.run_id),
         r.name ? h("span", { class: "muted run-id" }, ` ${r.run_id}`) : null, r.note ? h("div", { class: "note" }, r.note) : null),
       td(2, {}, r.project),
-      td(3, {}, ...tagList(r.tags).map((t) => h("span", { class: "tag" }, t))),
+      td(3, {}, ...r.tag_texts.map((t) => h("span", { class: "tag" }, t))),
       // what went wrong (analysis/state_text.py's headline); the whole error on hover
       td(4, {}, badge(r.state), r.error ? h("div", { class: "err", title: r.error }, `⚠ ${r.error_headline}`) : null),
       td(5, { class: "num" }, r.total_steps ? `${steps}/${r.total_steps}` : steps),
-      td(6, { class: "num age", "data-t": r.last_time ?? "" }, r.last_time ? ago(now - r.last_time) + " ago" : "–"),
+      td(6, { class: "num age", "data-t": r.last_time ?? "" }, r.last_time ? `${formatDuration(Math.max(0, now - r.last_time))} ago` : "–"),
       td(7, { class: "num" }, r.alert_count ? h("span", { class: "alerts" }, r.alert_count) : "0"),
-      td(8, { class: "num" }, ago(r.duration)),
+      td(8, { class: "num" }, formatDuration(r.duration)),
       ...this.view.columns.map((c) => h("td", { class: "num", "data-column": c, "data-label": label(c, this.labels || {}) }, cell(r.values[c]))));
   }
 

@@ -1,16 +1,34 @@
-// The metric vocabulary (mindwatch/metrics.py, from /api/vocabulary): names, families and chart groups. The
-// page holds no metric name of its own; it asks the server once, when the first module loads.
+// The metric vocabulary (mindwatch/metrics.py, from /api/vocabulary): names, families and chart groups, and the states'
+// colours. The page holds no metric name of its own. It is asked for once, when a page first needs it: a page that
+// draws metrics awaits loadVocabulary() before it reads the rest of this module; a page that does not never waits on
+// it, and cannot fail with it.
 
 import { getJSON } from "./api.js";
 
-/** {metrics, families, groups, layer_stats, attention, stragglers, not_charted}: see mindwatch.metrics.vocabulary. */
-export const vocab = await getJSON("/api/vocabulary");
+let asked = null;  // the request, once made (again after a failure)
+let loaded = null;  // its answer
+
+/** The vocabulary, asked for once; a failure says what did not load (and the next call asks again). */
+export function loadVocabulary() {
+  asked = asked || getJSON("/api/vocabulary").then((v) => (loaded = v), (e) => {
+    asked = null;
+    throw new Error(`the metric vocabulary (/api/vocabulary) did not load: ${e.message}`);
+  });
+  return asked;
+}
+
+/** {metrics, families, groups, layer_stats, attention, stragglers, not_charted, state_css}: see
+ * mindwatch.serve.api.page_vocabulary. Only after loadVocabulary() resolved. */
+export function vocab() {
+  if (!loaded) throw new Error("the metric vocabulary is read before it loaded: await loadVocabulary() first");
+  return loaded;
+}
 
 /** The per-layer statistics' families (grad_norm/<layer>, ...), in layer-row order. */
-export const layerFamilies = vocab.families.filter((f) => f.per === "layer");
+export const layerFamilies = () => vocab().families.filter((f) => f.per === "layer");
 /** The attention families (attention_entropy/<layer>, attention_max_logit/<layer>). */
-export const attentionFamilies = vocab.families.filter((f) => f.per === "attention layer");
+export const attentionFamilies = () => vocab().families.filter((f) => f.per === "attention layer");
 /** Whether ``m`` is a member of a built-in family ("<family>/<layer>"): drawn by a view, not a chart each. */
-export const isFamilyMetric = (m) => vocab.families.some((f) => m.startsWith(f.prefix));
+export const isFamilyMetric = (m) => vocab().families.some((f) => m.startsWith(f.prefix));
 /** Whether ``m`` is a per-layer statistic (the layers view draws it). */
-export const isLayerMetric = (m) => layerFamilies.some((f) => m.startsWith(f.prefix));
+export const isLayerMetric = (m) => layerFamilies().some((f) => m.startsWith(f.prefix));
