@@ -20,7 +20,9 @@ and sums the signal vector (:mod:`mindwatch.mindspore.rank_signal`) with one mor
 compiled step, in the gradients' fusion group. ``run.step`` writes this rank's slots before each step and reads the
 sum after it: every rank acts at the step it asked at, as with ``Model.train``'s train cells, and the loop makes no
 collective call of its own (without ``grad_reducer``, ``start_run`` sums the vector with a separate ``AllReduce``
-every ``distributed.coordination.loop_every`` steps, which costs that step a round trip between the ranks).
+every ``distributed.coordination.loop_every`` calls, and acts at those). The cost is one small ``AllReduce`` a step
+in the gradients' fusion group: where the backend does not fuse it (CPU), the mean step was 1.07 of the bare
+loop's against 1.03 for ``loop_every`` sums (``python -m bench loop``).
 """
 
 from __future__ import annotations

@@ -79,8 +79,8 @@ def start_run(
     ``optimizer``'s state) and where the attention statistics are found; ``optimizer`` gives the learning rate,
     the parameter names of ``grads`` and what ``lr_backoff`` changes; ``total_steps`` gives progress and ETA.
     ``grad_reducer``: the :class:`~mindwatch.mindspore.DistributedGradReducer` your step reduces its gradients with
-    (data parallel): the ranks' signal then rides on that reduction, every step, with no collective of the loop's
-    own. Call it before the first compiled step. When monitoring cannot start (an unwritable ``save_dir``, ...) a
+    (data parallel): the ranks' signal is then summed in your step, every step, and actions are taken at the very
+    step (else every ``distributed.coordination.loop_every`` calls). Call it before the first compiled step. When monitoring cannot start (an unwritable ``save_dir``, ...) a
     warning says why and the run records nothing (``strict: true`` raises instead).
     """
     if grad_reducer is not None and not hasattr(grad_reducer, "mindwatch_signal_sum"):
@@ -254,18 +254,8 @@ class Run:
         state = recorder.state
         n = number - state.recorded
         try:
-            exchange = self._exchange
-            if exchange is not None and (self._summed_in_step is not None or self._calls % self._sum_every == 0):
-                k = max(1, self._calls - self._summed_calls)  # the step and data time per step since the last sum
-                exchange.timed(number, (now - self._summed_at) / k, self._waited / k)
-                self._summed_at, self._summed_calls, self._waited = now, self._calls, 0.0
-                _wait_for_the_step(loss, grads)
-                if self._summed_in_step is not None:  # summed in the step that ended; this rank's slots go with the next
-                    exchange.after_step(self._summed_in_step.asnumpy(), number)
-                    exchange.before_step()
-                else:  # one small AllReduce on every rank, at the same call
-                    exchange.before_step()
-                    exchange.after_step(_sum(exchange.signal.tensor()), number)
+            if self._exchange is not None:
+                self._exchange_signal(self._exchange, number, now, loss, grads)
             if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):
                 rec = self._read(number, loss, grads, metrics)
                 if sample_ids is not None:
@@ -279,6 +269,24 @@ class Run:
             if self.config.strict:
                 raise
             log.warning("mindwatch: could not record step %d (%r); training continues", number, e)
+
+    def _exchange_signal(self, exchange: SignalExchange, number: int, now: float, loss: Any, grads: Any) -> None:
+        """Every rank's requests and timings, at the same ``run.step`` call on every rank: summed in the step that ended
+        (``grad_reducer``), or by the loop's own ``AllReduce`` every ``loop_every`` calls, once the step has ended (an
+        ``AllReduce`` issued to run behind the step and read a call later costs more: its read then spins until the
+        slower rank gets there)."""
+        if self._summed_in_step is None and self._calls % self._sum_every:
+            return
+        k = max(1, self._calls - self._summed_calls)  # the step and data time per step since the last sum
+        exchange.timed(number, (now - self._summed_at) / k, self._waited / k)
+        self._summed_at, self._summed_calls, self._waited = now, self._calls, 0.0
+        _wait_for_the_step(loss, grads)
+        if self._summed_in_step is not None:  # summed in the step that ended; this rank's slots go with the next
+            exchange.after_step(self._summed_in_step.asnumpy(), number)
+            exchange.before_step()
+        else:  # one small AllReduce on every rank, at the same call
+            exchange.before_step()
+            exchange.after_step(_sum(exchange.signal.tensor()), number)
 
     def log(self, step: int | None = None, **metrics: float) -> None:
         """Record scalars of your own at ``step`` (default: the last step), without counting a step."""
