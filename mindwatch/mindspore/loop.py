@@ -80,8 +80,9 @@ def start_run(
     the parameter names of ``grads`` and what ``lr_backoff`` changes; ``total_steps`` gives progress and ETA.
     ``grad_reducer``: the :class:`~mindwatch.mindspore.DistributedGradReducer` your step reduces its gradients with
     (data parallel): the ranks' signal is then summed in your step, every step, and actions are taken at the very
-    step (else every ``distributed.coordination.loop_every`` calls). Call it before the first compiled step. When monitoring cannot start (an unwritable ``save_dir``, ...) a
-    warning says why and the run records nothing (``strict: true`` raises instead).
+    step (else every ``distributed.coordination.loop_every`` calls). Call it before the first compiled step. When
+    monitoring cannot start (an unwritable ``save_dir``, ...) a warning says why and the run records nothing
+    (``strict: true`` raises instead).
     """
     if grad_reducer is not None and not hasattr(grad_reducer, "mindwatch_signal_sum"):
         raise TypeError(
