@@ -446,7 +446,7 @@ class RunSession:
     def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
         lifeline = self.lifeline
         if isinstance(lifeline, LifelineServer):  # rank 0: how every rank ended, for the end-of-run message
-            lifeline.wait_for_byes(END_WAIT_SECS)
+            lifeline.wait_for_byes(END_WAIT_SECS if state != "failed" else 1.0)  # a failing rank 0: its status first
             lifeline.close()
         elif lifeline is not None:  # first: this end is clean, whatever the launcher does next
             lifeline.close({"state": state, "last_step": self.writer.last_step, "reason": reason or error})

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -350,24 +352,42 @@ KERNEL_ERROR = "\n".join([
 ])  # fmt: skip
 
 
+_SHAPE_ERROR = """
+import sys
+import mindspore as ms
+import numpy as np
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.train import Model
+
+from mindwatch.mindspore import MonitorCallback
+
+save_dir, fail_at = sys.argv[1], int(sys.argv[2])
+ms.set_context(mode=ms.PYNATIVE_MODE)
+net = nn.Dense(8, 1)
+batches = [(np.ones((4, 5 if i == fail_at else 8), np.float32), np.ones((4, 1), np.float32)) for i in range(8)]
+mon = MonitorCallback({"save_dir": save_dir, "project": "p", "run_name": "shape", "interval": 1})
+try:
+    model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
+    model.train(1, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False), callbacks=[mon], dataset_sink_mode=False)
+except ValueError as e:
+    if "MatMul" not in str(e):
+        raise
+    print(mon.run_dir)
+else:
+    sys.exit("the training did not fail")
+"""
+
+
 def _train_into_a_shape_error(save_dir: Path, fail_at: int) -> Path:
-    """A real training whose batch ``fail_at`` has 5 features for a layer of 8: MindSpore's own error ends it."""
-    import mindspore as ms
-    import numpy as np
-    from mindspore import dataset as ds
-    from mindspore import nn
-    from mindspore.train import Model
-
-    from mindwatch.mindspore import MonitorCallback
-
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    net = nn.Dense(8, 1)
-    batches = [(np.ones((4, 5 if i == fail_at else 8), np.float32), np.ones((4, 1), np.float32)) for i in range(8)]
-    mon = MonitorCallback({"save_dir": str(save_dir), "project": "p", "run_name": "shape", "interval": 1})
-    with pytest.raises(ValueError, match="MatMul"):
-        model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.01))
-        model.train(1, ds.GeneratorDataset(batches, ["x", "y"], shuffle=False), callbacks=[mon], dataset_sink_mode=False)
-    return Path(mon.run_dir)
+    """A real training whose batch ``fail_at`` has 5 features for a layer of 8: MindSpore's own error ends it. In a
+    process of its own: a PyNative op that fails inside a gradient leaves that process's executor broken for the
+    trainings after it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SHAPE_ERROR, str(save_dir), str(fail_at)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def test_a_failed_run_says_what_went_wrong_not_the_rules_of_its_error(tmp_path: Path, browser: Browser) -> None:

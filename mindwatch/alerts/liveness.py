@@ -88,8 +88,9 @@ def pid_running(pid: int) -> bool:
 
 
 def of_attempt(status: dict[str, Any], attempt: int | None) -> bool:
-    """Whether a status file was written by a process of ``attempt`` (None: any attempt counts)."""
-    return attempt is None or status.get("attempt") == attempt
+    """Whether a status file was written by a process of ``attempt`` (None: any attempt counts). A status that names
+    no attempt counts too: a rank that could not learn it (``MINDWATCH_RUN_ID`` set, no rendezvous) is still watched."""
+    return attempt is None or status.get("attempt") in (attempt, None)
 
 
 @dataclass(frozen=True)
