@@ -4,7 +4,6 @@ one skip was a triangle at the edge); the compare page marks each run's skips in
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from conftest import CHROMIUM
 from test_dashboard_browser import wait_for
 from test_dashboard_charts_browser import _look_at
 from test_dashboard_compare_browser import _compare_url
+from test_skip_steps import skipped_steps
 
 from mindwatch import metrics
 from mindwatch.serve.process import DashboardProcess
@@ -38,12 +38,6 @@ CHARTS = """() => Object.fromEntries([...document.querySelectorAll('.chart:not(.
 }))"""
 
 
-def _skipped_steps(run_dir: Path) -> list[int]:
-    """The steps rank 0's metrics file says were skipped, read here with json (not with mindwatch's reader)."""
-    rows = map(json.loads, (run_dir / "metrics.rank0.jsonl").read_text().splitlines())
-    return [r["step"] for r in rows if r.get(metrics.SKIPPED) == 1]
-
-
 def _skip_marks(page: Page, chart: str) -> list[dict]:
     shown = page.evaluate(CHARTS).get(chart) or {"marks": []}
     return [m for m in shown["marks"] if m["name"].startswith(f"{metrics.SKIPPED} at ")]
@@ -52,26 +46,15 @@ def _skip_marks(page: Page, chart: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def skipping_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real training with a loss scale and ``skip_steps``: one bad batch (inputs x 30), whose update it skips."""
-    from mindspore import nn
-    from mindspore.train import Model
-    from test_skip_steps import dataset, mlp, set_mode
+    from test_skip_steps import train_a_skipping_run
 
-    from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNormAndLossScale
-
-    set_mode("graph")
-    net = mlp()
-    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
-    cell = TrainOneStepWithGradNormAndLossScale(nn.WithLossCell(net, nn.MSELoss()), opt, nn.FixedLossScaleUpdateCell(1.0))
-    save_dir = tmp_path_factory.mktemp("skips")
-    mon = MonitorCallback({"save_dir": str(save_dir), "project": "p", "run_name": "skips", "skip_steps": {"enabled": True}})
-    Model(cell).train(1, dataset(), callbacks=[mon], dataset_sink_mode=False)
-    return Path(mon.run_dir)
+    return train_a_skipping_run(tmp_path_factory.mktemp("skips"))
 
 
 def test_a_skipped_step_is_marked_on_the_loss_chart_and_drawn_as_no_curve(
     skipping_run: Path, artifacts_dir: Path, browser: Browser
 ) -> None:
-    (skipped,) = _skipped_steps(skipping_run)  # the bad batch's step
+    (skipped,) = skipped_steps(skipping_run)  # the bad batch's step
     with DashboardProcess(skipping_run.parent.parent, port=0) as dash:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors: list[str] = []

@@ -26,6 +26,8 @@ import mindwatch
 import mindwatch.mindspore as mw
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 
+pytestmark = pytest.mark.slow  # real trainings, each a few seconds
+
 STEPS, BAD, BATCH = 100, 60, 8
 PEAK, WARMUP = 0.01, 10
 TINY = PEAK * 1e-6  # float32 near the end of the cosine

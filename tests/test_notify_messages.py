@@ -48,6 +48,7 @@ def intervention(action: str, message: str, step: int = 12) -> dict:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("actions", [["stop"], ["stop", "checkpoint"]])
 def test_a_nan_that_stops_the_run_is_two_messages_per_channel_the_alert_and_the_end(
     actions: list[str], hook: Hook, smtp: Inbox, tmp_path: Path

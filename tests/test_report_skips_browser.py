@@ -4,7 +4,6 @@ comparison each run's skips are in its colour."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 from conftest import CHROMIUM
 from test_report import open_page, report_data
+from test_skip_steps import skipped_steps
 
 from mindwatch import metrics
 from mindwatch.cli import main
@@ -38,12 +38,6 @@ CURVES = """() => Object.fromEntries([...document.querySelectorAll('#curves .cha
 }))"""
 
 
-def _skipped_steps(run_dir: Path) -> list[int]:
-    """The steps rank 0's metrics file says were skipped, read here with json (not with mindwatch's reader)."""
-    rows = map(json.loads, (run_dir / "metrics.rank0.jsonl").read_text().splitlines())
-    return [r["step"] for r in rows if r.get(metrics.SKIPPED) == 1]
-
-
 def _skip_marks(page: Page, title: str) -> list[dict]:
     chart = page.evaluate(CURVES)[title]
     return [m for m in chart["marks"] if m["name"].startswith(f"{metrics.SKIPPED} at ")]
@@ -58,26 +52,15 @@ def _no_skipped_curve(page: Page) -> None:
 @pytest.fixture(scope="module")
 def skipping_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real training with a loss scale and ``skip_steps``: one bad batch (inputs x 30), whose update it skips."""
-    from mindspore import nn
-    from mindspore.train import Model
-    from test_skip_steps import dataset, mlp, set_mode
+    from test_skip_steps import train_a_skipping_run
 
-    from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNormAndLossScale
-
-    set_mode("graph")
-    net = mlp()
-    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
-    cell = TrainOneStepWithGradNormAndLossScale(nn.WithLossCell(net, nn.MSELoss()), opt, nn.FixedLossScaleUpdateCell(1.0))
-    save_dir = tmp_path_factory.mktemp("report-skips")
-    mon = MonitorCallback({"save_dir": str(save_dir), "project": "p", "run_name": "skips", "skip_steps": {"enabled": True}})
-    Model(cell).train(1, dataset(), callbacks=[mon], dataset_sink_mode=False)
-    return Path(mon.run_dir)
+    return train_a_skipping_run(tmp_path_factory.mktemp("report-skips"))
 
 
 def test_the_reports_loss_chart_marks_the_skipped_step_and_no_chart_draws_skipped(
     skipping_run: Path, browser: Browser, tmp_path: Path, artifacts_dir: Path
 ) -> None:
-    (skipped,) = _skipped_steps(skipping_run)  # the bad batch's step
+    (skipped,) = skipped_steps(skipping_run)  # the bad batch's step
     out = tmp_path / "skips.html"
     assert main(["report", str(skipping_run), "-o", str(out), "--pdf"]) == 0
     data = report_data(out.read_text())
@@ -110,7 +93,7 @@ def test_the_reports_loss_chart_marks_the_skipped_step_and_no_chart_draws_skippe
 
 
 def test_a_comparison_marks_each_runs_skips_in_its_colour(skipping_run: Path, browser: Browser, tmp_path: Path) -> None:
-    (skipped,) = _skipped_steps(skipping_run)
+    (skipped,) = skipped_steps(skipping_run)
     other = tmp_path / "p" / "other"  # two ranks; each skips a step of its own, and rank 1 one more
     t0 = time.time() - 100
     for rank in (0, 1):
