@@ -6,20 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 
-need_apt=()
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing ${need_apt[*]} with apt-get"
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}" >/dev/null
-  else
-    echo "setup: warning: ${need_apt[*]} missing and apt-get unavailable; the browser/Prometheus tests will skip" >&2
-  fi
-fi
-
 # A virtual environment built once for a given pyproject.toml (and this script, and this Python) is kept under
 # $MINDWATCH_VENV_CACHE and copied into a fresh clone as hard links, its scripts pointed at their new place and the
 # clone installed into it in editable mode: seconds instead of minutes. MINDWATCH_VENV_CACHE=none turns it off.
@@ -50,41 +36,126 @@ save_venv() {  # save_venv DEST NAME: keep a copy of the environment just built 
   fi
 }
 
-stamp="$VENV/.mindwatch-setup"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  if ! restore_venv dev "$VENV"; then
-    echo "setup: creating $VENV with MindSpore 2.10 (a few minutes the first time)"
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q -e ".[mindspore,dev]"
-    touch "$stamp"
-    save_venv dev "$VENV"
-  fi
-  touch "$stamp"
-fi
+# The four jobs (Debian packages, the two environments, the npm assets) mostly wait on downloads: they run at once,
+# each into a log of its own under $LOGS, and a job that fails prints its log and fails the set-up.
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/mindwatch-setup.XXXXXX")
+trap 'rm -rf "$LOGS"' EXIT
+jobs_started=()
+start_job() {  # start_job NAME COMMAND...: COMMAND in the background, its output in $LOGS/NAME.log
+  local name=$1
+  shift
+  # set -e ends the job at its first failing command; the EXIT trap notes how it ended
+  (trap 'echo "$? $SECONDS" >"$LOGS/$name.rc"' EXIT; SECONDS=0; "$@" >"$LOGS/$name.log" 2>&1) &
+  jobs_started+=("$name")
+}
 
-# MindFormers 1.9 needs MindSpore 2.9, so its integration test gets its own environment
-# (about 2 minutes and 3.4 GB the first time). MINDWATCH_SKIP_MINDFORMERS=1 skips it.
-MF_VENV=${MF_VENV:-.venv-mindformers}
-mf_stamp="$MF_VENV/.mindwatch-setup"
-if [ -z "${MINDWATCH_SKIP_MINDFORMERS:-}" ] && { [ ! -f "$mf_stamp" ] || [ pyproject.toml -nt "$mf_stamp" ]; }; then
-  if ! restore_venv mindformers "$MF_VENV"; then
-    echo "setup: creating $MF_VENV with MindSpore 2.9 + MindFormers 1.9 (for tests/test_mindformers.py)"
-    rm -rf "$MF_VENV"
-    python3 -m venv "$MF_VENV"
-    "$MF_VENV/bin/pip" install -q --upgrade pip
-    "$MF_VENV/bin/pip" install -q "mindspore==2.9.0" "mindformers==1.9.0" "numpy<2"
-    "$MF_VENV/bin/pip" install -q -e ".[tensorboard,prometheus]" "numpy<2"
-    touch "$mf_stamp"
-    save_venv mindformers "$MF_VENV"
+apt_packages() {
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+}
+need_apt=()
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${need_apt[*]} with apt-get"
+    start_job apt apt_packages "${need_apt[@]}"
+  else
+    echo "setup: warning: ${need_apt[*]} missing and apt-get unavailable; the browser/Prometheus tests will skip" >&2
   fi
-  touch "$mf_stamp"
 fi
 
 if [ -f package.json ] && { [ ! -d node_modules ] || [ package.json -nt node_modules ]; }; then
   echo "setup: installing dashboard assets from npm"
-  if [ -f package-lock.json ]; then npm ci --silent --no-audit --no-fund; else npm install --silent --no-audit --no-fund; fi
-  touch node_modules
+  npm_assets() {
+    if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi
+    touch node_modules
+  }
+  start_job npm npm_assets
+fi
+
+# uv installs what pip would, downloading in parallel (minutes less on a fresh machine). It is fetched once with pip
+# beside the environment cache; where it cannot be had, pip does the work.
+UV=
+find_uv() {
+  local tools
+  tools="$(dirname "$CACHE")/tools"
+  [ "$CACHE" != none ] || tools="$LOGS/tools"
+  if [ -x "$tools/bin/uv" ]; then UV="$tools/bin/uv"; return; fi
+  if python3 -m venv "$tools" >/dev/null 2>&1 && "$tools/bin/pip" install -q uv >/dev/null 2>&1; then
+    UV="$tools/bin/uv"
+  else
+    echo "setup: uv could not be installed: pip installs the environments (slower)" >&2
+  fi
+}
+with_project() {  # with_project VENV EXTRAS [REQUIREMENT...]: the project's dependencies with EXTRAS (and the
+  # REQUIREMENTs) installed into VENV, then the project itself, editable (one at a time: that build writes into the checkout)
+  local venv=$1 extras=$2 flags=() e
+  shift 2
+  for e in ${extras//,/ }; do flags+=(--extra "$e"); done
+  if [ -n "$UV" ] && "$UV" pip install --python "$venv/bin/python" -r pyproject.toml "${flags[@]}" "$@" \
+    && (flock 9 && "$UV" pip install --python "$venv/bin/python" --no-deps -e .) 9>"$LOGS/editable.lock"; then
+    return
+  fi
+  (flock 9 && "$venv/bin/pip" install -q -e ".[$extras]" "$@") 9>"$LOGS/editable.lock"
+}
+
+# MindSpore 2.10 (numpy<2) and the dev tools
+dev_venv() {
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  with_project "$VENV" mindspore,dev
+  touch "$VENV/.mindwatch-setup"
+  save_venv dev "$VENV"
+}
+# MindFormers 1.9 needs MindSpore 2.9, so its integration test gets its own environment (3.4 GB).
+mf_venv() {
+  rm -rf "$MF_VENV"
+  python3 -m venv "$MF_VENV"
+  with_project "$MF_VENV" tensorboard,prometheus "mindspore==2.9.0" "mindformers==1.9.0" "numpy<2"
+  touch "$MF_VENV/.mindwatch-setup"
+  save_venv mindformers "$MF_VENV"
+}
+
+stamp="$VENV/.mindwatch-setup"
+want_dev=
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  if restore_venv dev "$VENV"; then touch "$stamp"; else want_dev=1; fi
+fi
+# MINDWATCH_SKIP_MINDFORMERS=1 skips the MindFormers environment (its test then skips).
+MF_VENV=${MF_VENV:-.venv-mindformers}
+mf_stamp="$MF_VENV/.mindwatch-setup"
+want_mf=
+if [ -z "${MINDWATCH_SKIP_MINDFORMERS:-}" ] && { [ ! -f "$mf_stamp" ] || [ pyproject.toml -nt "$mf_stamp" ]; }; then
+  if restore_venv mindformers "$MF_VENV"; then touch "$mf_stamp"; else want_mf=1; fi
+fi
+if [ -n "$want_dev$want_mf" ]; then
+  find_uv
+  if [ -n "$want_dev" ]; then
+    echo "setup: creating $VENV with MindSpore 2.10 (a few minutes the first time)"
+    start_job "$(basename "$VENV")" dev_venv
+  fi
+  if [ -n "$want_mf" ]; then
+    echo "setup: creating $MF_VENV with MindSpore 2.9 + MindFormers 1.9 (for tests/test_mindformers.py)"
+    start_job "$(basename "$MF_VENV")" mf_venv
+  fi
+fi
+
+failed=()
+wait
+for name in "${jobs_started[@]}"; do
+  read -r rc secs <"$LOGS/$name.rc" || { rc=1 secs=?; }
+  if [ "$rc" = 0 ]; then
+    echo "setup: $name done in ${secs} s"
+  else
+    echo "setup: $name FAILED (exit $rc after ${secs} s); its output:" >&2
+    tail -n 40 "$LOGS/$name.log" >&2
+    failed+=("$name")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "setup: failed: ${failed[*]}; fix what the output above names, then run make setup again" >&2
+  exit 1
 fi
 echo "setup: ready ($VENV)"
