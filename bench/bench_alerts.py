@@ -245,9 +245,13 @@ def _thread_cpu_seconds(prefix: str) -> float:
 def _notify_alert_cost(url: str, n: int = 100_000) -> float:
     """Seconds per ``NotifySink.alert`` call with a black-hole channel (its queue full after the first 100)."""
     from mindwatch.alerts.alert import make_alert
-    from mindwatch.sinks.notify import NotifySink, Webhook
+    from mindwatch.config import NotifyChannel
+    from mindwatch.sinks.channels import Webhook
+    from mindwatch.sinks.notify import NotifySink
 
-    sink = NotifySink([Webhook(url, timeout=5.0, retries=2)], context={"project": "bench"}, close_grace=0.0)
+    sink = NotifySink(
+        [Webhook(NotifyChannel(type="webhook", url=url, timeout=5.0, retries=2))], context={"project": "bench"}, close_grace=0.0
+    )
     alert = make_alert("threshold", step=1, rank=0, message="bench", metric="loss", value=1.0, threshold=0.5)
     t0 = time.perf_counter()
     for _ in range(n):

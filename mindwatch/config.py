@@ -203,15 +203,26 @@ class DistributedSection(Section):
 #: What a notify channel can be told: alerts (at or above its ``min_severity``) and the end of the run.
 NotifyEvent = Literal["alerts", "end"]
 
+#: The services a webhook channel posts to (``type``); ``email`` is the other channel (:class:`EmailChannel`).
+WebhookType = Literal["dingtalk", "feishu", "wecom", "slack", "webhook"]
+
 #: Webhook types whose robots sign requests with a secret.
-SIGNED_WEBHOOKS = ("dingtalk", "feishu")
+SIGNED_WEBHOOKS: tuple[WebhookType, ...] = ("dingtalk", "feishu")
+
+
+def http_url(url: str) -> str:
+    """``url`` when it is an http:// or https:// address (a webhook's, from the config or its ``url_env``)."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("url must start with http:// or https://")
+    return url
 
 
 _ALL_EVENTS: tuple[NotifyEvent, ...] = ("alerts", "end")
 
 
 class ChannelSettings(Section):
-    """What every notify channel has; its defaults are the channels' (``mindwatch.sinks.notify`` reads them here)."""
+    """What every notify channel has; the one set of defaults (``mindwatch.sinks.channels`` builds a channel from its
+    section, :class:`NotifyChannel` or :class:`EmailChannel`)."""
 
     #: Alerts below this severity are not sent; the end-of-run message always is (when in ``events``). ``info`` adds
     #: what each action did (``intervention``), a stall's end (``resumed``) and a person's requests other than stop.
@@ -229,7 +240,7 @@ class NotifyChannel(ChannelSettings):
     neither is ever logged or written to ``meta.json``.
     """
 
-    type: Literal["dingtalk", "feishu", "wecom", "slack", "webhook"]
+    type: WebhookType
     url: str | None = None
     url_env: str | None = None
     #: The signing secret of a DingTalk ("加签") or Feishu/Lark ("签名校验") robot, or ``secret_env`` naming its variable.
@@ -240,8 +251,8 @@ class NotifyChannel(ChannelSettings):
     def _one_url(self) -> NotifyChannel:
         if (self.url is None) == (self.url_env is None):
             raise ValueError("give exactly one of 'url' or 'url_env' (the name of an environment variable holding the URL)")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError("url must start with http:// or https://")
+        if self.url is not None:
+            http_url(self.url)
         if (self.secret is not None or self.secret_env is not None) and self.type not in SIGNED_WEBHOOKS:
             raise ValueError("'secret' / 'secret_env' are for types 'dingtalk' and 'feishu' (signed robots) only")
         return self
@@ -276,6 +287,11 @@ class EmailChannel(ChannelSettings):
     @classmethod
     def _to_addresses(cls, v: list[str]) -> list[str]:
         return [_email_address(a) for a in v]
+
+    @property
+    def smtp_port(self) -> int:
+        """``port``, else SMTPS' 465 with ``ssl`` and SMTP's 25 without."""
+        return self.port or (465 if self.ssl else 25)
 
     @model_validator(mode="after")
     def _tls_and_login(self) -> EmailChannel:

@@ -244,8 +244,9 @@ class RunSession:
         if cfg.dashboard_url:
             context["dashboard"] = run_page_url(cfg.dashboard_url, cfg.project, run_id)
         if cfg.notify and self.rank == 0:  # rank 0 alone notifies; it forwards the other ranks' alerts
+            from mindwatch.sinks.channels import build_channels
             from mindwatch.sinks.handoff import hand_off
-            from mindwatch.sinks.notify import NotifySink, build_channels
+            from mindwatch.sinks.notify import NotifySink
 
             channels = build_channels(cfg.notify)
             if channels:

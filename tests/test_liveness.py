@@ -19,7 +19,9 @@ from test_notify import CONTEXT, Hook
 from test_notify_channels import Inbox, free_port
 
 from mindwatch.alerts.liveness import ExitWatch, RankLiveness
-from mindwatch.sinks.notify import NotifySink, Webhook
+from mindwatch.config import NotifyChannel
+from mindwatch.sinks.channels import Webhook
+from mindwatch.sinks.notify import NotifySink
 from mindwatch.store.layout import RunLayout, write_json_atomic
 
 HOST = socket.gethostname()
@@ -105,13 +107,15 @@ def test_a_coordinated_stop_is_not_a_lost_rank_in_the_end_message(tmp_path: Path
     try:
         write_json_atomic(tmp_path / "status.rank1.json", {"state": "stopped", "last_step": 62, "reason": "stopped by mindwatch"})
         write_json_atomic(tmp_path / "status.rank2.json", {"state": "failed", "last_step": 61, "error": "HCCL timeout"})
-        sink = NotifySink([Webhook(f"{hook.url}/plain")], context=CONTEXT, run_dir=tmp_path, world_size=3)
+        sink = NotifySink(
+            [Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/plain"))], context=CONTEXT, run_dir=tmp_path, world_size=3
+        )
         sink.close("stopped", reason="stopped by mindwatch")
         end = hook.wait(1)[0]["json"]
     finally:
         hook.close()
     assert end["lost_ranks"] == {"2": "failed after step 61: HCCL timeout"}, "rank 1 stopped as rank 0 did: nothing to tell"
-    from mindwatch.sinks.notify import RunEnd, end_message
+    from mindwatch.sinks.messages import RunEnd, end_message
 
     title = end_message(RunEnd("stopped", lost_ranks={2: "failed after step 61: HCCL timeout"}), CONTEXT).title
     assert title == "mindwatch: gpt/run_1 stopped, rank 2 failed" and "lost" not in title
@@ -120,7 +124,8 @@ def test_a_coordinated_stop_is_not_a_lost_rank_in_the_end_message(tmp_path: Path
 SENDER = """
 import json, os, signal, sys
 from mindwatch.config import load_config
-from mindwatch.sinks.notify import NotifySink, build_channels
+from mindwatch.sinks.channels import build_channels
+from mindwatch.sinks.notify import NotifySink
 from mindwatch.sinks.handoff import hand_off
 cfg = load_config({"notify": json.loads(sys.argv[1])})
 context = {"project": "gpt", "run": "run_1", "rank": 1, "host": "node-7"}

@@ -20,9 +20,10 @@ from conftest import dense_training
 
 import mindwatch
 from mindwatch.alerts.alert import make_alert
-from mindwatch.config import load_config
+from mindwatch.config import NotifyChannel, load_config
 from mindwatch.mindspore import MonitorCallback
-from mindwatch.sinks.notify import DingTalk, NotifySink, Slack, Webhook, WeCom, build_channels, dingtalk_sign
+from mindwatch.sinks.channels import DingTalk, Slack, Webhook, WeCom, build_channels, dingtalk_sign
+from mindwatch.sinks.notify import NotifySink
 
 CONTEXT = {"project": "gpt", "run": "run_1", "rank": 0, "host": "node-7", "run_dir": "/runs/gpt/run_1"}
 
@@ -117,10 +118,10 @@ def spike_alert() -> dict:
 def test_each_channel_gets_the_payload_its_service_expects(hook: Hook) -> None:
     secret = "SEC0123456789abcdef"
     channels = [
-        DingTalk(f"{hook.url}/robot/send?access_token=dt-token", secret=secret),
-        WeCom(f"{hook.url}/cgi-bin/webhook/send?key=wc-key"),
-        Slack(f"{hook.url}/services/T000/B000/XXXX"),
-        Webhook(f"{hook.url}/plain"),
+        DingTalk(NotifyChannel(type="dingtalk", url=f"{hook.url}/robot/send?access_token=dt-token", secret=secret)),
+        WeCom(NotifyChannel(type="wecom", url=f"{hook.url}/cgi-bin/webhook/send?key=wc-key")),
+        Slack(NotifyChannel(type="slack", url=f"{hook.url}/services/T000/B000/XXXX")),
+        Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/plain")),
     ]
     sink = NotifySink(channels, context=CONTEXT)
     before = time.time()
@@ -171,8 +172,10 @@ def test_dingtalk_sign_matches_the_documented_example() -> None:
 
 def test_min_severity_and_retry_after_a_server_error(hook: Hook) -> None:
     hook.answers = [(503, b"busy")]  # the first request fails, the retry gets through
-    errors_only = Webhook(f"{hook.url}/errors", min_severity="error", retries=2, events=["alerts"])
-    everything = Webhook(f"{hook.url}/all", retries=2, events=["alerts"], min_severity="info")
+    errors_only = Webhook(
+        NotifyChannel(type="webhook", url=f"{hook.url}/errors", min_severity="error", retries=2, events=["alerts"])
+    )
+    everything = Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/all", retries=2, events=["alerts"], min_severity="info"))
     sink = NotifySink([errors_only, everything], context=CONTEXT)
     sink.alert(spike_alert())  # a warning: only /all
     reqs = hook.wait(2)
@@ -183,7 +186,15 @@ def test_min_severity_and_retry_after_a_server_error(hook: Hook) -> None:
 
 def test_a_service_that_refuses_is_not_retried_and_the_warning_leaks_no_token(hook: Hook, caplog) -> None:
     hook.default = (200, b'{"errcode": 310000, "errmsg": "sign not match"}')
-    ch = DingTalk(f"{hook.url}/robot/send?access_token=very-secret-token", secret="SECsecret", retries=3, events=["alerts"])
+    ch = DingTalk(
+        NotifyChannel(
+            type="dingtalk",
+            url=f"{hook.url}/robot/send?access_token=very-secret-token",
+            secret="SECsecret",
+            retries=3,
+            events=["alerts"],
+        )
+    )
     sink = NotifySink([ch], context=CONTEXT)
     with caplog.at_level(logging.WARNING, "mindwatch"):
         sink.alert(spike_alert())

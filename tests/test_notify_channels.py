@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -25,10 +26,14 @@ from mindspore.train import Callback
 from test_notify import CONTEXT, Hook, spike_alert
 
 import mindwatch
-from mindwatch.config import ConfigError, load_config
+from mindwatch.config import ConfigError, EmailChannel, NotifyChannel, WebhookType, load_config
 from mindwatch.mindspore import MonitorCallback
-from mindwatch.sinks.notify import Email, Feishu, NotifySink, Webhook, feishu_sign
+from mindwatch.sinks.channels import WEBHOOKS, Email, Feishu, Webhook, build_channels, feishu_sign
+from mindwatch.sinks.notify import NotifySink
 from mindwatch.store.layout import write_json_atomic
+
+#: An email channel's addresses, for the channels these tests build by hand.
+MAIL = {"sender": "mw@localhost", "to": ["ops@localhost"]}
 
 
 class Inbox:
@@ -171,8 +176,8 @@ def test_starttls_auto_upgrades_when_the_server_offers_it_and_true_insists(tmp_p
     ctl.start()
     plain.start()
     try:
-        auto = Email("127.0.0.1", port=ctl.port, sender="mw@localhost", to=["ops@localhost"], tls_context=client_tls)
-        insists = Email("127.0.0.1", port=plain.port, sender="mw@localhost", to=["ops@localhost"], starttls=True, retries=3)
+        auto = Email(EmailChannel(type="email", host="127.0.0.1", port=ctl.port, **MAIL), tls_context=client_tls)
+        insists = Email(EmailChannel(type="email", host="127.0.0.1", port=plain.port, **MAIL, starttls=True, retries=3))
         sink = NotifySink([auto, insists], context=CONTEXT)
         with caplog.at_level(logging.WARNING, "mindwatch"):
             sink.alert(spike_alert())
@@ -185,6 +190,20 @@ def test_starttls_auto_upgrades_when_the_server_offers_it_and_true_insists(tmp_p
     finally:
         ctl.stop()
         plain.stop()
+
+
+def test_every_webhook_type_of_the_config_has_its_channel_and_a_url_from_the_environment_is_checked_alike(caplog) -> None:
+    types = list(get_args(WebhookType))
+    assert set(WEBHOOKS) == set(types)
+    cfg = load_config({"notify": [{"type": t, "url_env": "MW_TEST_URL"} for t in types]})
+    channels = build_channels(cfg.notify, environ={"MW_TEST_URL": "https://hooks.example.com/x"})
+    assert [c.kind for c in channels] == types and all(type(c) is WEBHOOKS[c.kind] for c in channels)
+    assert [c.label for c in channels] == [f"{t} (hooks.example.com)" for t in types]
+    with caplog.at_level(logging.WARNING, "mindwatch"):
+        assert build_channels(cfg.notify[:1], environ={"MW_TEST_URL": "ftp://hooks.example.com/x"}) == []
+    assert f"notify channel {types[0]} is off: url must start with http:// or https://" in caplog.text
+    with pytest.raises(ConfigError, match="url must start with http:// or https://"):
+        load_config({"notify": [{"type": "slack", "url": "ftp://hooks.example.com/x"}]})
 
 
 def test_email_addresses_are_rfc_5322_addresses() -> None:
@@ -202,7 +221,9 @@ def test_feishu_signs_the_body_as_its_docs_say(hook: Hook) -> None:
     hook.default = (200, b'{"code": 0, "msg": "success", "data": {}}')
     secret = "feishu-secret-0123"
     before = time.time()
-    sink = NotifySink([Feishu(f"{hook.url}/open-apis/bot/v2/hook/abc-token", secret=secret)], context=CONTEXT)
+    sink = NotifySink(
+        [Feishu(NotifyChannel(type="feishu", url=f"{hook.url}/open-apis/bot/v2/hook/abc-token", secret=secret))], context=CONTEXT
+    )
     sink.alert(spike_alert())
     reqs = hook.wait(1)
     sink.close("finished")
@@ -225,7 +246,10 @@ def test_feishu_signs_the_body_as_its_docs_say(hook: Hook) -> None:
 
 def test_feishu_refusing_a_signature_is_not_retried(hook: Hook, caplog) -> None:
     hook.default = (200, b'{"code": 19021, "msg": "sign match fail or timestamp is not within one hour from current time"}')
-    sink = NotifySink([Feishu(f"{hook.url}/hook/tok-123", secret="sec-456", retries=3, events=["alerts"])], context=CONTEXT)
+    sink = NotifySink(
+        [Feishu(NotifyChannel(type="feishu", url=f"{hook.url}/hook/tok-123", secret="sec-456", retries=3, events=["alerts"]))],
+        context=CONTEXT,
+    )
     with caplog.at_level(logging.WARNING, "mindwatch"):
         sink.alert(spike_alert())
         sink.close("finished")
@@ -276,7 +300,9 @@ def test_stopped_and_rank_lost_endings(hook: Hook, tmp_path: Path) -> None:
     # rank 1's heartbeat stopped a minute ago at step 40, without a final state (killed); rank 2 failed
     write_json_atomic(run_dir / "status.rank1.json", {"state": "running", "last_step": 40, "updated_at": time.time() - 60})
     write_json_atomic(run_dir / "status.rank2.json", {"state": "failed", "last_step": 41, "error": "HCCL timeout"})
-    sink = NotifySink([Webhook(f"{hook.url}/plain")], context=CONTEXT, run_dir=run_dir, world_size=3)
+    sink = NotifySink(
+        [Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/plain"))], context=CONTEXT, run_dir=run_dir, world_size=3
+    )
     sink.total_steps = 100
     sink.write([{"step": 42, "t": time.time(), "loss": 1.25}])
     sink.close("stopped", reason="stop requested by the spike rule")
@@ -287,9 +313,11 @@ def test_stopped_and_rank_lost_endings(hook: Hook, tmp_path: Path) -> None:
 
     slack_hook = Hook()
     try:
-        from mindwatch.sinks.notify import Slack
+        from mindwatch.sinks.channels import Slack
 
-        sink = NotifySink([Slack(f"{slack_hook.url}/s")], context=CONTEXT, run_dir=run_dir, world_size=2)
+        sink = NotifySink(
+            [Slack(NotifyChannel(type="slack", url=f"{slack_hook.url}/s"))], context=CONTEXT, run_dir=run_dir, world_size=2
+        )
         sink.close("failed", error="RuntimeError: collective timed out")
         text = slack_hook.wait(1)[0]["json"]["text"]
     finally:
@@ -299,7 +327,7 @@ def test_stopped_and_rank_lost_endings(hook: Hook, tmp_path: Path) -> None:
 
 
 def test_plain_webhook_alerts_say_which_event_they_are(hook: Hook) -> None:
-    sink = NotifySink([Webhook(f"{hook.url}/plain", events=["alerts"])], context=CONTEXT)
+    sink = NotifySink([Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/plain", events=["alerts"]))], context=CONTEXT)
     sink.alert(spike_alert())
     got = hook.wait(1)[0]["json"]
     sink.close("finished")

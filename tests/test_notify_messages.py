@@ -16,8 +16,9 @@ from test_notify import CONTEXT, Hook
 from test_notify_channels import Inbox, free_port, parts
 
 from mindwatch.alerts.alert import make_alert
-from mindwatch.config import load_config
-from mindwatch.sinks.notify import DingTalk, Email, Feishu, NotifySink, Slack, Webhook, WeCom, build_channels
+from mindwatch.config import EmailChannel, NotifyChannel, load_config
+from mindwatch.sinks.channels import DingTalk, Email, Feishu, Slack, Webhook, WeCom, build_channels
+from mindwatch.sinks.notify import NotifySink
 
 
 @pytest.fixture
@@ -112,12 +113,12 @@ def test_a_nan_that_stops_the_run_is_two_messages_per_channel_the_alert_and_the_
 
 def test_an_alert_without_threshold_and_an_ending_without_facts_never_say_none(hook: Hook, smtp: Inbox) -> None:
     channels = [
-        Webhook(f"{hook.url}/plain"),
-        Slack(f"{hook.url}/slack"),
-        DingTalk(f"{hook.url}/dingtalk", secret="s"),
-        Feishu(f"{hook.url}/feishu"),
-        WeCom(f"{hook.url}/wecom"),
-        Email("127.0.0.1", port=smtp.port, sender="mw@localhost", to=["ops@localhost"]),  # type: ignore[attr-defined]
+        Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/plain")),
+        Slack(NotifyChannel(type="slack", url=f"{hook.url}/slack")),
+        DingTalk(NotifyChannel(type="dingtalk", url=f"{hook.url}/dingtalk", secret="s")),
+        Feishu(NotifyChannel(type="feishu", url=f"{hook.url}/feishu")),
+        WeCom(NotifyChannel(type="wecom", url=f"{hook.url}/wecom")),
+        Email(EmailChannel(type="email", host="127.0.0.1", port=smtp.port, sender="mw@localhost", to=["ops@localhost"])),  # type: ignore[attr-defined]
     ]
     sink = NotifySink(channels, context={"project": "gpt", "run": "run_1", "rank": 0})  # no host, no dashboard
     nan = make_alert("nonfinite", step=7, rank=0, metric="loss", value=float("nan"), message="loss is nan", severity="error")
@@ -157,11 +158,14 @@ def test_a_channel_gets_warnings_and_the_end_by_default_and_what_actions_did_whe
         }
     )
     default, info = build_channels(cfg.notify)
-    assert (default.min_severity, info.min_severity) == ("warning", "info")
+    assert (default.settings.min_severity, info.settings.min_severity) == ("warning", "info")
     # the one owner of a channel's defaults is the config: a channel built by hand agrees with it
-    by_hand = Webhook("http://x"), Email("localhost", sender="mw@localhost", to=["ops@localhost"])
+    by_hand = (
+        Webhook(NotifyChannel(type="webhook", url="http://x")),
+        Email(EmailChannel(type="email", host="localhost", sender="mw@localhost", to=["ops@localhost"])),
+    )
     for ch in by_hand:
-        assert (ch.min_severity, list(ch.events), ch.timeout, ch.retries) == (
+        assert (ch.settings.min_severity, list(ch.settings.events), ch.settings.timeout, ch.settings.retries) == (
             cfg.notify[0].min_severity,
             cfg.notify[0].events,
             cfg.notify[0].timeout,
@@ -189,7 +193,7 @@ def test_a_channel_gets_warnings_and_the_end_by_default_and_what_actions_did_whe
 
 
 def test_a_failed_action_is_a_warning_every_channel_gets(hook: Hook) -> None:
-    sink = NotifySink([Webhook(f"{hook.url}/default")], context=CONTEXT)
+    sink = NotifySink([Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/default"))], context=CONTEXT)
     failed = intervention("checkpoint", "checkpoint failed: RuntimeError('disk full') (requested by the spike alert)")
     failed.update(severity="warning", error="RuntimeError('disk full')")
     sink.alert(failed)

@@ -32,8 +32,8 @@ from mindwatch.terminal.runs import print_runs
 
 PACKAGE = Path(metrics.__file__).resolve().parent
 STATES = frozenset((*PRECEDENCE, *FINAL_STATES, LOST))
-#: The lead's modules that still say a state (or a summary field) in their own words; they move to the owners there.
-PENDING = {PACKAGE / "alerts" / "liveness.py", PACKAGE / "sinks" / "notify.py"}
+#: Modules that still say a state (or a summary field) in their own words while they move to the owners: none now.
+PENDING: set[Path] = set()
 #: A sentence about a run's (or a rank's) state: a state, a death or an end at a step; a rank gone.
 _SENTENCE = re.compile(
     r"\b(died|ended|finished|failed|stopped|stalled|stale|lost|running)\b[^.]{0,60}\bat step\b|\bis gone\b", re.I

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mindwatch.analysis.state_text import gone_sentence
 from mindwatch.store.jsonl import last_record
 from mindwatch.store.layout import RunLayout, read_json
 from mindwatch.store.states import FINAL_STATES
@@ -57,15 +58,7 @@ class LostRank:
 
     @property
     def message(self) -> str:
-        if self.how == "exited":
-            why = f"pid {self.pid} on host {self.host} exited"
-        elif self.how == "disconnected":
-            why = f"pid {self.pid} on host {self.host} ended: its lifeline connection closed"
-        elif self.how == "unreachable":
-            why = f"host {self.host} stopped answering: pid {self.pid}'s lifeline went silent"
-        else:
-            why = f"pid {self.pid} on host {self.host} sent no heartbeat"
-        return f"rank {self.rank} is gone ({why}; last step {self.last_step})"
+        return gone_sentence(self.rank, self.as_record())
 
     def as_record(self) -> dict[str, Any]:
         return {"pid": self.pid, "host": self.host, "last_step": self.last_step, "how": self.how, "t": self.t}

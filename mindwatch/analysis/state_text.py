@@ -128,3 +128,62 @@ def ended_line(state: str, last_step: int | None) -> str:
     (its heartbeat stopped without a final state) says why it counts as ended."""
     why = " (no heartbeat and no final state: killed or lost)" if state == "stale" else ""
     return f"run ended: {state} at step {last_step}{why}"
+
+
+def gone_sentence(rank: int, info: dict[str, Any]) -> str:
+    """How a rank was seen to go, as its ``rank_lost`` alert says it: ``rank 1 is gone (pid 1234 on host a exited; last
+    step 812)``; ``info`` is a lost rank's record (``pid``, ``host``, ``last_step``, ``how``: ``exited``, ``silent``,
+    ``disconnected`` or ``unreachable``)."""
+    pid, host = info.get("pid"), info.get("host")
+    why = {
+        "exited": f"pid {pid} on host {host} exited",
+        "disconnected": f"pid {pid} on host {host} ended: its lifeline connection closed",
+        "unreachable": f"host {host} stopped answering: pid {pid}'s lifeline went silent",
+    }.get(str(info.get("how")), f"pid {pid} on host {host} sent no heartbeat")
+    return f"rank {rank} is gone ({why}; last step {info.get('last_step')})"
+
+
+def died_text(info: dict[str, Any]) -> str:
+    """A lost rank (:func:`mindwatch.store.states.lost_ranks`) in the end-of-run message: ``died at step 40 (pid 7 on
+    host a)``; what ``info`` does not know is left out."""
+    where = ", ".join(f"{k} {info[k]}" for k in ("pid", "host") if info.get(k) is not None)
+    at = f" at step {info['last_step']}" if info.get("last_step") is not None else ""
+    return f"died{at}" + (f" ({where.replace(', host', ' on host')})" if where else "")
+
+
+#: A rank that wrote no status file, for :func:`rank_end_text`.
+MISSING = "missing"
+
+
+def rank_end_text(state: str, status: dict[str, Any] | None) -> str:
+    """How another rank ended, in the end-of-run message: ``no heartbeat after step 40 (killed or lost)``, ``failed after
+    step 41: HCCL timeout``; ``state`` is its :func:`~mindwatch.store.states.rank_state` (:data:`MISSING`: no status)."""
+    st = status or {}
+    after = f" after step {st['last_step']}" if isinstance(st.get("last_step"), int) else ""
+    why = st.get("error") or st.get("reason")
+    if state == "stale":
+        return f"no heartbeat{after} (killed or lost)"
+    if state == MISSING:
+        return "never wrote its status"
+    if state == "running":
+        return f"still running{after}"
+    return f"{state}{after}" + (f": {why}" if why else "")
+
+
+def ending_words(state: str, rank_ends: dict[int, str]) -> str:
+    """How the run ended, in a message's title: ``stopped``, ``failed, rank 1 lost``, ``stopped, rank 2 failed``;
+    ``rank_ends`` are the other ranks' :func:`rank_end_text` or :func:`died_text` (a rank that wrote no final state is
+    lost; one that did is named by it)."""
+    words = state
+    gone = sorted(r for r, what in rank_ends.items() if not what.startswith(FINAL_STATES))
+    if gone:
+        words += f", {_ranks(gone)} lost"
+    for final in FINAL_STATES:
+        ended = sorted(r for r, what in rank_ends.items() if what.startswith(final))
+        if ended:
+            words += f", {_ranks(ended)} {final}"
+    return words
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

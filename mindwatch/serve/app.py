@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from importlib import resources
 from pathlib import Path
 
@@ -102,6 +103,19 @@ def create_app(
     control = ControlApi(catalog, allowed=allow_control)
     hub = LiveHub(catalog, poll_secs=poll_secs)
     files = _served_files(echarts_js())  # echarts_js fails at start, with the fix in the message, not on a page view
+    app = Starlette(
+        routes=[*_file_routes(files), *_api_routes(api, control, hub)],
+        exception_handlers={BadRequest: _error_answer(400), NotFound: _error_answer(404), Exception: _server_error},
+        lifespan=_lifespan(hub, cache),
+    )
+    app.state.catalog = catalog
+    app.state.hub = hub
+    guarded: ASGIApp = _SecurityHeaders(app)
+    return TokenGate(guarded, token) if token else guarded
+
+
+def _file_routes(files: dict[str, tuple[Path, str, str]]) -> list[Route]:
+    """The page and its files under /static/ (only those in ``files``: never a path taken from the request)."""
 
     def page(req: Request) -> Response:
         return FileResponse(files["index.html"][0], media_type="text/html", headers={"Cache-Control": "no-cache"})
@@ -113,18 +127,55 @@ def create_app(
         path, media, cache_control = files[name]
         return FileResponse(path, media_type=media, headers={"Cache-Control": cache_control})
 
+    return [
+        Route("/", page),
+        Route("/favicon.ico", lambda req: Response(status_code=204)),
+        Route("/static/{name}", static_file),
+    ]
+
+
+def _api_routes(api: Api, control: ControlApi, hub: LiveHub) -> list[Route]:
+    """The JSON API, the live stream and, with ``--allow-control``, a person's requests and notes."""
+
     def live(req: Request) -> Response:
         return hub.runs_stream(req) if req.query_params.get("runs") else hub.run_stream(req)
 
-    async def bad_request(req: Request, exc: Exception) -> Response:
-        return JSONResponse({"error": str(exc)}, status_code=400)
+    return [
+        Route("/api/vocabulary", api.vocabulary),
+        Route("/api/runs", api.runs),
+        Route("/api/run", api.run),
+        Route("/api/series", api.series),
+        Route("/api/csv", api.csv),
+        Route("/api/band", api.band),
+        Route("/api/outliers", api.outliers),
+        Route("/api/heatmap", api.heatmap),
+        Route("/api/alerts", api.alerts),
+        Route("/api/histograms", api.histograms),
+        Route("/api/compare", api.compare),
+        Route("/api/compare/runs", api.compare_runs),
+        Route("/api/live", live),
+        Route("/api/control", control.control),
+        Route("/api/request", control.request, methods=["GET", "POST"]),
+        Route("/api/notes", control.notes, methods=["POST"]),
+    ]
 
-    async def not_found(req: Request, exc: Exception) -> Response:
-        return JSONResponse({"error": str(exc)}, status_code=404)
 
-    async def server_error(req: Request, exc: Exception) -> Response:
-        log.exception("mindwatch serve: %s %s failed", req.method, req.url.path, exc_info=exc)
-        return JSONResponse({"error": "internal error; the server log has the details"}, status_code=500)
+def _error_answer(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """A handler that answers an exception with its message as ``{"error": ...}`` and ``status``."""
+
+    async def answer(req: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": str(exc)}, status_code=status)
+
+    return answer
+
+
+async def _server_error(req: Request, exc: Exception) -> Response:
+    log.exception("mindwatch serve: %s %s failed", req.method, req.url.path, exc_info=exc)
+    return JSONResponse({"error": "internal error; the server log has the details"}, status_code=500)
+
+
+def _lifespan(hub: LiveHub, cache: ColumnCache | None) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The live hub's polling, started with the app; at its end the column cache finishes writing for the next start."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -136,35 +187,7 @@ def create_app(
             if cache is not None:
                 cache.join(timeout=10)  # finish writing the column cache for the next start
 
-    app = Starlette(
-        routes=[
-            Route("/", page),
-            Route("/favicon.ico", lambda req: Response(status_code=204)),
-            Route("/static/{name}", static_file),
-            Route("/api/vocabulary", api.vocabulary),
-            Route("/api/runs", api.runs),
-            Route("/api/run", api.run),
-            Route("/api/series", api.series),
-            Route("/api/csv", api.csv),
-            Route("/api/band", api.band),
-            Route("/api/outliers", api.outliers),
-            Route("/api/heatmap", api.heatmap),
-            Route("/api/alerts", api.alerts),
-            Route("/api/histograms", api.histograms),
-            Route("/api/compare", api.compare),
-            Route("/api/compare/runs", api.compare_runs),
-            Route("/api/live", live),
-            Route("/api/control", control.control),
-            Route("/api/request", control.request, methods=["GET", "POST"]),
-            Route("/api/notes", control.notes, methods=["POST"]),
-        ],
-        exception_handlers={BadRequest: bad_request, NotFound: not_found, Exception: server_error},
-        lifespan=lifespan,
-    )
-    app.state.catalog = catalog
-    app.state.hub = hub
-    guarded: ASGIApp = _SecurityHeaders(app)
-    return TokenGate(guarded, token) if token else guarded
+    return lifespan
 
 
 class _SecurityHeaders:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mindwatch.alerts.alert import Alert, severity_at_least
+from mindwatch.alerts.alert import Alert
 
 log = logging.getLogger("mindwatch")
 
@@ -57,22 +57,18 @@ def hand_off(channels: Sequence[Any], context: dict[str, Any], alert: Alert) -> 
 def deliver(payload: dict[str, Any]) -> dict[str, dict[str, int]]:
     """Send ``payload["alert"]`` to every channel that takes alerts of its severity; wait until each is done."""
     from mindwatch.config import load_config
-    from mindwatch.sinks.notify import _Sender, build_channels
+    from mindwatch.sinks.channels import build_channels
+    from mindwatch.sinks.sender import Sender, longest_send, takes_alert
 
     alert: Alert = payload["alert"]
-    channels = [
-        ch
-        for ch in build_channels(load_config({"notify": payload["notify"]}).notify)
-        if "alerts" in ch.events and severity_at_least(alert, ch.min_severity)
-    ]
-    senders = [_Sender(ch, payload.get("context") or {}, 2) for ch in channels]
+    channels = [ch for ch in build_channels(load_config({"notify": payload["notify"]}).notify) if takes_alert(ch.settings, alert)]
+    senders = [Sender(ch, payload.get("context") or {}, 2) for ch in channels]
     for s in senders:
-        s.queue.put(("alert", alert))
-        s.queue.put(None)
-    # each channel's tries and backoff (0.5, 1, 2 ... s, at most 5): the longest it can take
-    deadline = time.monotonic() + max((ch.timeout + 5.0) * (ch.retries + 1) for ch in channels) if channels else 0.0
+        s.offer(("alert", alert))
+        s.close()
+    deadline = time.monotonic() + max(longest_send(ch.settings) for ch in channels) if channels else 0.0
     for s in senders:
-        s.thread.join(max(0.0, deadline - time.monotonic()))
+        s.finish(deadline)
     return {s.channel.label: {"sent": s.sent, "failed": s.failed} for s in senders}
 
 
