@@ -135,6 +135,16 @@ def only_run_dir(project_dir: Path) -> Path:
     return runs[0]
 
 
+def last_printed_step(log_dir: Path, rank: int) -> int:
+    """The last ``RANK_STEP`` that ``rank`` printed (train_dp.py ``--print-steps``) into the worker logs in ``log_dir``:
+    the step it finished last, whatever its writer had flushed when it was killed (the metrics file may lag: the
+    writer flushes every ``flush_secs``)."""
+    line = re.compile(rf"^RANK_STEP {rank} (\d+)$", re.MULTILINE)
+    steps = [int(step) for log in log_dir.glob("*.log") for step in line.findall(log.read_text(errors="replace"))]
+    assert steps, f"rank {rank} printed no step into {log_dir}"
+    return max(steps)
+
+
 def raw_records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

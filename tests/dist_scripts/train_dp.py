@@ -21,12 +21,15 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
 ``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
 ``--signal-in-reducer``: that loop reduces with ``mw.DistributedGradReducer`` (``start_run(grad_reducer=)``).
+``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
+``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 
@@ -74,6 +77,18 @@ class Batches:
         return x, y
 
 
+class PrintSteps(ms.train.Callback):
+    """``RANK_STEP <rank> <step>`` on stdout, flushed, at the end of every step."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def on_train_step_end(self, run_context) -> None:
+        # one write (print writes the newline apart when unbuffered): MindSpore's log lines share the file
+        sys.stdout.write(f"RANK_STEP {self.rank} {run_context.original_args().cur_step_num}\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--save-dir", required=True)
@@ -103,6 +118,7 @@ def main() -> None:
     p.add_argument("--ckpt-dir", default=None)
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--max-grad-norm", type=float, default=None)
+    p.add_argument("--print-steps", action="store_true", help="print RANK_STEP <rank> <step> after each step")
     p.add_argument("--save-dir-per-rank", action="store_true", help="each rank records under SAVE_DIR/rank<R> (no shared folder)")
     args = p.parse_args()
 
@@ -136,7 +152,7 @@ def main() -> None:
         run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer)
     else:
         cb = MonitorCallback(config)
-        callbacks = [cb]
+        callbacks = [cb, PrintSteps(rank)] if args.print_steps else [cb]
         if args.ckpt_dir:
             from mindspore.train import CheckpointConfig, ModelCheckpoint
 
