@@ -48,6 +48,7 @@ from mindwatch.store.attempts import continue_meta, new_attempt, this_attempt
 from mindwatch.store.layout import RunLayout, fallback_run_id, is_run_dir, new_run_id, read_json, write_json_atomic
 from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id, launch_attempt
 from mindwatch.store.sink import hook
+from mindwatch.store.states import stale_after
 from mindwatch.store.writer import RunWriter
 
 if TYPE_CHECKING:
@@ -278,7 +279,7 @@ class RunSession:
                 cooldown_secs=alerts.cooldown_secs,
                 forward=forward,
                 on_lost=self.rank_lost,
-                stale_secs=max(10.0, 5 * cfg.flush_secs),
+                stale_secs=stale_after(cfg.flush_secs),
                 wake=self.monitor.wake,
                 timings_from_signal=self.collective,
                 attempt=self.attempt,
@@ -309,7 +310,7 @@ class RunSession:
                 cfg.distributed,
                 rank=self.rank,
                 on_lost=self.rank_lost,
-                stale_secs=max(10.0, 5 * cfg.flush_secs),
+                stale_secs=stale_after(cfg.flush_secs),
                 wake=self.monitor.wake,
                 attempt=self.attempt,
             )

@@ -39,7 +39,7 @@ from typing import Any
 
 from mindwatch.store.jsonl import last_record
 from mindwatch.store.layout import RunLayout, read_json
-from mindwatch.store.states import FINAL_STATES
+from mindwatch.store.states import FINAL_STATES, STALE_AT_LEAST_SECS
 
 log = logging.getLogger("mindwatch")
 
@@ -112,7 +112,7 @@ class RankLiveness:
         layout: RunLayout,
         world_size: int,
         *,
-        stale_secs: float = 10.0,
+        stale_secs: float = STALE_AT_LEAST_SECS,
         host: str | None = None,
         ranks: Iterable[int] | None = None,
         attempt: int | None = None,
