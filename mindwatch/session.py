@@ -40,7 +40,7 @@ from mindwatch.launch_env import local_rank
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.coordination import ActionCoordinator
 from mindwatch.monitor.inbox import RequestInbox
-from mindwatch.monitor.watchdog import Watchdog
+from mindwatch.monitor.watchdog import StallLimits, Watchdog
 from mindwatch.monitor.worker import Monitor, Sampler, Sink
 from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.sinks.console import ConsoleSummary
@@ -228,15 +228,9 @@ class RunSession:
             for rule in engine.rules:
                 self.inbox.settings[f"alerts.{rule.name}.enabled"] = partial(_switch_rule, engine, rule.name)
             if alerts.stall.enabled:
+                limits = StallLimits(alerts.stall_timeout, alerts.first_step_timeout, alerts.stall_floor, alerts.stall_factor)
                 self.watchdog = Watchdog(
-                    self.emit_alert,
-                    self.layout.stacks,
-                    rank=self.rank,
-                    timeout=alerts.stall_timeout,
-                    first_step_timeout=alerts.first_step_timeout,
-                    floor=alerts.stall_floor,
-                    factor=alerts.stall_factor,
-                    actions=alerts.stall.actions,
+                    self.emit_alert, self.layout.stacks, rank=self.rank, limits=limits, actions=alerts.stall.actions
                 )
                 sinks.append(self.watchdog)
         notify = None
