@@ -107,7 +107,7 @@ class RunSession:
         run_id: str | None = None,
         samplers: list[Sampler] | None = None,
         extra_sinks: list[Sink] | None = None,
-        nonfinite_checked: tuple[str, ...] = (),
+        checks_in_step: bool = False,
         versions: dict[str, str] | None = None,
         launch_key: str | None = None,
         launch_meta: dict[str, Any] | None = None,
@@ -120,6 +120,7 @@ class RunSession:
         ranks > 0 then join the directory rank 0 created (:mod:`mindwatch.store.rendezvous`).
         ``collective``: the ranks agree on actions through the train step's own collective (the adapter
         takes the requests from :attr:`control`), not through files in ``control/``.
+        ``checks_in_step``: the training thread checks what must act on the very step (the MindSpore adapter).
         ``attempt``: a rank > 0's attempt, as rank 0 announced it (else rank 0's rendezvous file tells it).
         """
         setup_logging(config.log_level)
@@ -159,7 +160,7 @@ class RunSession:
         control = Control(coordinated=coordinated)
         session = cls(config, run_dir, rank, world_size, writer, monitor, control=control, attempt=attempt)
         session.collective = collective
-        session.watch(run_id, nonfinite_checked)
+        session.watch(run_id, checks_in_step)
         if rank == 0:
             if coordinated:
                 meta["coordination"] = "collective" if collective else "files"
@@ -197,10 +198,10 @@ class RunSession:
             self.meta["total_steps"] = total_steps
             self.write_meta()
 
-    def watch(self, run_id: str, nonfinite_checked: tuple[str, ...] = ()) -> None:
+    def watch(self, run_id: str, checks_in_step: bool = False) -> None:
         """Add what watches the run: alerts.jsonl + console lines, the rules, notify channels, the stall watchdog.
 
-        ``nonfinite_checked``: metrics the training loop checks for NaN itself (see ``build_rules``).
+        ``checks_in_step``: the training thread checks what must act on the very step (see ``build_rules``).
         """
         cfg, alerts = self.config, self.config.alerts
         sinks: list[Sink] = [AlertLog(self.writer)]
@@ -216,7 +217,7 @@ class RunSession:
         )
         sinks.append(self.inbox)
         if alerts.enabled:
-            rules = build_rules(cfg, rank=self.rank, nonfinite_checked=nonfinite_checked)
+            rules = build_rules(cfg, rank=self.rank, checks_in_step=checks_in_step)
             engine = RuleEngine(
                 rules,
                 self.monitor.alert,
