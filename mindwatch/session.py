@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from mindwatch import __version__
 from mindwatch.alerts.alert import Alert
+from mindwatch.alerts.crossrank import WatchedRun
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.lifeline import LifelineClient, LifelineServer, StacksRelay, local_address
 from mindwatch.alerts.registry import build_rules
@@ -40,6 +41,7 @@ from mindwatch.launch_env import local_rank
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.coordination import ActionCoordinator
 from mindwatch.monitor.inbox import RequestInbox
+from mindwatch.monitor.role import RankRole
 from mindwatch.monitor.watchdog import StallLimits, Watchdog
 from mindwatch.monitor.worker import Monitor, Sampler, Sink
 from mindwatch.sinks.alertlog import AlertLog
@@ -261,23 +263,20 @@ class RunSession:
                 hand_off(cfg.notify, context, alert)
 
             self.notify_now = notify_now
+        role = RankRole(self.rank, self.world_size, collective=self.collective, coordinated=self.control.coordinated)
+        watched = WatchedRun(self.run_dir, role, self.attempt, stale_after(cfg.flush_secs), wake=self.monitor.wake)
         if self.rank == 0 and self.world_size > 1:
             from mindwatch.alerts.crossrank import CrossRankWatch
 
             forward = notify.alert if notify is not None else None
             watch = CrossRankWatch(
-                self.run_dir,
-                self.world_size,
+                watched,
                 self.emit_alert,
                 cfg.distributed,
                 alerts_enabled=alerts.enabled,
                 cooldown_secs=alerts.cooldown_secs,
                 forward=forward,
                 on_lost=self.rank_lost,
-                stale_secs=stale_after(cfg.flush_secs),
-                wake=self.monitor.wake,
-                timings_from_signal=self.collective,
-                attempt=self.attempt,
             )
             self.cross_rank = watch
             sinks.append(watch)
@@ -298,17 +297,7 @@ class RunSession:
         if self.rank == 1 and self.world_size > 1:
             from mindwatch.alerts.crossrank import RankZeroWatch
 
-            zero = RankZeroWatch(
-                self.run_dir,
-                self.world_size,
-                self.emit_alert,
-                cfg.distributed,
-                rank=self.rank,
-                on_lost=self.rank_lost,
-                stale_secs=stale_after(cfg.flush_secs),
-                wake=self.monitor.wake,
-                attempt=self.attempt,
-            )
+            zero = RankZeroWatch(watched, self.emit_alert, cfg.distributed, on_lost=self.rank_lost)
             self.rank_zero = zero
             sinks.append(zero)
             self.monitor.tickers.append(zero)
@@ -414,7 +403,7 @@ class RunSession:
     def _from_a_rank(self, rank: int, message: dict[str, Any]) -> None:
         """Rank 0's lifeline thread: a stall's dump for the hang diagnosis, or a request's alert for every rank."""
         if "stall" in message and self.cross_rank is not None:
-            self.cross_rank.relayed(rank, message)
+            self.cross_rank.hang.relayed(rank, message)
         if "asked" in message:
             self._keep_asked(message)
             if isinstance(self.lifeline, LifelineServer):

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 
 from mindwatch.alerts.alert import make_alert
-from mindwatch.alerts.crossrank import CrossRankWatch
+from mindwatch.alerts.crossrank import CrossRankWatch, WatchedRun
 from mindwatch.alerts.straggler import StragglerRule
 from mindwatch.analysis.bands import band_of
 from mindwatch.config import load_config
 from mindwatch.mindspore.ranks import discover
+from mindwatch.monitor.role import RankRole
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
 from mindwatch.store.reader import Series
@@ -198,7 +199,8 @@ def _watch(
 ) -> CrossRankWatch:
     cfg = load_config({"distributed": {"poll_secs": 1e-9, "straggler": {"count": 3}, **dist}})
     fwd = forwarded.append if forwarded is not None else None
-    return CrossRankWatch(tmp_path, world, emitted.append, cfg.distributed, cooldown_secs=0, forward=fwd, clock=clock)
+    run = WatchedRun(tmp_path, RankRole(0, world), clock=clock)
+    return CrossRankWatch(run, emitted.append, cfg.distributed, cooldown_secs=0, forward=fwd)
 
 
 def test_cross_rank_watch_finds_the_straggler_in_the_rank_files(tmp_path: Path) -> None:
