@@ -23,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from mindwatch.alerts.crossrank import CrossRankWatch
+from mindwatch.alerts.crossrank import CrossRankWatch, WatchedRun
 from mindwatch.alerts.liveness import RankLiveness
 from mindwatch.analysis.bands import band_of
 from mindwatch.config import load_config
+from mindwatch.monitor.role import RankRole
 from mindwatch.store.bandfiles import BandFileWriter, band_rows
 from mindwatch.store.jsonl import encode_line
 from mindwatch.store.layout import RunLayout, write_json_atomic
@@ -82,7 +83,7 @@ def bench_watch(steps: int = 3000, batch: int = 20) -> None:
         run_dir = Path(tmp)
         writers = [RunWriter(run_dir, r, flush_secs=1e9) for r in range(RANKS)]
         alerts: list = []
-        watch = CrossRankWatch(run_dir, RANKS, alerts.append, cfg.distributed, cooldown_secs=0)
+        watch = CrossRankWatch(WatchedRun(run_dir, RankRole(0, RANKS)), alerts.append, cfg.distributed, cooldown_secs=0)
         own, cross = [], []
         for start in range(1, steps + 1, batch):
             recs = {
@@ -148,7 +149,7 @@ def bench_scale(ranks: int = 1024, steps: int = 100_000, heartbeats: int = 10, p
         print(f"synthetic run: {ranks:,} ranks x {steps:,} steps written in {time.perf_counter() - t0:.1f} s")
         cfg = load_config({"distributed": {"poll_secs": 1e-9, "liveness_secs": 1e-9}})
         alerts: list = []
-        watch = CrossRankWatch(run_dir, ranks, alerts.append, cfg.distributed, cooldown_secs=0)
+        watch = CrossRankWatch(WatchedRun(run_dir, RankRole(0, ranks)), alerts.append, cfg.distributed, cooldown_secs=0)
         layout = RunLayout(run_dir)
         cpu, remote = [], []
         step, slow = steps, ranks - 3

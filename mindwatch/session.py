@@ -25,13 +25,13 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindwatch import __version__
 from mindwatch.alerts.alert import Alert
+from mindwatch.alerts.crossrank import CrossRankWatch, RankZeroWatch, WatchedRun
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.lifeline import LifelineClient, LifelineServer, StacksRelay, local_address
 from mindwatch.alerts.registry import build_rules
@@ -40,7 +40,8 @@ from mindwatch.launch_env import local_rank
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.coordination import ActionCoordinator
 from mindwatch.monitor.inbox import RequestInbox
-from mindwatch.monitor.watchdog import Watchdog
+from mindwatch.monitor.role import RankRole
+from mindwatch.monitor.watchdog import StallLimits, Watchdog
 from mindwatch.monitor.worker import Monitor, Sampler, Sink
 from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.sinks.console import ConsoleSummary
@@ -48,10 +49,11 @@ from mindwatch.store.attempts import continue_meta, new_attempt, this_attempt
 from mindwatch.store.layout import RunLayout, fallback_run_id, is_run_dir, new_run_id, read_json, write_json_atomic
 from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id, launch_attempt
 from mindwatch.store.sink import hook
+from mindwatch.store.states import stale_after
 from mindwatch.store.writer import RunWriter
 
 if TYPE_CHECKING:
-    from mindwatch.alerts.crossrank import CrossRankWatch, RankZeroWatch
+    from mindwatch.sinks.notify import NotifySink
 
 log = logging.getLogger("mindwatch")
 
@@ -62,39 +64,82 @@ COLUMNS_EVERY_SECS = 30.0
 END_WAIT_SECS = 5.0
 
 
-@dataclass
 class RunSession:
-    """One rank's part of a run: where it writes and the Monitor that writes there."""
+    """One rank's part of a run: where it writes, the Monitor that writes there, and what watches the run.
 
-    config: MonitorConfig
-    run_dir: Path
-    rank: int
-    world_size: int
-    writer: RunWriter
-    monitor: Monitor
-    meta: dict[str, Any] = field(default_factory=dict)
-    #: Actions the alert rules request; the framework adapter carries them out at step boundaries.
-    control: Control = field(default_factory=Control)
-    watchdog: Watchdog | None = None
-    #: Multi-rank runs: agrees with the other ranks on the step each action is carried out at.
-    coordinator: ActionCoordinator | None = None
-    #: The ranks agree on actions through the train step's collective (the adapter drains the Control's outbox).
-    collective: bool = False
-    #: Sends an urgent alert (``rank_lost``) to every notify channel from a process that outlives this one.
-    notify_now: Callable[[Alert], None] | None = None
-    #: A person's requests (``mindwatch stop|checkpoint|lr|set``, the dashboard), read on the worker.
-    inbox: RequestInbox | None = None
-    #: Rank 0 of a multi-rank run: the straggler rule, the bands, the hang diagnosis, the other ranks' alerts.
-    cross_rank: CrossRankWatch | None = None
-    #: Rank 1: rank 0's liveness (``rank_lost`` for rank 0).
-    rank_zero: RankZeroWatch | None = None
-    #: A collective run: rank 0's lifeline server (every other rank holds a connection to it), or a rank's client.
-    lifeline: LifelineServer | LifelineClient | None = None
-    #: This attempt's number (``meta.json``'s ``attempts``; None: not known): liveness ignores other attempts' files.
-    attempt: int | None = None
-    #: The alerts behind other ranks' requests, as they came over the lifeline: ``(asking rank, alert step, action)``.
-    asked_elsewhere: dict[tuple[int, int, str], Alert] = field(default_factory=dict)
-    _asked_arrived: threading.Condition = field(default_factory=threading.Condition)
+    :meth:`start` makes one. Everything that watches the run is built here, once, each by its builder from this
+    rank's :class:`~mindwatch.monitor.role.RankRole`; what a rank's role has no part in is None.
+    """
+
+    def __init__(
+        self,
+        config: MonitorConfig,
+        role: RankRole,
+        writer: RunWriter,
+        monitor: Monitor,
+        *,
+        meta: dict[str, Any] | None = None,
+        attempt: int | None = None,
+        checks_in_step: bool = False,
+    ) -> None:
+        """``checks_in_step``: the training thread checks what must act on the very step (``build_rules``)."""
+        self.config, self.role, self.writer, self.monitor = config, role, writer, monitor
+        self.run_dir = writer.layout.root
+        #: Rank 0's ``meta.json`` ({} on the other ranks).
+        self.meta: dict[str, Any] = meta if meta is not None else {}
+        #: This attempt's number (``meta.json``'s ``attempts``; None: not known): liveness ignores other attempts' files.
+        self.attempt = attempt
+        #: Actions the alert rules request; the framework adapter carries them out at step boundaries.
+        self.control = Control(coordinated=role.coordinated)
+        #: The alerts behind other ranks' requests, as they came over the lifeline: ``(asking rank, alert step, action)``.
+        self.asked_elsewhere: dict[tuple[int, int, str], Alert] = {}
+        self._asked_arrived = threading.Condition()
+        #: A person's requests (``mindwatch stop|checkpoint|lr|set``, the dashboard), read on the worker.
+        self.inbox = RequestInbox(
+            self.run_dir,
+            rank=role.rank,
+            speaks=role.speaks_for_the_run,
+            emit=monitor.alert,
+            control=self.control,
+            last_step=lambda: writer.last_step,
+        )
+        engine = _rule_engine(config, role, monitor.alert, self.control, self.inbox, checks_in_step)
+        self.watchdog: Watchdog | None = _watchdog(config, role.rank, self.layout.stacks, self.emit_alert)
+        context = notify_context(config, self.run_dir, role.rank)
+        notify = _notify_sink(config, role, self.run_dir, context, self.rank_ends)
+        #: Sends an urgent alert (``rank_lost``) to every notify channel from a process that outlives this one.
+        self.notify_now = _urgent_sender(config, role, context, notify)
+        watched = WatchedRun(self.run_dir, role, attempt, stale_after(config.flush_secs), wake=monitor.wake)
+        #: Rank 0 of a multi-rank run: the straggler rule, the bands, the hang diagnosis, the other ranks' alerts.
+        self.cross_rank = _cross_rank_watch(config, watched, self.emit_alert, notify, self.rank_lost)
+        #: A collective run: rank 0's lifeline server (every other rank holds a connection to it), or a rank's client
+        #: (from :meth:`join_lifeline`, once rank 0's address came with the signal).
+        self.lifeline: LifelineServer | LifelineClient | None = _lifeline_server(
+            config, watched, self.cross_rank, self._from_a_rank
+        )
+        #: Rank 1: rank 0's liveness (``rank_lost`` for rank 0).
+        self.rank_zero = _rank_zero_watch(config, watched, self.emit_alert, self.rank_lost)
+        #: Multi-rank runs without the collective: agrees with the other ranks on the step each action is carried out at.
+        self.coordinator = _coordinator(config, role, self.layout, self.control, self.stop_now)
+        self._hook_up(engine, notify)
+
+    def _hook_up(self, engine: RuleEngine | None, notify: Sink | None) -> None:
+        """The watchers into the Monitor: its sinks, in the order they see each batch, and its tickers."""
+        relay = StacksRelay(self.rank, self._lifeline_client) if self.role.relays_stacks else None
+        sinks: list[Sink | None] = [
+            AlertLog(self.writer),
+            _AttemptStart(self) if self.role.keeps_meta else None,
+            self.inbox,
+            engine,
+            self.watchdog,
+            self.cross_rank,
+            relay,  # a stall's stack dump goes to rank 0, whatever the folders
+            self.rank_zero,
+            self.coordinator,
+            notify,  # after the cross-rank watch: its last forwards come before the notifier closes
+        ]
+        self.monitor.sinks.extend(sink for sink in sinks if sink is not None)
+        self.monitor.tickers.extend(t for t in (self.cross_rank, self.rank_zero, self.coordinator) if t is not None)
 
     @classmethod
     def start(
@@ -106,7 +151,7 @@ class RunSession:
         run_id: str | None = None,
         samplers: list[Sampler] | None = None,
         extra_sinks: list[Sink] | None = None,
-        nonfinite_checked: tuple[str, ...] = (),
+        checks_in_step: bool = False,
         versions: dict[str, str] | None = None,
         launch_key: str | None = None,
         launch_meta: dict[str, Any] | None = None,
@@ -119,6 +164,7 @@ class RunSession:
         ranks > 0 then join the directory rank 0 created (:mod:`mindwatch.store.rendezvous`).
         ``collective``: the ranks agree on actions through the train step's own collective (the adapter
         takes the requests from :attr:`control`), not through files in ``control/``.
+        ``checks_in_step``: the training thread checks what must act on the very step (the MindSpore adapter).
         ``attempt``: a rank > 0's attempt, as rank 0 announced it (else rank 0's rendezvous file tells it).
         """
         setup_logging(config.log_level)
@@ -127,42 +173,27 @@ class RunSession:
         run_id = run_id or agreed_run_id(config, parent, rank, launch_key)
         run_dir = parent / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
+        coordinated = world_size > 1 and config.distributed.coordination.enabled
+        role = RankRole(rank, world_size, collective=collective, coordinated=coordinated)
         meta: dict[str, Any] = {}
-        if rank == 0:  # before this attempt's writer replaces the status files the last attempt left
+        if role.keeps_meta:  # before this attempt's writer replaces the status files the last attempt left
             fresh = {**build_meta(config, run_id, world_size, versions or {}), **(launch_meta or {})}
             meta = run_meta(RunLayout(run_dir), began, fresh)
             attempt = this_attempt(meta)
+            if coordinated:
+                meta["coordination"] = "collective" if collective else "files"
         elif attempt is None:
             attempt = launch_attempt(parent, launch_key, run_id)
-        writer = RunWriter(
-            run_dir,
-            rank,
-            flush_secs=config.flush_secs,
-            column_files=config.column_files,
-            columns_every_secs=COLUMNS_EVERY_SECS,
-            attempt=attempt,
-        )
-        sinks: list[Sink] = [writer]
-        if rank == 0 or config.callback.params.log_all_ranks:
-            sinks.append(ConsoleSummary(config.interval))
-        sinks.extend(bridge_sinks(config, writer.layout, run_id, rank))
-        sinks.extend(extra_sinks or [])
+        writer = _writer(config, run_dir, rank, attempt)
         monitor = Monitor(
-            sinks,
+            record_sinks(config, writer, run_id, rank) + (extra_sinks or []),
             queue_size=config.queue_size,
             flush_secs=config.flush_secs,
             samplers=samplers or [],
             retired=lambda: writer.superseded_by is not None,
         )
-        coordinated = world_size > 1 and config.distributed.coordination.enabled
-        control = Control(coordinated=coordinated)
-        session = cls(config, run_dir, rank, world_size, writer, monitor, control=control, attempt=attempt)
-        session.collective = collective
-        session.watch(run_id, nonfinite_checked)
-        if rank == 0:
-            if coordinated:
-                meta["coordination"] = "collective" if collective else "files"
-            session.meta = meta
+        session = cls(config, role, writer, monitor, meta=meta, attempt=attempt, checks_in_step=checks_in_step)
+        if role.keeps_meta:
             session.write_meta()
         monitor.start()
         if session.watchdog is not None:
@@ -171,10 +202,17 @@ class RunSession:
         return session
 
     @property
+    def rank(self) -> int:
+        return self.role.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.role.world_size
+
+    @property
     def speaks_for_the_run(self) -> bool:
-        """Whether this rank raises the alerts on values every rank shares (``grad_norm`` after the gradient
-        all-reduce, ``lr``, the per-layer norms): rank 0 does, once for the run; the others act on them only."""
-        return self.rank == 0 or self.world_size == 1
+        """Whether this rank raises the alerts on values every rank shares (:attr:`RankRole.speaks_for_the_run`)."""
+        return self.role.speaks_for_the_run
 
     @property
     def layout(self) -> RunLayout:
@@ -192,145 +230,12 @@ class RunSession:
         """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress."""
         for sink in self.monitor.sinks:
             hook(sink, "plan")(total_steps)  # the console line and the end-of-run message use it
-        if self.rank == 0 and self.meta:
+        if self.role.keeps_meta and self.meta:
             self.meta["total_steps"] = total_steps
             self.write_meta()
 
-    def watch(self, run_id: str, nonfinite_checked: tuple[str, ...] = ()) -> None:
-        """Add what watches the run: alerts.jsonl + console lines, the rules, notify channels, the stall watchdog.
-
-        ``nonfinite_checked``: metrics the training loop checks for NaN itself (see ``build_rules``).
-        """
-        cfg, alerts = self.config, self.config.alerts
-        sinks: list[Sink] = [AlertLog(self.writer)]
-        if self.rank == 0:
-            sinks.append(_AttemptStart(self))
-        self.inbox = RequestInbox(
-            self.run_dir,
-            rank=self.rank,
-            speaks=self.speaks_for_the_run,
-            emit=self.monitor.alert,
-            control=self.control,
-            last_step=lambda: self.writer.last_step,
-        )
-        sinks.append(self.inbox)
-        if alerts.enabled:
-            rules = build_rules(cfg, rank=self.rank, nonfinite_checked=nonfinite_checked)
-            engine = RuleEngine(
-                rules,
-                self.monitor.alert,
-                control=self.control,
-                cooldown_secs=alerts.cooldown_secs,
-                run_wide=self.speaks_for_the_run,
-            )
-            sinks.append(engine)
-            for rule in engine.rules:
-                self.inbox.settings[f"alerts.{rule.name}.enabled"] = partial(_switch_rule, engine, rule.name)
-            if alerts.stall.enabled:
-                self.watchdog = Watchdog(
-                    self.emit_alert,
-                    self.layout.stacks,
-                    rank=self.rank,
-                    timeout=alerts.stall_timeout,
-                    first_step_timeout=alerts.first_step_timeout,
-                    floor=alerts.stall_floor,
-                    factor=alerts.stall_factor,
-                    actions=alerts.stall.actions,
-                )
-                sinks.append(self.watchdog)
-        notify = None
-        host = socket.gethostname()
-        context = {"project": cfg.project, "run": run_id, "rank": self.rank, "host": host, "run_dir": str(self.run_dir)}
-        if cfg.dashboard_url:
-            context["dashboard"] = run_page_url(cfg.dashboard_url, cfg.project, run_id)
-        if cfg.notify and self.rank == 0:  # rank 0 alone notifies; it forwards the other ranks' alerts
-            from mindwatch.sinks.channels import build_channels
-            from mindwatch.sinks.handoff import hand_off
-            from mindwatch.sinks.notify import NotifySink
-
-            channels = build_channels(cfg.notify)
-            if channels:
-                notify = NotifySink(
-                    channels,
-                    context=context,
-                    run_dir=self.run_dir,
-                    world_size=self.world_size,
-                    handoff=lambda alert: hand_off(cfg.notify, context, alert),
-                    rank_ends=self.rank_ends,
-                )
-                self.notify_now = notify.urgent
-        elif cfg.notify and self.rank == 1 and self.world_size > 1:  # rank 1 names rank 0 when it dies
-            from mindwatch.sinks.handoff import hand_off
-
-            def notify_now(alert: Alert) -> None:
-                hand_off(cfg.notify, context, alert)
-
-            self.notify_now = notify_now
-        if self.rank == 0 and self.world_size > 1:
-            from mindwatch.alerts.crossrank import CrossRankWatch
-
-            forward = notify.alert if notify is not None else None
-            watch = CrossRankWatch(
-                self.run_dir,
-                self.world_size,
-                self.emit_alert,
-                cfg.distributed,
-                alerts_enabled=alerts.enabled,
-                cooldown_secs=alerts.cooldown_secs,
-                forward=forward,
-                on_lost=self.rank_lost,
-                stale_secs=max(10.0, 5 * cfg.flush_secs),
-                wake=self.monitor.wake,
-                timings_from_signal=self.collective,
-                attempt=self.attempt,
-            )
-            self.cross_rank = watch
-            sinks.append(watch)
-            if self.collective:  # every rank connects to it: a rank that dies is known at once, on any host
-                try:
-                    self.lifeline = LifelineServer(
-                        local_address(os.environ.get("MS_SCHED_HOST")),
-                        me={"rank": 0, "pid": os.getpid(), "host": host, "attempt": self.attempt},
-                        on_gone=watch.rank_disconnected,
-                        keepalive_secs=cfg.distributed.lifeline_keepalive_secs,
-                        on_message=self._from_a_rank,
-                    )
-                except OSError as e:
-                    log.warning("mindwatch: no lifeline for the other ranks (%r): a dead rank is known by its files only", e)
-            self.monitor.tickers.append(watch)
-        if self.rank > 0 and self.collective:  # a stall's stack dump goes to rank 0, whatever the folders
-            sinks.append(StacksRelay(self.rank, lambda: self.lifeline if isinstance(self.lifeline, LifelineClient) else None))
-        if self.rank == 1 and self.world_size > 1:
-            from mindwatch.alerts.crossrank import RankZeroWatch
-
-            zero = RankZeroWatch(
-                self.run_dir,
-                self.world_size,
-                self.emit_alert,
-                cfg.distributed,
-                rank=self.rank,
-                on_lost=self.rank_lost,
-                stale_secs=max(10.0, 5 * cfg.flush_secs),
-                wake=self.monitor.wake,
-                attempt=self.attempt,
-            )
-            self.rank_zero = zero
-            sinks.append(zero)
-            self.monitor.tickers.append(zero)
-        if self.control.coordinated and not self.collective:
-            self.coordinator = ActionCoordinator(
-                self.layout,
-                rank=self.rank,
-                world_size=self.world_size,
-                control=self.control,
-                config=cfg.distributed.coordination,
-                on_now=self.stop_now,
-            )
-            sinks.append(self.coordinator)
-            self.monitor.tickers.append(self.coordinator)
-        if notify is not None:
-            sinks.append(notify)  # after the cross-rank watch: its last forwards come before the notifier closes
-        self.monitor.sinks.extend(sinks)
+    def _lifeline_client(self) -> LifelineClient | None:
+        return self.lifeline if isinstance(self.lifeline, LifelineClient) else None
 
     def rank_lost(self, lost: Any, alert: Alert) -> None:
         """This worker saw a rank die (rank 0 any rank, rank 1 rank 0): the notification first (the launcher may kill
@@ -384,7 +289,7 @@ class RunSession:
 
     def first_step(self, step: int) -> None:
         """The first step this attempt records (a resumed training starts past 1, or rewinds)."""
-        if self.rank == 0 and self.meta.get("attempts"):
+        if self.role.keeps_meta and self.meta.get("attempts"):
             self.meta["attempts"][-1]["first_step"] = step
             self.write_meta()
 
@@ -419,7 +324,7 @@ class RunSession:
     def _from_a_rank(self, rank: int, message: dict[str, Any]) -> None:
         """Rank 0's lifeline thread: a stall's dump for the hang diagnosis, or a request's alert for every rank."""
         if "stall" in message and self.cross_rank is not None:
-            self.cross_rank.relayed(rank, message)
+            self.cross_rank.hang.relayed(rank, message)
         if "asked" in message:
             self._keep_asked(message)
             if isinstance(self.lifeline, LifelineServer):
@@ -455,7 +360,7 @@ class RunSession:
         if self.watchdog is not None:
             self.watchdog.stop()
         self.monitor.close(state, error, reason)
-        if self.rank == 0 and self.meta:
+        if self.role.keeps_meta and self.meta:
             now = time.time()
             self.meta["ended_at"] = now
             self.meta["final_state"] = state
@@ -464,8 +369,150 @@ class RunSession:
             self.write_meta()
 
 
+def _rule_engine(
+    config: MonitorConfig,
+    role: RankRole,
+    emit: Callable[[Alert], None],
+    control: Control,
+    inbox: RequestInbox,
+    checks_in_step: bool,
+) -> RuleEngine | None:
+    """The alert rules the config switches on (None: ``alerts.enabled`` is off); a person may switch each one
+    (``alerts.<rule>.enabled``, through the inbox)."""
+    alerts = config.alerts
+    if not alerts.enabled:
+        return None
+    rules = build_rules(config, rank=role.rank, checks_in_step=checks_in_step)
+    engine = RuleEngine(rules, emit, control=control, cooldown_secs=alerts.cooldown_secs, run_wide=role.speaks_for_the_run)
+    for rule in engine.rules:
+        inbox.settings[f"alerts.{rule.name}.enabled"] = partial(_switch_rule, engine, rule.name)
+    return engine
+
+
 def _switch_rule(engine: RuleEngine, name: str, on: Any) -> None:
     engine.switch(name, bool(on))
+
+
+def _watchdog(config: MonitorConfig, rank: int, stacks: Path, emit: Callable[[Alert], None]) -> Watchdog | None:
+    """The stall watchdog (None unless the rules and the stall rule are on); started with the Monitor."""
+    alerts = config.alerts
+    if not (alerts.enabled and alerts.stall.enabled):
+        return None
+    limits = StallLimits(alerts.stall_timeout, alerts.first_step_timeout, alerts.stall_floor, alerts.stall_factor)
+    return Watchdog(emit, stacks, rank=rank, limits=limits, actions=alerts.stall.actions)
+
+
+def notify_context(config: MonitorConfig, run_dir: Path, rank: int) -> dict[str, Any]:
+    """What every notification says of the run: project, run, rank, host, folder, and its dashboard page."""
+    run_id = run_dir.name
+    context = {"project": config.project, "run": run_id, "rank": rank, "host": socket.gethostname(), "run_dir": str(run_dir)}
+    if config.dashboard_url:
+        context["dashboard"] = run_page_url(config.dashboard_url, config.project, run_id)
+    return context
+
+
+def _notify_sink(
+    config: MonitorConfig,
+    role: RankRole,
+    run_dir: Path,
+    context: dict[str, Any],
+    rank_ends: Callable[[], dict[int, dict[str, Any]]],
+) -> NotifySink | None:
+    """Rank 0's notifier (None without channels, or on another rank: rank 0 alone notifies)."""
+    if not (config.notify and role.notifies):
+        return None
+    from mindwatch.sinks.channels import build_channels
+    from mindwatch.sinks.handoff import hand_off
+    from mindwatch.sinks.notify import NotifySink
+
+    channels = build_channels(config.notify)
+    if not channels:
+        return None
+    handoff = partial(hand_off, config.notify, context)
+    return NotifySink(
+        channels, context=context, run_dir=run_dir, world_size=role.world_size, handoff=handoff, rank_ends=rank_ends
+    )
+
+
+def _urgent_sender(
+    config: MonitorConfig, role: RankRole, context: dict[str, Any], notify: NotifySink | None
+) -> Callable[[Alert], object] | None:
+    """How this rank sends ``rank_lost`` at once: rank 0 through its notifier's hand-off, rank 1 (which names rank 0
+    when it dies) through a hand-off of its own; None on the other ranks."""
+    if notify is not None:
+        return notify.urgent
+    if config.notify and role.watches_rank_zero:
+        from mindwatch.sinks.handoff import hand_off
+
+        return partial(hand_off, config.notify, context)
+    return None
+
+
+def _cross_rank_watch(
+    config: MonitorConfig,
+    run: WatchedRun,
+    emit: Callable[[Alert], None],
+    notify: NotifySink | None,
+    on_lost: Callable[[Any, Alert], None],
+) -> CrossRankWatch | None:
+    """Rank 0's watch over every rank (None on the other ranks, and alone); it forwards their alerts to ``notify``."""
+    if not run.role.watches_every_rank:
+        return None
+    alerts = config.alerts
+    return CrossRankWatch(
+        run,
+        emit,
+        config.distributed,
+        alerts_enabled=alerts.enabled,
+        cooldown_secs=alerts.cooldown_secs,
+        forward=notify.alert if notify is not None else None,
+        on_lost=on_lost,
+    )
+
+
+def _lifeline_server(
+    config: MonitorConfig,
+    run: WatchedRun,
+    watch: CrossRankWatch | None,
+    on_message: Callable[[int, dict[str, Any]], None],
+) -> LifelineServer | None:
+    """Rank 0 of a collective run: the server every other rank connects to, so that a rank that dies is known at once,
+    on any host (None elsewhere, or when it cannot listen: then a dead rank is known by its files)."""
+    if not run.role.serves_lifeline or watch is None:
+        return None
+    try:
+        return LifelineServer(
+            local_address(os.environ.get("MS_SCHED_HOST")),
+            me={"rank": 0, "pid": os.getpid(), "host": socket.gethostname(), "attempt": run.attempt},
+            on_gone=watch.rank_disconnected,
+            keepalive_secs=config.distributed.lifeline_keepalive_secs,
+            on_message=on_message,
+        )
+    except OSError as e:
+        log.warning("mindwatch: no lifeline for the other ranks (%r): a dead rank is known by its files only", e)
+        return None
+
+
+def _rank_zero_watch(
+    config: MonitorConfig, run: WatchedRun, emit: Callable[[Alert], None], on_lost: Callable[[Any, Alert], None]
+) -> RankZeroWatch | None:
+    """Rank 1's watch over rank 0 (None on the other ranks)."""
+    if not run.role.watches_rank_zero:
+        return None
+    return RankZeroWatch(run, emit, config.distributed, on_lost=on_lost)
+
+
+def _coordinator(
+    config: MonitorConfig, role: RankRole, layout: RunLayout, control: Control, on_now: Callable[[Alert], None]
+) -> ActionCoordinator | None:
+    """Agrees with the other ranks, through ``control/``, on the step each action is carried out at (None unless the
+    ranks coordinate without the train step's collective)."""
+    if not role.agrees_through_files:
+        return None
+    coordination = config.distributed.coordination
+    return ActionCoordinator(
+        layout, rank=role.rank, world_size=role.world_size, control=control, config=coordination, on_now=on_now
+    )
 
 
 class _AttemptStart:
@@ -490,6 +537,23 @@ class _AttemptStart:
 def run_page_url(dashboard_url: str, project: str, run_id: str) -> str:
     """The run's page on a dashboard serving ``save_dir`` (its runs are named ``project/run``)."""
     return f"{dashboard_url.rstrip('/')}/#/run/{urllib.parse.quote(f'{project}/{run_id}', safe='')}"
+
+
+def _writer(config: MonitorConfig, run_dir: Path, rank: int, attempt: int | None) -> RunWriter:
+    """This rank's files in the run directory, and its status."""
+    every = COLUMNS_EVERY_SECS
+    return RunWriter(
+        run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files, columns_every_secs=every, attempt=attempt
+    )
+
+
+def record_sinks(config: MonitorConfig, writer: RunWriter, run_id: str, rank: int) -> list[Sink]:
+    """What every recorded step goes to: the rank's files, the console line (rank 0, or every rank with
+    ``log_all_ranks``), and the bridges the config switches on."""
+    sinks: list[Sink] = [writer]
+    if rank == 0 or config.callback.params.log_all_ranks:
+        sinks.append(ConsoleSummary(config.interval))
+    return sinks + bridge_sinks(config, writer.layout, run_id, rank)
 
 
 def bridge_sinks(config: MonitorConfig, layout: RunLayout, run_id: str, rank: int) -> list[Sink]:

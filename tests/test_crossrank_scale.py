@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from conftest import CHROMIUM
 
-from mindwatch.alerts.crossrank import CrossRankWatch
+from mindwatch.alerts.crossrank import CrossRankWatch, WatchedRun
 from mindwatch.alerts.straggler import StragglerRule, medians_of_the_others
 from mindwatch.config import load_config
+from mindwatch.monitor.role import RankRole
 from mindwatch.store.bandfiles import read_band_file
 from mindwatch.store.layout import RunLayout, write_json_atomic
 from mindwatch.store.writer import RunWriter
@@ -47,7 +48,7 @@ def test_rank_0_writes_the_band_and_the_dashboard_answers_from_it_alone(tmp_path
     ranks = 3
     cfg = load_config({"distributed": {"poll_secs": 1e-9}})
     writers = [RunWriter(run_dir, r, flush_secs=1e9) for r in range(ranks)]
-    watch = CrossRankWatch(run_dir, ranks, lambda alert: None, cfg.distributed, cooldown_secs=0)
+    watch = CrossRankWatch(WatchedRun(run_dir, RankRole(0, ranks)), lambda alert: None, cfg.distributed, cooldown_secs=0)
     write_json_atomic(RunLayout(run_dir).meta, {"run_id": "run_1", "project": "p", "world_size": ranks})
     expected = {}
     for step in range(1, 41):
@@ -86,7 +87,7 @@ def many_ranks_run(logdir: Path, ranks: int = 40, slow: tuple[int, ...] = (23, 3
     cfg = load_config({"distributed": {"poll_secs": 1e-9}})
     writers = [RunWriter(run_dir, r, flush_secs=1e9) for r in range(ranks)]
     write_json_atomic(RunLayout(run_dir).meta, {"run_id": "many", "project": "p", "world_size": ranks})
-    watch = CrossRankWatch(run_dir, ranks, lambda alert: None, cfg.distributed, cooldown_secs=0)
+    watch = CrossRankWatch(WatchedRun(run_dir, RankRole(0, ranks)), lambda alert: None, cfg.distributed, cooldown_secs=0)
     for step in range(1, 31):
         for r, w in enumerate(writers):
             extra = 0.05 * (slow.index(r) + 1) if r in slow and step % 3 else 0.0

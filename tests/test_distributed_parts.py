@@ -17,13 +17,17 @@ import numpy as np
 import pytest
 
 from mindwatch.alerts.alert import make_alert
-from mindwatch.alerts.crossrank import CrossRankWatch
+from mindwatch.alerts.crossrank import CrossRankWatch, WatchedRun
+from mindwatch.alerts.rank_bands import RankBands
 from mindwatch.alerts.straggler import StragglerRule
 from mindwatch.analysis.bands import band_of
 from mindwatch.config import load_config
 from mindwatch.mindspore.ranks import discover
+from mindwatch.monitor.role import RankRole
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
+from mindwatch.store.bandfiles import read_band_file
+from mindwatch.store.layout import RunLayout
 from mindwatch.store.reader import Series
 from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id, rendezvous_path
 from mindwatch.store.tails import StepAligner
@@ -77,6 +81,8 @@ _JOIN = """
 import sys, time
 from mindwatch.config import load_config
 from mindwatch.session import RunSession
+from mindwatch.store.bandfiles import read_band_file
+from mindwatch.store.layout import RunLayout
 rank, key, save = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 time.sleep(0.8 if rank == 0 else 0.0)   # rank 0 comes last: the others must wait for it
 s = RunSession.start(load_config({"project": "p", "save_dir": save, "alerts": {"enabled": False}}),
@@ -198,7 +204,8 @@ def _watch(
 ) -> CrossRankWatch:
     cfg = load_config({"distributed": {"poll_secs": 1e-9, "straggler": {"count": 3}, **dist}})
     fwd = forwarded.append if forwarded is not None else None
-    return CrossRankWatch(tmp_path, world, emitted.append, cfg.distributed, cooldown_secs=0, forward=fwd, clock=clock)
+    run = WatchedRun(tmp_path, RankRole(0, world), clock=clock)
+    return CrossRankWatch(run, emitted.append, cfg.distributed, cooldown_secs=0, forward=fwd)
 
 
 def test_cross_rank_watch_finds_the_straggler_in_the_rank_files(tmp_path: Path) -> None:
@@ -238,6 +245,52 @@ def test_cross_rank_watch_forwards_other_ranks_alerts_and_diagnoses_a_stall(tmp_
     writers[1].append_alert(make_alert("stall", step=9, rank=1, message="stalled", stacks=str(dump)))
     watch.flush()
     assert len(emitted) == 2  # a new stall, every rank reported: diagnosed at once
+
+
+def test_each_rank_of_a_run_plays_its_part() -> None:
+    collective = [RankRole(r, 4, collective=True, coordinated=True) for r in range(4)]
+    assert [r.rank for r in collective if r.watches_every_rank and r.serves_lifeline and r.notifies] == [0]
+    assert [r.rank for r in collective if r.watches_rank_zero] == [1]
+    assert [r.rank for r in collective if r.relays_stacks] == [1, 2, 3]
+    assert not any(r.agrees_through_files for r in collective)
+    files = [RankRole(r, 4, coordinated=True) for r in range(4)]
+    assert all(r.agrees_through_files and not r.serves_lifeline and not r.relays_stacks for r in files)
+    alone = RankRole()
+    assert alone.speaks_for_the_run and alone.keeps_meta and not (alone.watches_every_rank or alone.watches_rank_zero)
+    assert [r.speaks_for_the_run for r in collective] == [True, False, False, False]
+
+
+def _signal_step(step: int) -> list:
+    return [
+        (step, {0: {"step": step, "step_time": 0.1, "data_time": 0.01}, 1: {"step": step, "step_time": 0.3, "data_time": 0.02}})
+    ]
+
+
+def test_without_the_other_ranks_files_the_signals_timings_become_bands_after_the_stale_limit(tmp_path: Path) -> None:
+    now = [100.0]
+    layout = RunLayout(tmp_path)
+    bands = RankBands(layout, 2, decide_after=10.0, clock=lambda: now[0])
+    bands.from_signal(_signal_step(1))
+    now[0] += 9
+    bands.from_signal(_signal_step(2))
+    assert read_band_file(layout, "step_time") is None and not bands.others_elsewhere  # rank 1's files may still come
+    now[0] += 1
+    bands.from_signal(_signal_step(3))
+    rows = read_band_file(layout, "step_time")
+    assert rows is not None and rows["step"].tolist() == [1, 2, 3] and rows["max"].tolist() == [0.3, 0.3, 0.3]
+    assert rows["argmax"].tolist() == [1, 1, 1] and bands.others_elsewhere
+
+
+def test_with_the_other_ranks_files_here_the_bands_come_from_the_files_alone(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path)
+    layout.metrics(1).write_text("")
+    bands = RankBands(layout, 2, decide_after=10.0)
+    bands.from_signal(_signal_step(1))
+    bands.from_signal([], final=True)
+    assert read_band_file(layout, "step_time") is None and not bands.others_elsewhere
+    bands.from_files(_signal_step(1))
+    rows = read_band_file(layout, "step_time")
+    assert rows is not None and rows["step"].tolist() == [1]
 
 
 def test_rank_zero_waits_at_close_for_the_other_ranks_last_alerts(tmp_path: Path) -> None:

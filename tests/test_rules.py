@@ -22,6 +22,7 @@ from mindwatch.alerts.rules import (
     ThroughputDropRule,
     threshold_rules,
 )
+from mindwatch.alerts.rules.nonfinite import checked_in_step
 from mindwatch.config import load_config
 from mindwatch.monitor.control import Control
 
@@ -168,6 +169,21 @@ def test_nonfinite_fires_on_nan_and_inf_and_ignores_overflow_steps() -> None:
     assert (a["metric"], a["severity"], a["actions"]) == ("loss", "error", ["stop"]) and math.isnan(a["value"])
     assert rule.check({"step": 3, "loss": 2.0, "grad_norm": math.inf})[0]["metric"] == "grad_norm"
     assert rule.check({"step": 4, "loss": 2.0, "grad_norm": math.inf, "overflow": True}) == []  # loss scale skips it
+
+
+def test_with_actions_the_training_thread_checks_loss_and_grad_norm_and_the_worker_the_rest() -> None:
+    acting = load_config({"alerts": {"nonfinite": {"actions": ["stop"], "metrics": ["loss", "grad_norm", "lr"]}}})
+    assert checked_in_step(acting.alerts) == ("loss", "grad_norm")
+    (worker,) = [r for r in build_rules(acting, checks_in_step=True) if isinstance(r, NonFiniteRule)]
+    assert worker.metrics == ("lr",)
+    (alone,) = [r for r in build_rules(acting) if isinstance(r, NonFiniteRule)]  # no front door checks: the worker does
+    assert alone.metrics == ("loss", "grad_norm", "lr")
+    watching = load_config({})  # no actions: nothing to act on at once, the worker checks everything
+    assert checked_in_step(watching.alerts) == ()
+    assert [r.metrics for r in build_rules(watching, checks_in_step=True) if isinstance(r, NonFiniteRule)] == [
+        ("loss", "grad_norm")
+    ]
+    assert checked_in_step(load_config({"alerts": {"enabled": False, "nonfinite": {"actions": ["stop"]}}}).alerts) == ()
 
 
 def test_divergence_fires_on_a_rising_loss_and_not_on_a_noisy_falling_one() -> None:

@@ -17,7 +17,7 @@ from mindspore.train import Model
 import mindwatch
 from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback
-from mindwatch.monitor.watchdog import Watchdog
+from mindwatch.monitor.watchdog import StallLimits, Watchdog
 from mindwatch.sinks.alertlog import AlertLog
 from mindwatch.store.writer import RunWriter
 
@@ -136,13 +136,13 @@ def test_a_hang_before_the_first_step_is_a_stall_too(tmp_path: Path) -> None:
 
 
 def test_timeout_is_derived_from_the_step_rhythm_with_a_floor(tmp_path: Path) -> None:
-    dog = Watchdog(lambda a: None, tmp_path, floor=5.0, factor=10.0)
+    dog = Watchdog(lambda a: None, tmp_path, limits=StallLimits(floor=5.0, factor=10.0))
     assert dog.timeout == 5.0  # nothing seen yet: the floor
     dog.write([{"step": i, "t": 100.0 + 2.0 * i} for i in range(20)])  # 2 s between steps
     assert dog.timeout == 20.0
     dog.write([{"step": 20 + i, "t": 140.0 + 0.01 * i} for i in range(200)])  # fast steps now: the floor again
     assert dog.timeout == 5.0
-    assert Watchdog(lambda a: None, tmp_path, timeout=3.0).timeout == 3.0
+    assert Watchdog(lambda a: None, tmp_path, limits=StallLimits(timeout=3.0)).timeout == 3.0
 
 
 def test_watchdog_is_armed_by_the_first_step_and_alerts_once_per_stall(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_watchdog_is_armed_by_the_first_step_and_alerts_once_per_stall(tmp_path:
         alerts.append(alert)
         log.alert(alert)
 
-    dog = Watchdog(emit, tmp_path / "run" / "stacks", timeout=1.0, gil_guard=False)
+    dog = Watchdog(emit, tmp_path / "run" / "stacks", limits=StallLimits(timeout=1.0), gil_guard=False)
     dog.check(1000.0)  # compiling, first batch: no beat yet, no stall
     assert alerts == []
     dog.last_beat, dog.step = 0.0, 7

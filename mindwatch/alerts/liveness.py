@@ -40,7 +40,7 @@ from typing import Any
 from mindwatch.analysis.state_text import gone_sentence
 from mindwatch.store.jsonl import last_record
 from mindwatch.store.layout import RunLayout, read_json
-from mindwatch.store.states import FINAL_STATES
+from mindwatch.store.states import FINAL_STATES, STALE_AT_LEAST_SECS
 
 log = logging.getLogger("mindwatch")
 
@@ -105,7 +105,7 @@ class RankLiveness:
         layout: RunLayout,
         world_size: int,
         *,
-        stale_secs: float = 10.0,
+        stale_secs: float = STALE_AT_LEAST_SECS,
         host: str | None = None,
         ranks: Iterable[int] | None = None,
         attempt: int | None = None,

@@ -15,7 +15,6 @@ The config is typed by what is read of it (:class:`Configured`), so this module 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Protocol
 
 from mindwatch.alerts.rules import SPECS
@@ -38,17 +37,17 @@ def rule_specs() -> tuple[RuleSpec, ...]:
 
 
 def build_rules(
-    config: Configured, *, rank: int = 0, device_total_gb: float | None = None, nonfinite_checked: Iterable[str] = ()
+    config: Configured, *, rank: int = 0, device_total_gb: float | None = None, checks_in_step: bool = False
 ) -> list[Rule]:
     """The rules ``config`` switches on (``alerts:`` and ``callback.params.warn_on_value``).
 
-    ``nonfinite_checked``: metrics the training loop checks for NaN/Inf itself (the MindSpore
-    callback does for loss and grad_norm when the rule has actions, to act on the same step).
+    ``checks_in_step``: the training thread checks what must act on the very step (the MindSpore adapter does, for
+    loss and grad_norm when the non-finite rule has actions: :func:`~mindwatch.alerts.rules.nonfinite.checked_in_step`).
     """
     alerts = config.alerts
     if not alerts.enabled:
         return []
-    ctx = RuleContext(config.callback.params.warn_on_value, rank, device_total_gb, frozenset(nonfinite_checked))
+    ctx = RuleContext(config.callback.params.warn_on_value, rank, device_total_gb, checks_in_step)
     out: list[Rule] = []
     for spec in rule_specs():
         settings = getattr(alerts, spec.key)

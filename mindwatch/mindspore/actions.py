@@ -37,7 +37,7 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert, Cooldown, make_alert
 from mindwatch.alerts.registry import configured_actions
-from mindwatch.alerts.rules import NonFiniteRule
+from mindwatch.alerts.rules.nonfinite import NonFiniteRule, checked_in_step
 from mindwatch.alerts.skip import SkipRule
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
@@ -193,7 +193,7 @@ class Interventions:
         self.factor = session.config.alerts.lr_backoff_factor
         self.stop_reason: str | None = None
         a = session.config.alerts
-        checked = self.nonfinite_checked(session.config)
+        checked = checked_in_step(a)
         #: Whether the training thread checks loss / grad_norm for NaN itself.
         self.guard_nonfinite = bool(checked)
         # values every rank shares (grad_norm after the all-reduce) are checked first: every rank decides alike
@@ -206,15 +206,6 @@ class Interventions:
         #: ``skip_steps``: its alerts, raised here so that ``max_consecutive`` skips act on that very step.
         self._skip = SkipRule(skip, rank=rank) if skip.enabled else None
         self._skip_shared = vocab.get(skip.metric).same_on_every_rank  # type: ignore[union-attr]
-
-    @staticmethod
-    def nonfinite_checked(config: Any) -> tuple[str, ...]:
-        """The metrics the training thread checks for NaN/Inf: loss and grad_norm when the non-finite rule
-        asks for actions (so ``stop`` acts on the very step), else none (the worker checks)."""
-        a = config.alerts
-        if a.enabled and a.nonfinite.enabled and a.nonfinite.actions:
-            return tuple(m for m in vocab.TRAINING_SIGNALS if m in a.nonfinite.metrics)
-        return ()
 
     def prepare(self) -> None:
         """Before the first step: make a schedule scalable when any rule may ask for ``lr_backoff``."""

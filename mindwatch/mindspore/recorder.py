@@ -147,7 +147,7 @@ class StepRecorder:
             world_size=who.world_size,
             samplers=samplers,
             versions={"mindspore": ms.__version__},
-            nonfinite_checked=Interventions.nonfinite_checked(config),
+            checks_in_step=True,  # Interventions checks the step's NaN/Inf (``nonfinite.checked_in_step``)
             launch_key=who.launch_key,
             launch_meta=who.as_meta() | ({"throughput": flops.meta()} if flops is not None else {}),
             run_id=run_id,

@@ -2,7 +2,7 @@
 
 Example::
 
-    dog = Watchdog(emit=monitor.alert, stacks_dir=run_dir / "stacks", rank=0, timeout=120)
+    dog = Watchdog(emit=monitor.alert, stacks_dir=run_dir / "stacks", rank=0, limits=StallLimits(timeout=120))
     dog.start()
     dog.last_beat = time.perf_counter()     # the training loop, at every step end (one attribute store)
     dog.stop()
@@ -35,6 +35,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,6 +65,19 @@ def dump_stacks(directory: Path, name: str) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class StallLimits:
+    """How long without a step end is a stall (``alerts.stall_timeout``, ``stall_floor``, ``stall_factor`` and
+    ``first_step_timeout``; docs/alerts.md)."""
+
+    #: Seconds; None: ``max(floor, factor x median seconds between recorded steps)``.
+    timeout: float | None = None
+    #: Seconds before the first step ends (compilation and the first batch); None: no limit.
+    first_step_timeout: float | None = None
+    floor: float = 60.0
+    factor: float = 10.0
+
+
 class Watchdog:
     """See the module docstring. ``emit`` receives the ``stall`` / ``resumed`` alerts (``Monitor.alert``)."""
 
@@ -73,10 +87,7 @@ class Watchdog:
         stacks_dir: Path,
         *,
         rank: int = 0,
-        timeout: float | None = None,
-        first_step_timeout: float | None = None,
-        floor: float = 60.0,
-        factor: float = 10.0,
+        limits: StallLimits = StallLimits(),
         poll_secs: float = 0.1,
         actions: Sequence[str] = (),
         gil_guard: bool = True,
@@ -84,11 +95,11 @@ class Watchdog:
         self.emit = emit
         self.stacks_dir = Path(stacks_dir)
         self.rank = rank
-        self.fixed_timeout = timeout
-        self.first_step_timeout = first_step_timeout
+        self.fixed_timeout = limits.timeout
+        self.first_step_timeout = limits.first_step_timeout
         #: perf_counter() when training began (arms the first-step limit); None: not told.
         self.started: float | None = None
-        self.floor, self.factor = floor, factor
+        self.floor, self.factor = limits.floor, limits.factor
         self.poll_secs = poll_secs
         self.actions = list(actions)
         #: perf_counter() of the last step end; None until the first (the watchdog is armed by it).

@@ -28,6 +28,16 @@ LOST = "lost"
 PRECEDENCE = (LOST, "failed", "stalled", "stale", "stopped", "running")
 
 
+#: The stale limit is never shorter than this, however often the heartbeat beats.
+STALE_AT_LEAST_SECS = 10.0
+
+
+def stale_after(heartbeat_secs: float) -> float:
+    """Seconds without a heartbeat after which a live rank is ``stale`` (and a rank on another host gone): five beats,
+    :data:`STALE_AT_LEAST_SECS` at least. Every reader of a heartbeat uses this one limit."""
+    return max(STALE_AT_LEAST_SECS, 5 * heartbeat_secs)
+
+
 def rank_state(status: dict[str, Any], now: float | None = None) -> str:
     """One rank's state; a live state whose heartbeat is older than a few beats is ``stale``."""
     state = str(status.get("state", "unknown"))
@@ -35,7 +45,7 @@ def rank_state(status: dict[str, Any], now: float | None = None) -> str:
         return state
     beat = float(status.get("heartbeat_secs") or 2.0)
     updated = status.get("updated_at")
-    if isinstance(updated, (int, float)) and (now or time.time()) - updated > max(10.0, 5 * beat):
+    if isinstance(updated, (int, float)) and (now or time.time()) - updated > stale_after(beat):
         return "stale"
     return state
 

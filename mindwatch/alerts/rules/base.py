@@ -45,8 +45,9 @@ class RuleContext:
     rank: int = 0
     #: Device memory total in GB, where the device reports it.
     device_total_gb: float | None = None
-    #: Metrics the training loop checks for NaN/Inf itself (so the worker's rule skips them).
-    nonfinite_checked: frozenset[str] = field(default_factory=frozenset)
+    #: The training thread runs the checks that must act on the very step (the MindSpore adapter: the non-finite
+    #: rule's, ``nonfinite.checked_in_step``), so the worker's rules skip them.
+    checks_in_step: bool = False
 
 
 @dataclass(frozen=True)

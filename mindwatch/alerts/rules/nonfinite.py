@@ -3,6 +3,8 @@
 Example::
 
     alerts: {nonfinite: {actions: [stop]}}      # with actions, the callback checks on the training thread
+
+    checked_in_step(config.alerts)              # ("loss", "grad_norm"): what the training thread checks then
 """
 
 from __future__ import annotations
@@ -54,8 +56,20 @@ class NonFiniteRule(RuleBase):
         return []
 
 
+def checked_in_step(alerts: Any) -> tuple[str, ...]:
+    """The metrics a front door that checks on the training thread (the MindSpore adapter) checks for NaN/Inf, from
+    ``alerts`` (``monitor_config.alerts``): loss and grad_norm when this rule is on and asks for actions (so ``stop``
+    acts on the very step), else none (the worker checks)."""
+    return _in_step(alerts.nonfinite) if alerts.enabled and alerts.nonfinite.enabled else ()
+
+
+def _in_step(s: NonFiniteSettings) -> tuple[str, ...]:
+    return tuple(m for m in vocab.TRAINING_SIGNALS if m in s.metrics) if s.actions else ()
+
+
 def _build(s: NonFiniteSettings, ctx: RuleContext) -> list[NonFiniteRule]:
-    left = [m for m in s.metrics if m not in ctx.nonfinite_checked]
+    checked = _in_step(s) if ctx.checks_in_step else ()
+    left = [m for m in s.metrics if m not in checked]
     return [NonFiniteRule(left, s, rank=ctx.rank)] if left else []
 
 
