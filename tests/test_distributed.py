@@ -153,7 +153,7 @@ def worker_log(log_dir: Path, rank: int) -> str:
     return (log_dir / f"worker_{rank}.log").read_text(errors="replace")
 
 
-# -- a straggler: rank 1's data pipeline takes 0.15 s per batch -------------------------------------------
+# -- a straggler: rank 1's data pipeline takes 0.4 s per batch --------------------------------------------
 
 
 class Webhooks:
@@ -208,7 +208,8 @@ def straggler_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DistRun]
         port = msrun(
             launch,
             tmp / "logs",
-            *("--save-dir", str(tmp / "out"), "--steps", "30", "--slow-rank", "1", "--slow-secs", "0.15", "--config", notify),
+            # 0.4 s a batch: more than a loaded machine's step, which would hide a shorter wait behind the prefetch
+            *("--save-dir", str(tmp / "out"), "--steps", "30", "--slow-rank", "1", "--slow-secs", "0.4", "--config", notify),
         )
         codes = launch.wait(300)
         assert codes == [0], f"msrun failed ({codes}); see {tmp / 'logs'}:\n{(tmp / 'logs' / 'msrun.out').read_text()[-3000:]}"
