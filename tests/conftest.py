@@ -61,16 +61,34 @@ def artifacts_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def report_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def report_runs(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> dict[str, Path]:
     """Three real small trainings, run once per session: ``finished``, ``failed`` (NaN loss, then the data
-    source raises) and ``killed`` (``kill -9`` mid-run). See tests/scripts/report_training.py."""
+    source raises) and ``killed`` (``kill -9`` mid-run). See tests/scripts/report_training.py.
+
+    Under pytest-xdist the first worker that asks trains them in the session's shared temp folder, under a lock;
+    the others wait for it and read the same runs."""
+    if worker_id == "master":
+        return _train_report_runs(tmp_path_factory.mktemp("report-runs"))
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent  # the session's folder, above each worker's own
+    with open(shared / "report-runs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        save_dir, done = shared / "report-runs", shared / "report-runs.done"
+        if not done.exists():
+            save_dir.mkdir(exist_ok=True)
+            _train_report_runs(save_dir)
+            done.touch()
+    return {kind: save_dir / "report-tests" / kind for kind in ("finished", "failed", "killed")}
+
+
+def _train_report_runs(save_dir: Path) -> dict[str, Path]:
     import os
     import signal
     import subprocess
     import sys
     import time
 
-    save_dir = tmp_path_factory.mktemp("report-runs")
     script = REPO / "tests" / "scripts" / "report_training.py"
     env = {**os.environ, "GLOG_v": "3", "PYTHONUNBUFFERED": "1"}
 
