@@ -14,9 +14,7 @@ sampled steps. Memory is sampled on the worker thread. Nothing here writes files
 from __future__ import annotations
 
 import logging
-import os
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,14 +24,24 @@ import numpy as np
 from mindspore.train import Callback
 
 from mindwatch import metrics as vocab
-from mindwatch.config import MonitorConfig, load_config
+from mindwatch.config import MonitorConfig
 from mindwatch.mindspore.actions import StepBoundary, checkpoint_files, prepare_optimizer
+from mindwatch.mindspore.front_door import (
+    ConfigLike,
+    failure_text,
+    listed_ids,
+    log_metrics,
+    merged_config,
+    set_up_or_stop,
+    start_recorder,
+    stop_reason,
+)
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.outputs import MINDFORMERS_LAYOUTS, decode_outputs, output_layout
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.recorder import StepRecorder
-from mindwatch.session import ResumeError, RunSession, SaveDirUnavailable
+from mindwatch.session import RunSession
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
 from mindwatch.store.layout import fallback_run_id
 
@@ -56,7 +64,7 @@ class MonitorCallback(Callback):
     the callback a no-op. A loop of your own uses :func:`mindwatch.mindspore.start_run` instead.
     """
 
-    def __init__(self, config: MonitorConfig | dict[str, Any] | str | os.PathLike[str] | None = None, **overrides: Any) -> None:
+    def __init__(self, config: ConfigLike = None, **overrides: Any) -> None:
         super().__init__()
         self.config = merged_config(config, overrides)
         self.enabled = self.config.enable
@@ -93,8 +101,7 @@ class MonitorCallback(Callback):
 
     def log(self, step: int, **metrics: float) -> None:
         """Record user metrics for ``step`` (names of your own; values must be numbers)."""
-        if self.recorder is not None:
-            self.recorder.session.monitor.record({"step": int(step), "t": _wall(), "rank": self.recorder.rank, **metrics})
+        log_metrics(self.recorder, step, metrics)
 
     # -- MindSpore hooks ------------------------------------------------------
     def on_train_begin(self, run_context: Any) -> None:
@@ -150,7 +157,7 @@ class MonitorCallback(Callback):
         attempt: int | None = None,
     ) -> None:
         collective = self._signal is not None
-        self.recorder = start_recorder(
+        start = start_recorder(
             self.config,
             optimizer=optimizer,
             saved=train_network,
@@ -160,20 +167,15 @@ class MonitorCallback(Callback):
             attempt=attempt,
             collective=collective,
         )
+
+        def watch(recorder: StepRecorder) -> None:  # the train cell's outputs, else attention entropy through hooks
+            self._cell = _TrainCell(recorder, train_network)
+            if recorder.attention is None:  # PyNative forward hooks, for models without AttentionStats
+                recorder.watch_entropy_hooks(_param(cb, "network", None) or train_network)
+
+        self.recorder = set_up_or_stop(start, watch)
         if self.recorder is None:
             self.enabled = False
-            return
-        try:
-            self._cell = _TrainCell(self.recorder, train_network)
-            if self.recorder.attention is None:  # PyNative forward hooks, for models without AttentionStats
-                self.recorder.watch_entropy_hooks(_param(cb, "network", None) or train_network)
-        except Exception as e:
-            if self.config.strict:
-                raise
-            log.warning("mindwatch: could not start monitoring (%r); this training goes on without mindwatch", e)
-            self.enabled = False
-            self.recorder.finish("stopped", reason=f"mindwatch could not start: {e!r}")
-            self.recorder = None
             return
         if self._signal is not None:
             self._exchange = SignalExchange(self._signal, self.recorder.session)
@@ -241,15 +243,12 @@ class MonitorCallback(Callback):
     def on_train_end(self, run_context: Any) -> None:
         if not self.enabled or self.recorder is None:
             return
-        stopped = run_context.get_stop_requested()
-        reason = (self.recorder.actions.stop_reason or "stop requested by a callback") if stopped else None
-        self._finish("stopped" if stopped else "finished", reason=reason)
+        self._finish("stopped" if run_context.get_stop_requested() else "finished")
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         # MindSpore's callback manager is an ExitStack: this runs when Model.train raises, too.
         if self.enabled and self.recorder is not None and exc is not None:
-            text = "".join(traceback.format_exception_only(exc_type, exc)).strip()
-            self._finish("failed", error=text)
+            self._finish("failed", error=failure_text(exc_type, exc))
         # never swallow the user's exception: return None
 
     # -- internals ------------------------------------------------------------
@@ -282,41 +281,12 @@ class MonitorCallback(Callback):
         if state.offset and self._planned is not None:
             self.recorder.session.plan(self._planned + state.offset)  # type: ignore[union-attr]  # the plan in global steps
 
-    def _finish(self, state: str, error: str | None = None, reason: str | None = None) -> None:
+    def _finish(self, state: str, error: str | None = None) -> None:
+        recorder = self.recorder
+        assert recorder is not None
         if self._cell is not None:  # the cell may train again without us
             self._cell.off()
-        self.recorder.finish(state, error=error, reason=reason)  # type: ignore[union-attr]
-
-
-ConfigLike = MonitorConfig | dict[str, Any] | str | os.PathLike[str] | None
-
-
-def merged_config(config: ConfigLike, overrides: dict[str, Any]) -> MonitorConfig:
-    """``config`` in any form :func:`~mindwatch.config.load_config` takes, with keyword ``overrides`` on top."""
-    cfg = load_config(config)
-    if overrides:
-        cfg = load_config({**cfg.model_dump(exclude_unset=True), **overrides})
-    return cfg
-
-
-def start_recorder(config: MonitorConfig, **start: Any) -> StepRecorder | None:
-    """The recorder of a training that begins (``start``: :meth:`StepRecorder.start`'s keywords); None (with a
-    warning) when monitoring cannot start, unless ``strict``.
-
-    The monitor never takes the training down at start: only ``strict: true`` and ``resume: must`` (a request to
-    stop here when the run is missing) raise.
-    """
-    try:
-        return StepRecorder.start(config, **start)
-    except SaveDirUnavailable as e:
-        if config.strict:
-            raise
-        log.warning("%s; this training goes on without mindwatch", e)
-    except Exception as e:
-        if config.strict or isinstance(e, ResumeError):
-            raise
-        log.warning("mindwatch: could not start monitoring (%r); this training goes on without mindwatch", e)
-    return None
+        recorder.finish(state, error=error, reason=stop_reason(recorder, state, "stop requested by a callback"))
 
 
 def prepare_cell(config: MonitorConfig, net: Any) -> int:
@@ -530,9 +500,7 @@ def sample_ids(element: Any, column: int) -> list[Any] | None:
     """The ids of this step's batch out of ``train_dataset_element``, as a list (None when not there)."""
     if not isinstance(element, (tuple, list)) or len(element) <= column:
         return None
-    value = element[column]
-    array = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
-    return array.reshape(-1).tolist()
+    return listed_ids(element[column])
 
 
 def planned_steps(cb: Any) -> int | None:
