@@ -42,7 +42,7 @@ import mindspore as ms
 import numpy as np
 
 from mindwatch import metrics as vocab
-from mindwatch.mindspore.actions import StepBoundary, network_and_optimizer
+from mindwatch.mindspore.actions import network_and_optimizer
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     failure_text,
@@ -119,7 +119,7 @@ class Run:
         #: apart on one rank: every rank calls ``step`` alike, so every rank joins every sum).
         self._calls = 0
         self._layer_stats: LoopLayerStats | None = None
-        self._boundary = StepBoundary(self._request_stop)
+        self._boundary = _LoopBoundary(self)
         self.recorder: StepRecorder | None = None
         #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py).
         self._exchange: SignalExchange | None = None
@@ -359,10 +359,6 @@ class Run:
         if recorder.layers is not None and self._layer_stats is not None and recorder.layers.measuring:
             self._layer_stats.snapshot()
 
-    def _request_stop(self) -> None:
-        assert self.recorder is not None
-        self.recorder.state.should_stop = True
-
     def _announcement(self) -> Announcement:
         """Rank 0 (or a single process): this run, its lifeline, this attempt and the step it resumes after."""
         assert self.recorder is not None
@@ -387,6 +383,25 @@ def _skipped(value: Any) -> bool:
     if value is None:
         return False
     return bool(value.asnumpy()) if isinstance(value, ms.Tensor) else bool(value)
+
+
+class _LoopBoundary:
+    """A loop's step boundary (a :class:`~mindwatch.mindspore.actions.StepBoundary`): ``stop`` sets
+    :attr:`Run.should_stop`; a loop has no checkpoint callbacks of its own, nor epochs they are named by."""
+
+    __slots__ = ("run",)
+    steps_per_epoch = None
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def request_stop(self) -> None:
+        recorder = self.run.recorder
+        assert recorder is not None
+        recorder.state.should_stop = True
+
+    def checkpoints(self) -> list[Path]:
+        return []
 
 
 _ALL_REDUCE: Any = None

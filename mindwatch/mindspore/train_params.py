@@ -1,0 +1,134 @@
+"""``TrainParams``: what MindSpore's callback params say at train begin, read once, and the one way to read them.
+
+Example::
+
+    cb = run_context.original_args()
+    params = TrainParams.at_train_begin(cb)   # on_train_begin: the networks, the dataset, steps per epoch, the plan
+    read = params.read                        # per step: read(cb, "cur_step_num"), a dict item
+    offset = params.step_offset(cb)           # at the first step: the global step of a resumed training
+
+``Model.train`` fills one dict (``cb_params``) for its callbacks; the callback reads what stays fixed for the call
+here, at train begin, and only what changes per step (``cur_step_num``, ``net_outputs``, ...) at each step.
+Training thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("mindwatch")
+
+
+def reader(cb: Any) -> Callable[..., Any]:
+    """How to read ``cb``'s params, ``read(cb, name[, default])``. MindSpore's are a dict whose attribute access
+    raises and catches an AttributeError first (~1 us each): read them as dict items; any other object by attribute."""
+    return dict.get if isinstance(cb, dict) else getattr
+
+
+@dataclass(frozen=True, slots=True)
+class TrainParams:
+    """One ``Model.train`` call's callback params, as they are at train begin (see the module docstring)."""
+
+    #: How every param is read (:func:`reader`).
+    read: Callable[..., Any]
+    train_network: Any
+    #: The model (``network``), else the train network: what TFLOPS count and the attention hooks watch.
+    network: Any
+    #: ``optimizer``, else the train network's.
+    optimizer: Any
+    dataset: Any
+    #: The steps of one epoch (:func:`steps_per_epoch`); None: unknown.
+    steps_per_epoch: int | None
+    #: ``batch_num``: what ``ModelCheckpoint`` numbers its files' steps by.
+    batch_num: Any
+    #: The ``cur_step_num`` this call ends at (:func:`planned_steps`); None: unknown.
+    planned: int | None
+    #: ``cur_step_num`` at train begin: the steps before this call.
+    first_step: int
+    #: MindFormers' ``initial_step`` (a resume from a checkpoint); None when not set.
+    initial_step: Any
+    #: ``list_callback``: the user's callbacks (``ModelCheckpoint`` among them).
+    callbacks: Any
+
+    @classmethod
+    def at_train_begin(cls, cb: Any) -> TrainParams:
+        """Read ``cb`` (``run_context.original_args()``) at train begin."""
+        read = reader(cb)
+        train_network = read(cb, "train_network", None)
+        dataset = read(cb, "train_dataset", None)
+        batch_num = read(cb, "batch_num", None)
+        per_epoch = steps_per_epoch(dataset, bool(read(cb, "dataset_sink_mode", False)), batch_num)
+        first_step = int(read(cb, "cur_step_num", 0) or 0)
+        return cls(
+            read=read,
+            train_network=train_network,
+            network=read(cb, "network", None) or train_network,
+            optimizer=read(cb, "optimizer", None) or getattr(train_network, "optimizer", None),
+            dataset=dataset,
+            steps_per_epoch=per_epoch,
+            batch_num=batch_num,
+            planned=planned_steps(dataset, read(cb, "epoch_num", None), first_step, per_epoch),
+            first_step=first_step,
+            initial_step=read(cb, "initial_step", None),
+            callbacks=read(cb, "list_callback", None),
+        )
+
+    def step_offset(self, cb: Any) -> int:
+        """What to add to ``cur_step_num`` (it counts the steps of this ``Model.train`` call) for the global step.
+
+        MindFormers' ``initial_step`` (a resume from a checkpoint) when set; else the epochs before
+        ``initial_epoch``: ``(cur_epoch_num - 1) x steps per epoch``, less the epochs of this call so far.
+        """
+        initial = self.initial_step
+        if isinstance(initial, int) and not isinstance(initial, bool):
+            return initial
+        epoch, step = int(self.read(cb, "cur_epoch_num", None) or 1), int(self.read(cb, "cur_step_num", None) or 1)
+        if epoch <= 1:
+            return 0
+        per_epoch = self.steps_per_epoch or 0
+        if per_epoch <= 0:
+            return 0
+        return max(0, (epoch - 1 - (step - 1) // per_epoch) * per_epoch)
+
+
+def steps_per_epoch(dataset: Any, sink: bool, batch_num: Any) -> int | None:
+    """The steps of one epoch: in sink mode ``batch_num`` (the sink size), else the dataset's size (``batch_num`` when
+    it cannot tell). Where a sink request trains without sinking (on CPU), ``batch_num`` still holds the sink size,
+    but every epoch runs the whole dataset."""
+    if not sink and dataset is not None:
+        try:
+            size = int(dataset.get_dataset_size())
+            return size if size > 0 else None
+        except Exception:  # a dataset that cannot tell its size: batch_num
+            log.debug("mindwatch: train_dataset.get_dataset_size() failed; using batch_num", exc_info=True)
+    return batch_num if isinstance(batch_num, int) and batch_num > 0 else None
+
+
+def planned_steps(dataset: Any, epochs: Any, start: int, per_epoch: int | None) -> int | None:
+    """The ``cur_step_num`` a ``Model.train`` call of ``epochs`` epochs (``epoch_num``: ``epoch - initial_epoch``) of
+    ``per_epoch`` steps ends at, from ``start`` (its ``initial_step``); None when unknown (an endless dataset)."""
+    try:
+        if dataset is not None and dataset.get_repeat_count() == -1:
+            return None  # repeat() without a count: the epoch never ends
+    except Exception:  # a dataset that cannot say how often it repeats: no total rather than no training
+        return None
+    if per_epoch is None or not isinstance(epochs, int) or epochs <= 0:
+        return None
+    return start + epochs * per_epoch
+
+
+def ids_column(name: str | None, dataset: Any) -> int:
+    """The position of the ``callback.sample_ids`` column among the dataset's columns; -1 when none (a warning if missing)."""
+    if name is None or dataset is None:
+        return -1
+    try:
+        names = list(dataset.get_col_names())
+    except Exception:
+        names = []
+    if name not in names:
+        log.warning("mindwatch: callback.sample_ids names the column %r, which the dataset lacks (its columns: %s)", name, names)
+        return -1
+    return names.index(name)
