@@ -106,7 +106,7 @@ class MonitorCallback(Callback):
         self.recorder = None
         self._exchange = self._signal = None
         self._deferred = False
-        params = self._params = TrainParams.at_train_begin(run_context.original_args())
+        params = self._params = TrainParams(run_context.original_args())
         self._read = params.read
         self._boundary.params = params
         train_network = params.train_network

@@ -3,7 +3,7 @@
 Example::
 
     cb = run_context.original_args()
-    params = TrainParams.at_train_begin(cb)   # on_train_begin: the networks, the dataset, steps per epoch, the plan
+    params = TrainParams(cb)                  # on_train_begin: the networks, the dataset, steps per epoch, the plan
     read = params.read                        # per step: read(cb, "cur_step_num"), a dict item
     offset = params.step_offset(cb)           # at the first step: the global step of a resumed training
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("mindwatch")
@@ -28,53 +27,46 @@ def reader(cb: Any) -> Callable[..., Any]:
     return dict.get if isinstance(cb, dict) else getattr
 
 
-@dataclass(frozen=True, slots=True)
 class TrainParams:
     """One ``Model.train`` call's callback params, as they are at train begin (see the module docstring)."""
 
-    #: How every param is read (:func:`reader`).
-    read: Callable[..., Any]
-    train_network: Any
-    #: The model (``network``), else the train network: what TFLOPS count and the attention hooks watch.
-    network: Any
-    #: ``optimizer``, else the train network's.
-    optimizer: Any
-    dataset: Any
-    #: The steps of one epoch (:func:`steps_per_epoch`); None: unknown.
-    steps_per_epoch: int | None
-    #: ``batch_num``: what ``ModelCheckpoint`` numbers its files' steps by.
-    batch_num: Any
-    #: The ``cur_step_num`` this call ends at (:func:`planned_steps`); None: unknown.
-    planned: int | None
-    #: ``cur_step_num`` at train begin: the steps before this call.
-    first_step: int
-    #: MindFormers' ``initial_step`` (a resume from a checkpoint); None when not set.
-    initial_step: Any
-    #: ``list_callback``: the user's callbacks (``ModelCheckpoint`` among them).
-    callbacks: Any
+    __slots__ = (
+        "batch_num",
+        "callbacks",
+        "dataset",
+        "first_step",
+        "initial_step",
+        "network",
+        "optimizer",
+        "planned",
+        "read",
+        "steps_per_epoch",
+        "train_network",
+    )
 
-    @classmethod
-    def at_train_begin(cls, cb: Any) -> TrainParams:
+    def __init__(self, cb: Any) -> None:
         """Read ``cb`` (``run_context.original_args()``) at train begin."""
-        read = reader(cb)
-        train_network = read(cb, "train_network", None)
-        dataset = read(cb, "train_dataset", None)
-        batch_num = read(cb, "batch_num", None)
-        per_epoch = steps_per_epoch(dataset, bool(read(cb, "dataset_sink_mode", False)), batch_num)
-        first_step = int(read(cb, "cur_step_num", 0) or 0)
-        return cls(
-            read=read,
-            train_network=train_network,
-            network=read(cb, "network", None) or train_network,
-            optimizer=read(cb, "optimizer", None) or getattr(train_network, "optimizer", None),
-            dataset=dataset,
-            steps_per_epoch=per_epoch,
-            batch_num=batch_num,
-            planned=planned_steps(dataset, read(cb, "epoch_num", None), first_step, per_epoch),
-            first_step=first_step,
-            initial_step=read(cb, "initial_step", None),
-            callbacks=read(cb, "list_callback", None),
-        )
+        #: How every param is read (:func:`reader`).
+        self.read: Callable[..., Any] = reader(cb)
+        read = self.read
+        self.train_network: Any = read(cb, "train_network", None)
+        #: The model (``network``), else the train network: what TFLOPS count and the attention hooks watch.
+        self.network: Any = read(cb, "network", None) or self.train_network
+        #: ``optimizer``, else the train network's.
+        self.optimizer: Any = read(cb, "optimizer", None) or getattr(self.train_network, "optimizer", None)
+        self.dataset: Any = read(cb, "train_dataset", None)
+        #: ``batch_num``: what ``ModelCheckpoint`` numbers its files' steps by.
+        self.batch_num: Any = read(cb, "batch_num", None)
+        #: The steps of one epoch (:func:`steps_per_epoch`); None: unknown.
+        self.steps_per_epoch = steps_per_epoch(self.dataset, bool(read(cb, "dataset_sink_mode", False)), self.batch_num)
+        #: ``cur_step_num`` at train begin: the steps before this call.
+        self.first_step = int(read(cb, "cur_step_num", 0) or 0)
+        #: The ``cur_step_num`` this call ends at (:func:`planned_steps`); None: unknown.
+        self.planned = planned_steps(self.dataset, read(cb, "epoch_num", None), self.first_step, self.steps_per_epoch)
+        #: MindFormers' ``initial_step`` (a resume from a checkpoint); None when not set.
+        self.initial_step: Any = read(cb, "initial_step", None)
+        #: ``list_callback``: the user's callbacks (``ModelCheckpoint`` among them).
+        self.callbacks: Any = read(cb, "list_callback", None)
 
     def step_offset(self, cb: Any) -> int:
         """What to add to ``cur_step_num`` (it counts the steps of this ``Model.train`` call) for the global step.
