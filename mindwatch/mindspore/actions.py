@@ -5,7 +5,7 @@ Example::
     act = Interventions(session, optimizer=opt, saved=train_net, lr_probe=probe)
     act.prepare()                                   # training begins: before the graph is compiled
     if session.control.pending:                     # at a step boundary
-        act.carry_out(step, StepBoundary(run_context.request_stop))
+        act.carry_out(step, boundary)               # the front door's StepBoundary: how to stop, its checkpoints
 
 - ``stop``: ``run_context.request_stop()`` (a loop's ``should_stop``); the run ends ``stopped`` with the alert as the reason.
 - ``checkpoint``: ``ms.save_checkpoint`` of the train network (a loop's network and optimizer) into
@@ -26,9 +26,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import mindspore as ms
 from mindspore import nn, ops
@@ -156,7 +155,7 @@ def coordination_fields(info: dict[str, Any] | None, step: int) -> dict[str, Any
     return out
 
 
-class StepBoundary:
+class StepBoundary(Protocol):
     """What a front door tells :meth:`Interventions.carry_out` of the step boundary it acts at.
 
     ``request_stop``: ends the training after this step (``run_context.request_stop``, or a loop's
@@ -164,17 +163,12 @@ class StepBoundary:
     ``steps_per_epoch``: to read the step out of ``ModelCheckpoint``'s file names.
     """
 
-    __slots__ = ("checkpoints", "request_stop", "steps_per_epoch")
+    @property
+    def steps_per_epoch(self) -> int | None: ...
 
-    def __init__(
-        self,
-        request_stop: Callable[[], None],
-        checkpoints: Callable[[], list[Path]] = list,
-        steps_per_epoch: int | None = None,
-    ) -> None:
-        self.request_stop = request_stop
-        self.checkpoints = checkpoints
-        self.steps_per_epoch = steps_per_epoch
+    def request_stop(self) -> None: ...
+
+    def checkpoints(self) -> list[Path]: ...
 
 
 class Interventions:

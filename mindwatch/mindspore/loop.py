@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,8 +42,17 @@ import mindspore as ms
 import numpy as np
 
 from mindwatch import metrics as vocab
-from mindwatch.mindspore.actions import StepBoundary, network_and_optimizer
-from mindwatch.mindspore.callback import ConfigLike, merged_config, start_recorder
+from mindwatch.mindspore.actions import network_and_optimizer
+from mindwatch.mindspore.front_door import (
+    ConfigLike,
+    failure_text,
+    listed_ids,
+    log_metrics,
+    merged_config,
+    set_up_or_stop,
+    start_recorder,
+    stop_reason,
+)
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
@@ -111,7 +119,7 @@ class Run:
         #: apart on one rank: every rank calls ``step`` alike, so every rank joins every sum).
         self._calls = 0
         self._layer_stats: LoopLayerStats | None = None
-        self._boundary = StepBoundary(self._request_stop)
+        self._boundary = _LoopBoundary(self)
         self.recorder: StepRecorder | None = None
         #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py).
         self._exchange: SignalExchange | None = None
@@ -161,18 +169,9 @@ class Run:
             self._exchange = SignalExchange(signal, self.recorder.session)
         if announced.lifeline and who.rank > 0:
             self.recorder.session.join_lifeline(announced.lifeline)
-        try:
-            self._setup()
-        except Exception as e:
-            if config.strict:
-                raise
-            log.warning("mindwatch: could not start monitoring (%r); this training goes on without mindwatch", e)
-            self.recorder.finish("stopped", reason=f"mindwatch could not start: {e!r}")
-            self.recorder = None
+        self.recorder = set_up_or_stop(self.recorder, self._setup)
 
-    def _setup(self) -> None:
-        recorder = self.recorder
-        assert recorder is not None
+    def _setup(self, recorder: StepRecorder) -> None:
         recorder.state.recorded = self._step
         weights = recorder.weights
         layers = self.config.layers
@@ -260,7 +259,7 @@ class Run:
             if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):
                 rec = self._read(number, loss, grads, metrics)
                 if sample_ids is not None:
-                    rec["sample_ids"] = _listed(sample_ids)
+                    rec["sample_ids"] = listed_ids(sample_ids)
                 state.recorded = number
                 recorder.record(rec, number, n, now, self._boundary)
             else:
@@ -291,9 +290,7 @@ class Run:
 
     def log(self, step: int | None = None, **metrics: float) -> None:
         """Record scalars of your own at ``step`` (default: the last step), without counting a step."""
-        if self.recorder is not None:
-            rec = {"step": self._step if step is None else int(step), "t": _wall(), "rank": self.recorder.rank, **metrics}
-            self.recorder.session.monitor.record(rec)
+        log_metrics(self.recorder, self._step if step is None else step, metrics)
 
     def finish(self, state: str | None = None, *, error: str | None = None) -> None:
         """End the run: ``stopped`` (with the reason) after a stop, ``failed`` with ``error``, else ``finished``."""
@@ -302,15 +299,14 @@ class Run:
             return
         if state is None:
             state = "failed" if error else "stopped" if self.should_stop else "finished"
-        reason = self.stop_reason if state == "stopped" else None
-        recorder.finish(state, error=error, reason=reason or ("stopped by the training loop" if state == "stopped" else None))
+        recorder.finish(state, error=error, reason=stop_reason(recorder, state, "stopped by the training loop"))
 
     def __enter__(self) -> Run:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc is not None:
-            self.finish("failed", error="".join(traceback.format_exception_only(exc_type, exc)).strip())
+            self.finish("failed", error=failure_text(exc_type, exc))
         else:
             self.finish()
         # never swallow the user's exception: return None
@@ -363,10 +359,6 @@ class Run:
         if recorder.layers is not None and self._layer_stats is not None and recorder.layers.measuring:
             self._layer_stats.snapshot()
 
-    def _request_stop(self) -> None:
-        assert self.recorder is not None
-        self.recorder.state.should_stop = True
-
     def _announcement(self) -> Announcement:
         """Rank 0 (or a single process): this run, its lifeline, this attempt and the step it resumes after."""
         assert self.recorder is not None
@@ -393,11 +385,23 @@ def _skipped(value: Any) -> bool:
     return bool(value.asnumpy()) if isinstance(value, ms.Tensor) else bool(value)
 
 
-def _listed(ids: Any) -> list[Any]:
-    """Sample ids as a plain list (a Tensor's or an array's values, flattened)."""
-    if isinstance(ids, ms.Tensor):
-        ids = ids.asnumpy()
-    return np.asarray(ids).reshape(-1).tolist()
+class _LoopBoundary:
+    """A loop's step boundary (a :class:`~mindwatch.mindspore.actions.StepBoundary`): ``stop`` sets
+    :attr:`Run.should_stop`; a loop has no checkpoint callbacks of its own, nor epochs they are named by."""
+
+    __slots__ = ("run",)
+    steps_per_epoch = None
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def request_stop(self) -> None:
+        recorder = self.run.recorder
+        assert recorder is not None
+        recorder.state.should_stop = True
+
+    def checkpoints(self) -> list[Path]:
+        return []
 
 
 _ALL_REDUCE: Any = None

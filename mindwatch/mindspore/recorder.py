@@ -13,7 +13,8 @@ Example::
 
 ``MonitorCallback`` (``Model.train``) and ``Run`` (:func:`mindwatch.mindspore.start_run`, a loop of your
 own) are two thin front doors over this: each reads its step's values its own way (the train cell's
-outputs, or one compiled reduction of the loop's tensors) and hands the record here. The pieces, one
+outputs, or one compiled reduction of the loop's tensors) and hands the record here; what else both follow
+(starting, ending, a user's own metrics) is :mod:`~mindwatch.mindspore.front_door`'s. The pieces, one
 concern each: :class:`~mindwatch.mindspore.timing.StepTimer` (timing, throughput; TFLOPS and MFU from :func:`flops_basis`,
 the trainable parameters counted once here at start),
 :class:`~mindwatch.mindspore.layer_watch.LayerWatch` (per-layer statistics),
