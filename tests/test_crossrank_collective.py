@@ -153,10 +153,11 @@ def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_togethe
 
 
 def test_without_a_shared_save_dir_rank_0_names_the_straggler_and_draws_the_band(tmp_path: Path) -> None:
-    """Each rank in its own folder; rank 1's data pipeline takes 0.4 s a batch (more than a loaded machine's step,
-    which would hide a shorter wait behind the prefetch: at 0.15 s, a machine at load 7 saw no data time). Rank 0 sees no file of rank 1, yet
-    names it a straggler and writes the data-time band from the timings every step's collective brings: the
-    band's max at each step is rank 1's own recorded data time (read from rank 1's folder)."""
+    """Each rank in its own folder; rank 1's data pipeline takes 0.4 s a batch (more than a loaded machine's
+    step, which would hide a shorter wait behind the prefetch: at 0.15 s, a machine at load 7 saw no data time).
+    Rank 0 sees no file of rank 1, yet names it a straggler and writes the data-time band from the timings every
+    step's collective brings: the band's max at each step is rank 1's own recorded data time (read from rank 1's
+    folder)."""
     launch(tmp_path, "--save-dir-per-rank", "--slow-rank", "1", "--slow-secs", "0.4", config={}, steps=30)
     dirs = {rank: only_run_dir(tmp_path / "out" / f"rank{rank}" / "dist") for rank in (0, 1)}
     assert not (dirs[0] / "metrics.rank1.jsonl").exists(), "rank 1's records stay on its own node"
