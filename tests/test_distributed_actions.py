@@ -154,7 +154,7 @@ def test_a_killed_rank_is_named_and_with_on_rank_lost_stop_the_survivor_ends_sto
     configured = run.meta["config"]["distributed"]  # what this run was configured with
     assert lost["t"] - killed < configured["liveness_secs"] + 5.0, "named within liveness_secs (+ 5 s: a loaded machine)"
     assert lost["rank"] == 1 and lost["reported_by"] == 0
-    last_step = named_last_step(lost, tmp_path, dead=1, survivor=0)
+    last_step = named_last_step(lost, run_dir, tmp_path, dead=1, survivor=0)
     assert lost["message"] == f"rank 1 is gone (pid {pid} on host {host} exited; last step {last_step})"
     # on_rank_lost: stop: rank 0 ends stopped, long before MindSpore's 30 s collective timeout
     assert final0["state"] == "stopped" and "rank 1 is gone" in final0["reason"]
@@ -173,14 +173,15 @@ def test_a_killed_rank_is_named_and_with_on_rank_lost_stop_the_survivor_ends_sto
     assert status["ranks"]["1"]["state"] == "lost"
 
 
-def named_last_step(lost: dict, log_dir: Path, *, dead: int, survivor: int) -> int:
-    """A ``rank_lost`` alert's last step, checked against the steps both ranks printed into their logs in
-    ``log_dir`` (train_dp.py ``--print-steps``; their metrics files may lag after kill -9): the survivor finished at
-    most one step more than the dead rank (the gradient all-reduce holds them together), and the named step lies
-    between two less than the dead rank's (what the last signal carried) and the survivor's."""
+def named_last_step(lost: dict, run_dir: Path, log_dir: Path, *, dead: int, survivor: int) -> int:
+    """A ``rank_lost`` alert's last step, checked against what both ranks did: at least the last step the dead rank's
+    writer flushed before kill -9 (the survivor names the step its own worker last saw, which lags the training as
+    that writer does), at most the last step the survivor printed (train_dp.py ``--print-steps``), which is at most
+    one more than the dead rank printed (the gradient all-reduce holds them together)."""
+    written = raw_records(run_dir / f"metrics.rank{dead}.jsonl")[-1]["step"]
     printed, finished = last_printed_step(log_dir, dead), last_printed_step(log_dir, survivor)
     step = lost["step"]
-    assert printed - 2 <= step <= finished <= printed + 1, (printed, step, finished)
+    assert written <= step <= finished <= printed + 1, (written, step, finished, printed)
     return step
 
 

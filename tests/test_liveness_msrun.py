@@ -160,7 +160,7 @@ def test_kill_9_of_rank_0_is_named_by_rank_1_and_the_restart_is_quiet(tmp_path: 
         launch.wait(60)  # msrun ends the job: the restart comes after it, as a user's would
     finally:
         launch.kill()
-    last_step = named_last_step(lost, tmp_path / "logs1", dead=0, survivor=1)
+    last_step = named_last_step(lost, run_dir, tmp_path / "logs1", dead=0, survivor=1)
     assert lost["rank"] == 0 and lost["reported_by"] == 1 and lost["severity"] == "error"
     assert lost["message"] == f"rank 0 is gone (pid {pid} on host {socket.gethostname()} exited; last step {last_step})"
     liveness_secs = json.loads((run_dir / "meta.json").read_text())["config"]["distributed"]["liveness_secs"]
