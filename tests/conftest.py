@@ -34,6 +34,13 @@ CHROMIUM_ARGS = [
 ]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow modules (msrun jobs, browsers, installs) first, the quick ones after: under pytest-xdist (``make test``
+    runs ``-n 2 --dist loadfile --no-loadscope-reorder``), a long module that starts last would run alone at the end,
+    while the quick ones fill whatever time is left on the other worker. A stable sort: each module's order stays."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Browser]:
     """One headless Chromium for a test module (``browser`` is what a test asks for)."""

@@ -77,6 +77,7 @@ def start_nodes(job: Launch, tmp_path: Path, two_hosts: tuple[str, str, str], *a
         cmd += ["--master_port=8118", "--join=True", f"--log_dir={log_dir}", str(SCRIPT)]
         cmd += ["--save-dir", str(tmp_path / f"node{node}"), *args]
         job.start(cmd, env, log_dir / "msrun.out")
+        job.expect_workers(log_dir, 1)
 
 
 def test_two_hosts_with_their_own_save_dirs_train_from_step_1_and_stop_together(tmp_path: Path, two_hosts) -> None:
