@@ -255,7 +255,8 @@ def _batches(sub: argparse._SubParsersAction) -> None:
         print(f"{'step':>8} {'rank':>4} {'epoch':>5} {'batch':>6}  {'alerts':<28} sample ids")
         for b in flagged:
             epoch, batch = ("" if v is None else v for v in (b.epoch, b.batch))
-            print(f"{b.step:>8} {b.rank:>4} {epoch!s:>5} {batch!s:>6}  {', '.join(b.rules):<28} {ids_text(b.sample_ids)}")
+            ids = ids_text(b.sample_ids) or (b.note or "")
+            print(f"{b.step:>8} {b.rank:>4} {epoch!s:>5} {batch!s:>6}  {', '.join(b.rules):<28} {ids}")
         return 0
 
     p.set_defaults(func=run)

@@ -71,6 +71,7 @@ class Metric:
 
 
 LOSS, LR, GRAD_NORM, LOSS_SCALE, OVERFLOW = "loss", "lr", "grad_norm", "loss_scale", "overflow"
+LOCAL_GRAD_NORM = "local_grad_norm"
 STEP_TIME, DATA_TIME, SAMPLES_PER_SECOND, TOKENS_PER_SECOND = "step_time", "data_time", "samples_per_second", "tokens_per_second"
 HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB = "host_rss_gb", "device_mem_gb", "device_mem_peak_gb"
 DEVICE_UTIL, DEVICE_MEM_UTIL = "device_util", "device_mem_util"
@@ -84,6 +85,15 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric(LOSS, "the training loss", group="loss", switch=LOSS, band=True),
     Metric(LR, "the learning rate the optimizer used this step", group="lr", across_ranks="same", switch=LR),
     Metric(GRAD_NORM, "the global L2 norm of the gradients", group="grad_norm", across_ranks="same", switch=GRAD_NORM),
+    Metric(
+        LOCAL_GRAD_NORM,
+        "the L2 norm of this rank's own gradients, before the data-parallel all-reduce (every rank's reaches rank 0 "
+        "in the step's signal: the source of a shared anomaly)",
+        group="grad_norm",
+        across_ranks="max",
+        switch=GRAD_NORM,
+        band=True,
+    ),
     Metric(LOSS_SCALE, "the dynamic loss scale", group="loss_scale", across_ranks="same", switch=LOSS_SCALE),
     Metric(
         OVERFLOW,

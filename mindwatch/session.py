@@ -35,6 +35,7 @@ from mindwatch.alerts.crossrank import CrossRankWatch, RankZeroWatch, WatchedRun
 from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.lifeline import LifelineClient, LifelineServer, StacksRelay, local_address
 from mindwatch.alerts.registry import build_rules
+from mindwatch.alerts.source_rank import SourceRank
 from mindwatch.config import MonitorConfig
 from mindwatch.launch_env import local_rank
 from mindwatch.monitor.control import Control
@@ -121,12 +122,16 @@ class RunSession:
         self.rank_zero = _rank_zero_watch(config, watched, self.emit_alert, self.rank_lost)
         #: Multi-rank runs without the collective: agrees with the other ranks on the step each action is carried out at.
         self.coordinator = _coordinator(config, role, self.layout, self.control, self.stop_now)
+        #: A collective run with alert rules: the rank behind an alert on a shared gradient norm (the step's signal
+        #: brings every rank's own norm); rank 0 names it, the other ranks send it their batch when theirs stood out.
+        self.source_rank = _source_rank(role, self.layout, engine, self._to_rank_zero)
         self._hook_up(engine, notify)
 
     def _hook_up(self, engine: RuleEngine | None, notify: Sink | None) -> None:
         """The watchers into the Monitor: its sinks, in the order they see each batch, and its tickers."""
         relay = StacksRelay(self.rank, self._lifeline_client) if self.role.relays_stacks else None
         sinks: list[Sink | None] = [
+            self.source_rank,  # first: an alert on a shared norm names its source rank before anything sees it
             AlertLog(self.writer),
             _AttemptStart(self) if self.role.keeps_meta else None,
             self.inbox,
@@ -302,6 +307,11 @@ class RunSession:
         elif isinstance(self.lifeline, LifelineClient):
             self.lifeline.send(message)
 
+    def _to_rank_zero(self, message: dict[str, Any]) -> None:
+        """A rank > 0: one short line to rank 0 over the lifeline, when it is up (worker thread)."""
+        if isinstance(self.lifeline, LifelineClient):
+            self.lifeline.send(message)
+
     def asked_alert(self, rank: int, step: int, action: str, wait: float) -> Alert | None:
         """The alert behind ``rank``'s request for ``action`` (its alert at ``step``), from the lifeline; waits up to
         ``wait`` s for it while a lifeline is up (it left with the request, a step before)."""
@@ -325,6 +335,8 @@ class RunSession:
         """Rank 0's lifeline thread: a stall's dump for the hang diagnosis, or a request's alert for every rank."""
         if "stall" in message and self.cross_rank is not None:
             self.cross_rank.hang.relayed(rank, message)
+        if isinstance(message.get("source"), dict) and self.source_rank is not None:
+            self.source_rank.from_lifeline(rank, message["source"])
         if "asked" in message:
             self._keep_asked(message)
             if isinstance(self.lifeline, LifelineServer):
@@ -387,6 +399,16 @@ def _rule_engine(
     for rule in engine.rules:
         inbox.settings[f"alerts.{rule.name}.enabled"] = partial(_switch_rule, engine, rule.name)
     return engine
+
+
+def _source_rank(
+    role: RankRole, layout: RunLayout, engine: RuleEngine | None, to_rank_zero: Callable[[dict[str, Any]], None]
+) -> SourceRank | None:
+    """Every rank of a collective run with alert rules (:mod:`mindwatch.alerts.source_rank`); None otherwise."""
+    if not role.collective or role.world_size < 2 or engine is None:
+        return None
+    send = to_rank_zero if role.rank > 0 else None
+    return SourceRank(layout, rank=role.rank, world_size=role.world_size, send=send)
 
 
 def _switch_rule(engine: RuleEngine, name: str, on: Any) -> None:

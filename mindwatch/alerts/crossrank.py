@@ -249,6 +249,7 @@ class CrossRankWatch(_Liveness):
         #: straggler rule and those bands read them, with or without a shared file system, not the rank files.
         self.timings_from_signal = run.role.collective
         self._signal_rows: deque[tuple[int, np.ndarray, int]] = deque(maxlen=10_000)
+        self._norm_rows: deque[tuple[int, np.ndarray]] = deque(maxlen=10_000)
         self.poll_secs = config.poll_secs
         self.close_wait = close_wait
         self.tails = RankTails(layout.root, world_size)
@@ -271,6 +272,11 @@ class CrossRankWatch(_Liveness):
         step ``joined`` summed them: a rank that sent a row took part in that step.
         Training thread: one append; the worker reads them at its next poll."""
         self._signal_rows.append((step, timings, joined))
+
+    def local_norms(self, step: int, norms: np.ndarray) -> None:
+        """Every rank's ``local_grad_norm`` of ``step`` (0: none sent), as the step's collective summed them: their band
+        when the other ranks' files are not here. Training thread: one append."""
+        self._norm_rows.append((step, norms))
 
     # -- sink interface (rank 0's worker thread) ----------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
@@ -347,6 +353,10 @@ class CrossRankWatch(_Liveness):
                 self.last_steps[r] = max(joined, self.last_steps.get(r, joined))
             self.engine.write([{"step": step, "ranks": ranks}])
             complete.append((step, ranks))
+        while self._norm_rows:
+            step, norms = self._norm_rows.popleft()
+            by_rank = {r: {"step": step, vocab.LOCAL_GRAD_NORM: v} for r, v in enumerate(norms.tolist()) if v != 0.0}
+            complete.append((step, by_rank))
         if self.bands is not None:
             self.bands.from_signal(complete)
 

@@ -12,7 +12,8 @@ steps; this module only decides what goes into the band files (:mod:`mindwatch.s
 
 The bands come from the rank files when the other ranks' files are in this run directory (every recorded
 step, the last one too). When they are not (no shared file system), the step and data time come from the
-signal's timings instead. Which of the two is learnt once: the other ranks' files appear, or the signal has
+signal's timings instead, and ``local_grad_norm`` from the norms the signal carries. Which of the two is learnt
+once: the other ranks' files appear, or the signal has
 brought timings for ``decide_after`` seconds (the stale limit) with no file in sight, or the run ends; the
 signal's rows wait until then.
 """
@@ -80,7 +81,7 @@ class RankBands:
         rows = [*self._waiting, *complete] if self.others == ELSEWHERE else []
         self._waiting.clear()
         if rows:
-            self._write(rows, list(vocab.STRAGGLER_METRICS))
+            self._write(rows, [*vocab.STRAGGLER_METRICS, vocab.LOCAL_GRAD_NORM])
 
     def _where_others_are(self, final: bool) -> str:
         if any(self.layout.metrics(r).exists() for r in range(1, self.world_size)):
@@ -92,19 +93,16 @@ class RankBands:
 
     def _write(self, complete: Steps, metrics: list[str]) -> None:
         """Each metric's values at ``complete``'s steps, one column a rank, summarised into ``bands/``."""
-        if not complete:
-            return
         complete.sort(key=lambda item: item[0])
-        steps = [step for step, _ in complete]
         ranks = np.arange(self.world_size)
         for metric in metrics:
-            values = np.full((len(complete), self.world_size), np.nan)
-            seen = False
-            for i, (_, by_rank) in enumerate(complete):
+            having = [(step, by_rank) for step, by_rank in complete if any(metric in rec for rec in by_rank.values())]
+            if not having:
+                continue
+            values = np.full((len(having), self.world_size), np.nan)
+            for i, (_, by_rank) in enumerate(having):
                 for r, rec in by_rank.items():
                     v = rec.get(metric)
                     if isinstance(v, (int, float)):
                         values[i, r] = v
-                        seen = True
-            if seen:
-                self.files.append(metric, band_rows(steps, ranks, values))
+            self.files.append(metric, band_rows([step for step, _ in having], ranks, values))

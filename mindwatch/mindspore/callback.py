@@ -21,6 +21,7 @@ from typing import Any
 
 from mindspore.train import Callback
 
+from mindwatch.metrics import LOCAL_GRAD_NORM
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
 from mindwatch.mindspore.front_door import (
     ConfigLike,
@@ -223,6 +224,8 @@ class MonitorCallback(Callback):
         if self._ids_column >= 0:
             rec["sample_ids"] = _batch_ids(arg(cb, "train_dataset_element", None), self._ids_column)
         cell.read(arg(cb, "net_outputs"), rec)
+        if self._exchange is not None and self._exchange.local_norm is not None:
+            rec[LOCAL_GRAD_NORM] = self._exchange.local_norm  # this rank's own, before the all-reduce
         if recorder.timer.shape_pending:
             recorder.timer.read_shape(arg(cb, "train_dataset_element", None))
         state.recorded = step

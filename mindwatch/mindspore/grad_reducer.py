@@ -17,12 +17,13 @@ Example::
 
 It reduces the gradients exactly as ``nn.DistributedGradReducer`` does (same arguments, one instance of it inside),
 and sums the signal vector (:mod:`mindwatch.mindspore.rank_signal`) with one more small ``AllReduce`` in the same
-compiled step, in the gradients' fusion group. ``run.step`` writes this rank's slots before each step and reads the
-sum after it: every rank acts at the step it asked at, as with ``Model.train``'s train cells, and the loop makes no
-collective call of its own (without ``grad_reducer``, ``start_run`` sums the vector with a separate ``AllReduce``
-every ``distributed.coordination.loop_every`` calls, and acts at those). The cost is one small ``AllReduce`` a step
-in the gradients' fusion group: where the backend does not fuse it (CPU), the mean step was 1.07 of the bare
-loop's against 1.03 for ``loop_every`` sums (``python -m bench loop``).
+compiled step, in the gradients' fusion group, with the norm of the gradients it is given (before their reduction) in
+this rank's slot: ``run.step`` records it as ``local_grad_norm``. ``run.step`` writes this rank's slots before each
+step and reads the sum after it: every rank acts at the step it asked at, as with ``Model.train``'s train cells, and
+the loop makes no collective call of its own (without ``grad_reducer``, ``start_run`` sums the vector with a separate
+``AllReduce`` every ``distributed.coordination.loop_every`` calls, and acts at those). The cost is one small
+``AllReduce`` a step in the gradients' fusion group: where the backend does not fuse it (CPU), the mean step was 1.07
+of the bare loop's against 1.03 for ``loop_every`` sums (``python -m bench loop``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from mindwatch.mindspore.rank_signal import signal_size
+from mindwatch.mindspore.rank_signal import local_norm_slot, signal_size, with_local_norm
 
 
 class DistributedGradReducer(nn.Cell):
@@ -41,7 +42,7 @@ class DistributedGradReducer(nn.Cell):
 
     def __init__(self, parameters: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(auto_prefix=False)
-        from mindspore.communication import get_group_size
+        from mindspore.communication import get_group_size, get_rank
 
         self.reducer = nn.DistributedGradReducer(parameters, *args, **kwargs)
         zeros = np.zeros(signal_size(get_group_size()), np.float32)
@@ -50,7 +51,10 @@ class DistributedGradReducer(nn.Cell):
         #: Every rank's slots summed by the step, read by ``run.step`` after it.
         self.mindwatch_signal_sum = ms.Parameter(ms.Tensor(zeros), name="mindwatch_signal_sum", requires_grad=False)
         self._signal_sum = ops.AllReduce().add_prim_attr("fusion", 1)
+        #: This rank's ``local_grad_norm`` slot: the norm of the gradients it is given, before their reduction.
+        self._local_norm_slot = local_norm_slot(get_rank(), get_group_size())
 
     def construct(self, grads):
         reduced = self.reducer(grads)
-        return ops.depend(reduced, ops.assign(self.mindwatch_signal_sum, self._signal_sum(self.mindwatch_signal)))
+        signal = with_local_norm(self.mindwatch_signal, grads, self._local_norm_slot)
+        return ops.depend(reduced, ops.assign(self.mindwatch_signal_sum, self._signal_sum(signal)))

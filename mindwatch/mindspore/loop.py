@@ -258,6 +258,8 @@ class Run:
                 self._exchange_signal(self._exchange, number, now, loss, grads)
             if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):
                 rec = self._read(number, loss, grads, metrics)
+                if self._exchange is not None and self._exchange.local_norm is not None:
+                    rec[vocab.LOCAL_GRAD_NORM] = self._exchange.local_norm  # summed in grad_reducer, before the reduction
                 if sample_ids is not None:
                     rec["sample_ids"] = listed_ids(sample_ids)
                 state.recorded = number

@@ -9,8 +9,11 @@ Example::
     signal.announced(vector)                        # what rank 0 announced: run id, lifeline, attempt, resumed step
 
 Each rank owns :data:`SLOTS` slots of the vector (``rank * SLOTS ...``): the actions it asks for (one bit
-each), the step of the alert that asked, and its step and data time of the step before (what rank 0's
-straggler rule and bands need, :meth:`SignalExchange.timed`). Rank 0 also writes an :class:`Announcement`
+each), the step of the alert that asked, its step and data time of the step before (what rank 0's
+straggler rule and bands need, :meth:`SignalExchange.timed`), and its ``local_grad_norm`` of this very step: the
+norm of its own gradients before the all-reduce, which the train cell (or ``DistributedGradReducer``) adds into the
+vector inside the step (:func:`with_local_norm`), so every rank reads every rank's after the step (the source of a
+shared anomaly, :mod:`mindwatch.alerts.source_rank`). Rank 0 also writes an :class:`Announcement`
 into the last :data:`TOKEN_SLOTS` slots (one character code each): the run id, its lifeline's address, the
 attempt number and the step the run resumes after. The other ranks learn from it which directory the run is
 in, which attempt they belong to and how to number their steps, after the first step, without a shared file
@@ -32,17 +35,21 @@ import numpy as np
 from mindspore import ops
 
 from mindwatch import metrics as vocab
+from mindwatch.mindspore.layer_stats import squares
 from mindwatch.monitor.control import ACTIONS
 
 log = logging.getLogger("mindwatch")
 
-#: Slots per rank: the bits of the actions asked, the step of the alert that asked, the step and data time sent.
-SLOTS = 2 + len(vocab.STRAGGLER_METRICS)
+#: Slots per rank: the bits of the actions asked, the step of the alert that asked, the step and data time sent, and
+#: the rank's local gradient norm of the step.
+SLOTS = 3 + len(vocab.STRAGGLER_METRICS)
 #: Where a rank's timings are among its slots: the straggler metrics (``step_time``, ``data_time``), in the
 #: vocabulary's order (``metrics.STRAGGLER_METRICS``), in seconds; 0: not sent.
 TIMING = slice(2, 2 + len(vocab.STRAGGLER_METRICS))
 _STEP_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.STEP_TIME)
 _DATA_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.DATA_TIME)
+#: Where a rank's ``local_grad_norm`` is among its slots (written inside the step, never by :class:`RankSignal`).
+LOCAL_NORM_SLOT = 2 + len(vocab.STRAGGLER_METRICS)
 #: Slots for rank 0's :class:`Announcement` (``run_id\nhost:port\nattempt\nresumed_step``), one character code each.
 TOKEN_SLOTS = 160
 #: How long a rank waits, when another rank's request arrives in the vector, for the alert behind it on the lifeline
@@ -55,6 +62,18 @@ ACTION_BITS = {action: 1 << i for i, action in enumerate(ACTIONS)}
 def signal_size(world_size: int) -> int:
     """The length of the vector for ``world_size`` ranks."""
     return world_size * SLOTS + TOKEN_SLOTS
+
+
+def local_norm_slot(rank: int, world_size: int) -> ms.Tensor:
+    """A vector of :func:`signal_size` zeros with 1 at ``rank``'s local-norm slot: the step adds ``norm * it``."""
+    onehot = np.zeros(signal_size(world_size), np.float32)
+    onehot[rank * SLOTS + LOCAL_NORM_SLOT] = 1.0
+    return ms.Tensor(onehot)
+
+
+def with_local_norm(signal: ms.Tensor, grads: tuple, onehot: ms.Tensor) -> ms.Tensor:
+    """Inside the step: ``signal`` with this rank's norm of ``grads`` (before the all-reduce) in its slot."""
+    return signal + ops.sqrt(ops.reduce_sum(squares(grads))) * onehot
 
 
 @dataclass(frozen=True)
@@ -164,6 +183,10 @@ class RankSignal:
         (0: that rank sent none)."""
         return np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, TIMING]
 
+    def local_norms(self, reduced: np.ndarray) -> np.ndarray:
+        """Every rank's ``local_grad_norm`` of the step in the summed vector, one a rank (0: that rank's step sent none)."""
+        return np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, LOCAL_NORM_SLOT]
+
     @staticmethod
     def announced(reduced: np.ndarray) -> Announcement:
         """What rank 0 announced in the summed vector (``run_id`` None: rank 0 records nothing, it has no callback)."""
@@ -200,6 +223,10 @@ class SignalExchange:
         self.session = session
         #: Rank 0: its cross-rank watch, which takes every rank's timings (``CrossRankWatch.from_signal``).
         self.watch = getattr(session, "cross_rank", None) if signal.rank == 0 else None
+        #: Every rank: the ranks' local gradient norms of each step, for the source of a shared anomaly (None: no rules).
+        self.sources = getattr(session, "source_rank", None)
+        #: This rank's ``local_grad_norm`` of the last step summed (None: the step sent none: not our cell or reducer).
+        self.local_norm: float | None = None
         #: The step whose timings this rank set last, and the one they went out with in the step in flight.
         self._timed_step: int | None = None
         self._sent_step: int | None = None
@@ -221,10 +248,18 @@ class SignalExchange:
 
     def after_step(self, reduced: np.ndarray, step: int) -> None:
         """File the actions every rank asked for in this step's vector, due at this boundary; rank 0 hands every
-        rank's timings to its cross-rank watch."""
+        rank's timings and local gradient norms to its cross-rank watch."""
         if self.watch is not None and self._sent_step is not None:
             self.watch.from_signal(self._sent_step, self.signal.timings(reduced), joined=step)
             self._sent_step = None
+        norms = self.signal.local_norms(reduced)
+        own = float(norms[self.signal.rank])
+        self.local_norm = own if own != 0.0 else None
+        if self.local_norm is not None:
+            if self.watch is not None:
+                self.watch.local_norms(step, norms)
+            if self.sources is not None:
+                self.sources.saw(step, norms)
         for asked in self.signal.read(reduced):
             if asked.rank == self.signal.rank:
                 alert = self.signal.asking.pop(asked.action, None)

@@ -27,7 +27,7 @@ from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.layer_stats import LayerStats, squares
-from mindwatch.mindspore.rank_signal import signal_size
+from mindwatch.mindspore.rank_signal import local_norm_slot, signal_size, with_local_norm
 from mindwatch.mindspore.skip_step import SkipDecision, skip_decision
 
 
@@ -66,10 +66,12 @@ class _LayerStatsStep:
         self.mindwatch_signal = None
         if not getattr(self, "reducer_flag", False):
             return
-        from mindspore.communication import get_group_size
+        from mindspore.communication import get_group_size, get_rank
 
         size = signal_size(get_group_size())
         self.mindwatch_signal = ms.Parameter(ms.Tensor(np.zeros(size, np.float32)), name="mindwatch_signal", requires_grad=False)
+        #: This rank's ``local_grad_norm`` slot: the norm of its gradients before the all-reduce goes there, in the step.
+        self._local_norm_slot = local_norm_slot(get_rank(), get_group_size())
         # in the gradients' fusion group: it rides on their all-reduce where the backend fuses them
         self._signal_sum = ops.AllReduce().add_prim_attr("fusion", 1)
 
@@ -103,11 +105,12 @@ class _LayerStatsStep:
         skip = self.skip_decision(loss if self._skip_by_loss else norm)
         return ops.logical_or(skip_update, skip), (ops.cast(skip, ms.float32),)
 
-    def _signal(self):
-        """``(the signal vector summed over the ranks,)``, or ``()`` outside data parallel."""
+    def _signal(self, local_grads):
+        """``(the signal vector summed over the ranks,)`` with this rank's norm of ``local_grads`` (its gradients
+        before the all-reduce) in its slot, or ``()`` outside data parallel."""
         if self.mindwatch_signal is None:
             return ()
-        return (self._signal_sum(self.mindwatch_signal),)
+        return (self._signal_sum(with_local_norm(self.mindwatch_signal, local_grads, self._local_norm_slot)),)
 
     def measure_layers(self, layers: bool, histograms: bool = False) -> None:
         """Measure the weights and updates (``layers``) and take the histograms (``histograms``) on the next steps.
@@ -233,11 +236,11 @@ class TrainOneStepWithGradNorm(_LayerStatsStep, nn.TrainOneStepCell):
     def construct(self, *inputs, measure=None):
         loss = self.network(*inputs)
         sens = ops.fill(loss.dtype, loss.shape, self.sens)
-        grads = self.grad(self.network, self.weights)(*inputs, sens)
-        grads = self.grad_reducer(grads)
+        local_grads = self.grad(self.network, self.weights)(*inputs, sens)
+        grads = self.grad_reducer(local_grads)
         grads, grad_sq, norm, lr = self._norm_and_clip(grads)
         attention = self._attention(loss)
-        signal = self._signal()
+        signal = self._signal(local_grads)
         nonfinite = ops.logical_not(ops.isfinite(norm))  # a NaN/Inf gradient is not applied (the weights stay finite)
         skip_update, skipped = self._skip(loss, norm, nonfinite)
         if self.layer_stats is None:
@@ -286,13 +289,13 @@ class TrainOneStepWithGradNormAndLossScale(_LayerStatsStep, nn.TrainOneStepWithL
         status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
         scaling_sens_filled = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
         grads = self.grad(self.network, weights)(*inputs, scaling_sens_filled)
-        grads = self.hyper_map(ops.partial(_grad_scale, scaling_sens), grads)
-        grads = self.grad_reducer(grads)
+        local_grads = self.hyper_map(ops.partial(_grad_scale, scaling_sens), grads)
+        grads = self.grad_reducer(local_grads)
         cond = self.get_overflow_status(status, grads)
         overflow = self.process_loss_scale(cond)
         grads, grad_sq, norm, lr = self._norm_and_clip(grads)
         attention = self._attention(loss)
-        signal = self._signal()
+        signal = self._signal(local_grads)
         skip_update, skipped = self._skip(loss, norm, overflow)
         if self.layer_stats is None:
             if not skip_update:

@@ -481,7 +481,7 @@ def _batches_table(runs: list[Run], labels: list[str]) -> str:
             format_number(b.epoch),
             format_number(b.batch),
             ", ".join(b.rules),
-            ids_text(b.sample_ids),
+            ids_text(b.sample_ids) or (b.note or ""),
         ]
         tds = "".join(f"<td>{_e(c)}</td>" for c in cells)
         out.append("<tr>" + (f"<td>{_e(lab)}</td>" if multi else "") + tds + "</tr>")
