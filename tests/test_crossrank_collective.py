@@ -16,6 +16,7 @@ import pytest
 from test_distributed import Launch, Webhooks, msrun, only_run_dir, raw_records
 
 import mindwatch
+from mindwatch.analysis.batches import flagged_batches
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +83,10 @@ def test_a_nan_in_one_ranks_labels_stops_every_rank_on_that_step_and_every_check
     assert end["state"] == "stopped" and not end.get("lost_ranks"), f"both ranks stopped together, none lost: {end}"
 
 
-def test_one_bad_batch_on_one_rank_is_one_alert_and_one_message(tmp_path: Path) -> None:
+def test_one_bad_batch_on_one_rank_is_one_alert_that_names_that_rank_and_its_batch(tmp_path: Path) -> None:
+    """Rank 1's inputs of step 60 are x30 (clipped): the all-reduced grad_norm spikes alike on both ranks, and the one
+    alert (rank 0's) names rank 1 as its source, with the ids the data fed rank 1 at step 60. Then, in the same job,
+    the same training with each rank in its own folder: the ids reach rank 0 over the lifeline."""
     hooks = Webhooks()
     try:
         config = {
@@ -90,17 +94,38 @@ def test_one_bad_batch_on_one_rank_is_one_alert_and_one_message(tmp_path: Path) 
             "alerts": {"spike": {"metrics": ["grad_norm"], "count": 1, "warmup": 10}},
             "notify": [{"type": "webhook", "url": hooks.url}],
         }
-        launch(tmp_path, "--scale-rank", "1", "--scale-at", "50", "--scale-by", "30", "--max-grad-norm", "1.0", config=config)
+        args = ("--scale-rank", "1", "--scale-at", "60", "--scale-by", "30", "--max-grad-norm", "1.0", "--ids")
+        launch(tmp_path, *args, "--then-per-rank", config=config)
     finally:
         hooks.close()
-    run_dir = only_run_dir(tmp_path / "out" / "dist")
-    spikes = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "spike"]
-    assert [(a["rank"], a["step"]) for a in spikes] == [(0, 50)], spikes
+    fed_rank_1 = [100000 + i for i in range(59 * 8, 60 * 8)]  # train_dp.py's ids: rank * 100000 + sample index
+    shared = only_run_dir(tmp_path / "out" / "dist")
+    own = {rank: only_run_dir(tmp_path / "out" / f"rank{rank}" / "dist_own") for rank in (0, 1)}
+    assert not (own[0] / "metrics.rank1.jsonl").exists(), "rank 1's records stay in its own folder"
+    for run_dir, other in ((shared, shared), (own[0], own[1])):
+        spikes = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "spike"]
+        assert [(a["rank"], a["step"], a["source_rank"]) for a in spikes] == [(0, 60, 1)], spikes
+        assert spikes[0]["sample_ids"] == fed_rank_1 and spikes[0]["batch"] == 59, spikes[0]
+        records = {r: raw_records((run_dir if r == 0 else other) / f"metrics.rank{r}.jsonl") for r in (0, 1)}
+        local = {r: {rec["step"]: rec["local_grad_norm"] for rec in records[r]} for r in (0, 1)}
+        grad = {rec["step"]: rec["grad_norm"] for rec in records[0]}
+        for r, stands_out in ((1, True), (0, False)):
+            ratio = local[r][60] / np.median([local[r][s] for s in range(40, 60)])
+            assert (ratio > 5) if stands_out else (ratio < 2), (r, ratio)
+        for step in grad:  # the mean of the ranks' gradients is no longer than the mean of their norms
+            assert grad[step] <= (local[0][step] + local[1][step]) / 2 * (1 + 1e-4), step
+        flagged = flagged_batches(mindwatch.open_run(run_dir).alerts)
+        assert [(b.step, b.rank, b.sample_ids) for b in flagged] == [(60, 1, fed_rank_1)]
     posted = [body for _, body in hooks.posts if body.get("event") == "alert" and body.get("rule") == "spike"]
-    assert [(b["rank"], b["step"]) for b in posted] == [(0, 50)], f"one message for one bad batch: {posted}"
-    for rank in (0, 1):  # the norm all-reduced: both ranks recorded the same spike
-        grad = {rec["step"]: rec["grad_norm"] for rec in raw_records(run_dir / f"metrics.rank{rank}.jsonl")}
-        assert grad[50] > 5 * np.median([grad[s] for s in range(30, 50)])
+    assert [(b["rank"], b["step"]) for b in posted] == [(0, 60)] * 2, f"one message for one bad batch, per training: {posted}"
+    from starlette.testclient import TestClient
+
+    from mindwatch.serve.app import create_app
+
+    with TestClient(create_app(tmp_path / "out" / "rank0", cache=None)) as client:  # node 0's folder alone
+        body = client.get("/api/band", params={"run": f"dist_own/{own[0].name}", "metric": "local_grad_norm"}).json()
+    points = {p[0]: p[1:] for p in body["points"]}
+    assert points[60][2] == pytest.approx(local[1][60], rel=1e-5), "the band's max at step 60 is rank 1's own norm"
 
 
 @pytest.mark.parametrize("loop", [False, True])

@@ -21,6 +21,8 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
 ``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
 ``--signal-in-reducer``: that loop reduces with ``mw.DistributedGradReducer`` (``start_run(grad_reducer=)``).
+``--ids``: a third column, ``ids``, each sample's id (``rank * 100000 + index``), named by ``callback.sample_ids``.
+``--then-per-rank``: after the training, a second one (project ``PROJECT_own``) with each rank in its own folder.
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
 ``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
@@ -58,7 +60,7 @@ class Batches:
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+    def __getitem__(self, i: int) -> tuple[np.ndarray, ...]:
         batch = i // BATCH
         if self.rank == self.args.block_rank and batch >= self.args.block_at:
             self.never.wait()  # a data source that never answers
@@ -74,7 +76,18 @@ class Batches:
             y[:] = np.nan
         if (self.rank, batch) == (self.args.scale_rank, self.args.scale_at - 1):
             x = x * self.args.scale_by
-        return x, y
+        return (x, y, np.array(self.rank * 100000 + i, np.int64)) if self.args.ids else (x, y)
+
+
+class LossWithIds(nn.Cell):
+    """``nn.WithLossCell`` that takes the ids column too (``callback.sample_ids``) and ignores it."""
+
+    def __init__(self, net: nn.Cell) -> None:
+        super().__init__(auto_prefix=False)
+        self.net, self.loss = net, nn.MSELoss()
+
+    def construct(self, x, y, ids):
+        return self.loss(self.net(x), y)
 
 
 class PrintSteps(ms.train.Callback):
@@ -120,6 +133,8 @@ def main() -> None:
     p.add_argument("--max-grad-norm", type=float, default=None)
     p.add_argument("--print-steps", action="store_true", help="print RANK_STEP <rank> <step> after each step")
     p.add_argument("--save-dir-per-rank", action="store_true", help="each rank records under SAVE_DIR/rank<R> (no shared folder)")
+    p.add_argument("--ids", action="store_true", help="an ids column, named by callback.sample_ids")
+    p.add_argument("--then-per-rank", action="store_true", help="then train again, each rank in its own folder")
     args = p.parse_args()
 
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
@@ -127,15 +142,22 @@ def main() -> None:
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     ms.set_seed(0)
     rank = get_rank()
+    train(rank, args)
+    if args.then_per_rank:
+        args.project, args.save_dir_per_rank = f"{args.project}_own", True
+        train(rank, args)
 
+
+def train(rank: int, args: argparse.Namespace) -> None:
+    ms.set_seed(0)
     net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 1))
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
     # the gradient norm is taken after the AllReduce: the same on every rank (the loss is each rank's own)
-    cell = TrainOneStepWithGradNorm(
-        nn.WithLossCell(net, nn.MSELoss()), optimizer, layer_stats=args.layer_stats, max_grad_norm=args.max_grad_norm
-    )
+    loss_net = LossWithIds(net) if args.ids else nn.WithLossCell(net, nn.MSELoss())
+    cell = TrainOneStepWithGradNorm(loss_net, optimizer, layer_stats=args.layer_stats, max_grad_norm=args.max_grad_norm)
     model = Model(cell)
-    data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(BATCH)
+    columns = ["x", "y", "ids"] if args.ids else ["x", "y"]
+    data = ds.GeneratorDataset(Batches(rank, args.steps, args), columns, shuffle=False).batch(BATCH)
     config = {
         "project": args.project,
         "save_dir": f"{args.save_dir}/rank{rank}" if args.save_dir_per_rank else args.save_dir,
@@ -144,6 +166,8 @@ def main() -> None:
         "alerts": {"stall_timeout": 4.0},
         "distributed": {"poll_secs": 0.2, "straggler": {"count": 5}, "hang": {"wait": 8.0}},
     }
+    if args.ids:
+        config["callback"] = {"sample_ids": "ids"}
     for key, value in json.loads(args.config).items():  # one level deep: {"alerts": {...}} keeps stall_timeout
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
     if rank == args.late_rank:
@@ -162,6 +186,8 @@ def main() -> None:
         run_dir = cb.run_dir
     if args.save_params:
         np.savez(f"{args.save_params}.rank{rank}.npz", **{p.name: p.asnumpy() for p in net.trainable_params()})
+    if args.then_per_rank and not args.save_dir_per_rank:
+        return  # "finished" (what the test waits for) after the last training
     print(f"train_dp: rank {rank} finished, run dir {run_dir}", flush=True)
 
 
