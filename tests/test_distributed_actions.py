@@ -100,6 +100,12 @@ def test_a_stop_that_rank_1_asks_for_stops_both_ranks_at_one_step(tmp_path: Path
         assert status["reason"] == f"stopped by mindwatch: {alert['message']}"
     assert mindwatch.open_run(run_dir).state == "stopped"
     assert json.loads((run_dir / "meta.json").read_text())["coordination"] == "collective", "through the step's collective"
+    if loop != "loop_every":  # our train cell, or mw.DistributedGradReducer: each rank's own norm, before the reduction
+        records = {r: {rec["step"]: rec for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")} for r in (0, 1)}
+        assert all("local_grad_norm" in rec for r in (0, 1) for rec in records[r].values())
+        for step, rec in records[0].items():  # the mean of the ranks' gradients is no longer than the mean of their norms
+            mean_local = (rec["local_grad_norm"] + records[1][step]["local_grad_norm"]) / 2
+            assert rec["grad_norm"] <= mean_local * (1 + 1e-4), step
 
 
 def test_lr_backoff_and_checkpoint_that_rank_1_asks_for_happen_on_both_ranks_at_one_step(tmp_path: Path) -> None:
