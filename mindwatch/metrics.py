@@ -77,6 +77,7 @@ HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB = "host_rss_gb", "device_mem_gb",
 DEVICE_UTIL, DEVICE_MEM_UTIL = "device_util", "device_mem_util"
 ATTENTION_ENTROPY, ATTENTION_MAX_LOGIT = "attention_entropy", "attention_max_logit"
 WEIGHT_NORM, UPDATE_RATIO = "weight_norm", "update_ratio"
+ADAM_M_NORM, ADAM_V_NORM = "adam_m_norm", "adam_v_norm"
 SKIPPED = "skipped"
 TFLOPS, MFU = "tflops", "mfu"
 
@@ -140,8 +141,9 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric(DEVICE_MEM_UTIL, "device memory in use, in percent of the device's", "%", "device_util", switch=DEVICE_MEM_UTIL),
 )
 
-#: The per-layer statistics, in the order of a layer row (``layers.rank<R>/``, docs/run-directory.md).
-LAYER_FAMILIES: tuple[Metric, ...] = (
+#: The per-layer statistics every measured step has, in the order of a layer row (``layers.rank<R>/``,
+#: docs/run-directory.md); :data:`MOMENT_FAMILIES` follow them with an Adam-family optimizer.
+MEASURED_FAMILIES: tuple[Metric, ...] = (
     Metric(GRAD_NORM, "L2 norm of a layer's gradients", per="layer", across_ranks="same", title="gradient norm", heat=True),
     Metric(WEIGHT_NORM, "L2 norm of a layer's weights", per="layer", across_ranks="same", title="weight norm"),
     Metric(
@@ -153,6 +155,29 @@ LAYER_FAMILIES: tuple[Metric, ...] = (
         heat=True,
     ),
 )
+
+#: The optimizer's state per layer (``Adam``, ``AdamWeightDecay``, ``Lamb``), after the step's update: the health of
+#: its moments, where an instability often shows first (MindFormers' ``optimizer_state``).
+MOMENT_FAMILIES: tuple[Metric, ...] = (
+    Metric(
+        ADAM_M_NORM,
+        "L2 norm of the optimizer's first moment (Adam's m) of a layer's parameters, after the step's update",
+        per="layer",
+        across_ranks="same",
+        title="Adam m norm",
+        heat=True,
+    ),
+    Metric(
+        ADAM_V_NORM,
+        "L2 norm of the optimizer's second moment (Adam's v) of a layer's parameters, after the step's update",
+        per="layer",
+        across_ranks="same",
+        title="Adam v norm",
+        heat=True,
+    ),
+)
+
+LAYER_FAMILIES: tuple[Metric, ...] = MEASURED_FAMILIES + MOMENT_FAMILIES
 
 #: The attention statistics, in the order of ``AttentionStats``' values; ``metrics: [attention_entropy]`` brings both.
 ATTENTION_FAMILIES: tuple[Metric, ...] = (
@@ -264,9 +289,10 @@ def is_layer_metric(name: str) -> bool:
     return found is not None and _FAMILY[found[0]].per == "layer"
 
 
-def layer_stat_names() -> tuple[str, ...]:
-    """The per-layer statistics in layer-row order: ``('grad_norm', 'weight_norm', 'update_ratio')``."""
-    return tuple(m.name for m in LAYER_FAMILIES)
+def layer_stat_names(moments: bool = True) -> tuple[str, ...]:
+    """The per-layer statistics in layer-row order: ``('grad_norm', 'weight_norm', 'update_ratio', 'adam_m_norm',
+    'adam_v_norm')``; ``moments=False``: the first three, what a row holds without an Adam-family optimizer."""
+    return tuple(m.name for m in (LAYER_FAMILIES if moments else MEASURED_FAMILIES))
 
 
 def attention_names() -> tuple[str, ...]:

@@ -70,14 +70,35 @@ def squares(tensors: tuple) -> ms.Tensor:
     return ops.stack([_L2_LOSS(ops.cast(t, ms.float32)) for t in tensors]) * 2.0
 
 
+#: The Adam-family optimizers and their moments' attributes (first, second), in the order of their parameters.
+_MOMENTS: tuple[tuple[type, tuple[str, str]], ...] = (
+    (nn.Adam, ("moment1", "moment2")),
+    (nn.AdamWeightDecay, ("moments1", "moments2")),
+    (nn.Lamb, ("moments1", "moments2")),
+)
+
+
+def optimizer_moments(optimizer: object) -> tuple[ms.ParameterTuple, ms.ParameterTuple] | None:
+    """The first and second moments of an Adam-family optimizer (``Adam``, ``AdamWeightDecay``, ``Lamb``), one
+    Parameter each per parameter of the optimizer, in its order; None for another optimizer."""
+    for kind, (first, second) in _MOMENTS:
+        if isinstance(optimizer, kind):
+            m, v = getattr(optimizer, first), getattr(optimizer, second)
+            return (m, v) if len(m) == len(v) == len(optimizer.parameters) else None  # type: ignore[attr-defined]
+    return None
+
+
 class LayerStats(nn.Cell):
     """The per-parameter part of a train step (see the module docstring); used inside our train cells."""
 
-    def __init__(self, weights: ms.ParameterTuple) -> None:
+    def __init__(self, weights: ms.ParameterTuple, moments: tuple[ms.ParameterTuple, ms.ParameterTuple] | None = None) -> None:
+        """``moments``: the optimizer's first and second moments (:func:`optimizer_moments`), measured after the update."""
         super().__init__()
         #: The parameters measured, in output order.
         self.names = tuple(w.name for w in weights)
         self.zeros = ms.Tensor(np.zeros(len(self.names), np.float32))
+        #: The optimizer's moments (None: not an Adam-family optimizer); the rows after the measured three.
+        self.moments = moments
         #: 1 on the steps whose weights and updates are measured; set between steps by the callback.
         self.flag = ms.Parameter(ms.Tensor(0, ms.int32), name="mindwatch_layer_stats_on", requires_grad=False)
         #: 1 on the steps whose histograms are taken (:meth:`enable_histograms`).
@@ -106,9 +127,10 @@ class LayerStats(nn.Cell):
             out.append(ops.stack(rows))
         return ops.stack(out)
 
-    def result(self, grad_sq: ms.Tensor, weight_sq: ms.Tensor, delta_sq: ms.Tensor) -> ms.Tensor:
-        """``(3, parameters)`` squared sums: gradients, weights before the step, updates (0 where not measured)."""
-        return ops.stack([grad_sq, weight_sq, delta_sq])
+    def result(self, grad_sq: ms.Tensor, weight_sq: ms.Tensor, delta_sq: ms.Tensor, moment_sq: tuple = ()) -> ms.Tensor:
+        """``(3, parameters)`` squared sums: gradients, weights before the step, updates (0 where not measured); with
+        the optimizer's moments ``(5, parameters)``: then its first and second moments after the update."""
+        return ops.stack([grad_sq, weight_sq, delta_sq, *moment_sq])
 
 
 class LayerGrouping:
@@ -132,11 +154,12 @@ class LayerGrouping:
         self.groups = [np.flatnonzero(self.index == j).tolist() for j in range(len(names))]
 
     def stats(self, squares: np.ndarray) -> np.ndarray:
-        """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums."""
-        g, w, d = (self._per_layer(row) for row in np.asarray(squares, np.float64))
+        """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums; from
+        ``(5, parameters)``, ``(5, layers)`` with the norms of the optimizer's two moments."""
+        g, w, d, *moments = (self._per_layer(row) for row in np.asarray(squares, np.float64))
         with np.errstate(divide="ignore", invalid="ignore"):  # unmeasured weights (NaN) give a NaN ratio, zero weights 0
             ratio = np.where(w > 0, np.sqrt(d / np.where(w > 0, w, 1.0)), np.where(np.isnan(w), np.nan, 0.0))
-        return np.stack([np.sqrt(g), np.sqrt(w), ratio]).astype(np.float32)
+        return np.stack([np.sqrt(g), np.sqrt(w), ratio, *(np.sqrt(m) for m in moments)]).astype(np.float32)
 
     def _per_layer(self, per_param: np.ndarray) -> np.ndarray:
         # a sum by index, not a matrix product: 0 x NaN would spread one layer's NaN to every layer

@@ -53,7 +53,7 @@ from mindwatch.mindspore.front_door import (
     start_recorder,
     stop_reason,
 )
-from mindwatch.mindspore.layer_stats import LayerGrouping
+from mindwatch.mindspore.layer_stats import LayerGrouping, optimizer_moments
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.recorder import StepRecorder
@@ -178,8 +178,9 @@ class Run:
         if "layers" in self.config.model_fields_set and layers.enabled and weights:  # a loop has no layer_stats=True cell
             grouping = LayerGrouping([w.name for w in weights], layers.group)
             bins = HISTOGRAM_BINS if layers.histogram_every else 0
-            self._layer_stats = LoopLayerStats(weights, grouping.groups, bins)
-            recorder.watch_layers(grouping, bins)
+            moments = optimizer_moments(self.optimizer)
+            self._layer_stats = LoopLayerStats(weights, grouping.groups, bins, moments)
+            recorder.watch_layers(grouping, bins, moments=moments is not None)
         recorder.watch_attention(self.network)
         now = _perf()
         recorder.timer.restart(now)

@@ -45,6 +45,7 @@ from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cell
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.timing import FlopsBasis, StepTimer
 from mindwatch.session import RunSession
+from mindwatch.store.layerfiles import row_stats
 from mindwatch.system import device_name, device_util_sampler, host_memory_sampler
 
 log = logging.getLogger("mindwatch")
@@ -164,11 +165,12 @@ class StepRecorder:
         return recorder
 
     # -- what a training measures --------------------------------------------------
-    def watch_layers(self, grouping: LayerGrouping, bins: int) -> LayerWatch:
-        """Record per-layer statistics of ``grouping``'s layers (with ``bins``-bin histograms; 0: none)."""
+    def watch_layers(self, grouping: LayerGrouping, bins: int, *, moments: bool = False) -> LayerWatch:
+        """Record per-layer statistics of ``grouping``'s layers (with ``bins``-bin histograms; 0: none; ``moments``:
+        and the norms of the optimizer's moments, ``adam_m_norm`` and ``adam_v_norm``)."""
         layers = self.config.layers
         self.layers = LayerWatch(grouping, every=layers.every, histogram_every=layers.histogram_every, bins=bins)
-        self.session.writer.set_layers(list(self.layers.layers), bins)
+        self.session.writer.set_layers(list(self.layers.layers), bins, row_stats(moments))
         if self.session.inbox is not None:  # mindwatch set RUN layers.every=N (an attribute store from the worker)
             self.session.inbox.settings.update(self.layers.live_settings())
         return self.layers

@@ -147,8 +147,17 @@ class LoopLayerStats:
     weights only change in the step), so only measured steps copy them.
     """
 
-    def __init__(self, weights: Sequence[ms.Parameter], groups: Sequence[Sequence[int]] | None, bins: int) -> None:
+    def __init__(
+        self,
+        weights: Sequence[ms.Parameter],
+        groups: Sequence[Sequence[int]] | None,
+        bins: int,
+        moments: tuple[Sequence[ms.Parameter], Sequence[ms.Parameter]] | None = None,
+    ) -> None:
+        """``moments``: the optimizer's first and second moments, one per weight (``optimizer_moments``)."""
         self.weights = tuple(weights)
+        #: The optimizer's moments, first then second, read after the step (None: not an Adam-family optimizer).
+        self.moments = (*moments[0], *moments[1]) if moments is not None else None
         self.names = tuple(w.name for w in self.weights)
         self._before: tuple[Any, ...] | None = None
         self._histograms: Any = None
@@ -163,14 +172,16 @@ class LoopLayerStats:
 
     def measure(self, grad_squares: np.ndarray, grads: Sequence[Any], histograms: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """``(3, parameters)`` squared sums (the gradients' given, the weights' before the step, its update's; NaN
-        without a snapshot) and, with ``histograms``, ``(2, layers, bins + 1)`` of the weights before the step and
+        without a snapshot; with the optimizer's moments, ``(5, parameters)``: then theirs, after the step) and, with
+        ``histograms``, ``(2, layers, bins + 1)`` of the weights before the step and
         ``grads`` (see ``LayerStats.histograms``; None when off)."""
         before, self._before = self._before, None
         hist = None
         if histograms and self._histograms is not None:
             hist = self._histograms(*(before or self.weights), *grads).asnumpy()
+        moments = _squares(self.moments).asnumpy().reshape(2, -1) if self.moments is not None else np.zeros((0, len(self.names)))
         if before is None:
             nan = np.full(len(self.names), np.nan)
-            return np.stack([grad_squares, nan, nan]), hist
+            return np.stack([grad_squares, nan, nan, *moments]), hist
         both = _weights_and_updates(*before, *self.weights).asnumpy()
-        return np.concatenate([grad_squares[None, :], both.astype(np.float64)]), hist
+        return np.concatenate([grad_squares[None, :], both.astype(np.float64), moments.astype(np.float64)]), hist

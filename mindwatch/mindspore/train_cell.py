@@ -112,7 +112,8 @@ class TrainCell:
             return
         if not params or "layer_stats" not in (self.declared or ()):
             return
-        recorder.watch_layers(LayerGrouping(params, recorder.config.layers.group), bins)
+        moments = bool(getattr(net, "mindwatch_layer_moments", False))
+        recorder.watch_layers(LayerGrouping(params, recorder.config.layers.group), bins, moments=moments)
         self.switching = net
         self.layer_output = self.declared.index("layer_stats")  # type: ignore[union-attr]
         if bins:

@@ -26,7 +26,7 @@ from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.attention import attention_stats_cells
-from mindwatch.mindspore.layer_stats import LayerStats, squares
+from mindwatch.mindspore.layer_stats import LayerStats, optimizer_moments, squares
 from mindwatch.mindspore.rank_signal import local_norm_slot, signal_size, with_local_norm
 from mindwatch.mindspore.skip_step import SkipDecision, skip_decision
 
@@ -49,11 +49,13 @@ class _LayerStatsStep:
         #: ``skip_steps``' decision (a Cell with its statistics in Parameters); None: off, and none of its kernels.
         self.skip_decision: SkipDecision | None = None
         self._skip_by_loss = False
-        self.layer_stats = LayerStats(self.weights) if enabled else None
+        self.layer_stats = LayerStats(self.weights, optimizer_moments(self.optimizer)) if enabled else None
         self._measure_next = False
         self._flags_on = (False, False)  # what the flag Parameters hold (read without a device sync)
         if self.layer_stats is not None:
             self.mindwatch_layer_params = self.layer_stats.names
+            #: The statistics carry the optimizer's moments too (an Adam-family optimizer: ``adam_m_norm``, ...).
+            self.mindwatch_layer_moments = self.layer_stats.moments is not None
         cells = attention_stats_cells(self.network)
         #: The attention cells whose AttentionStats the step returns (mindwatch.mindspore.attention).
         self.mindwatch_attention_layers = tuple(name for name, _ in cells)
@@ -190,12 +192,21 @@ class _LayerStatsStep:
                 loss = ops.depend(loss, self.optimizer(grads))
             after = tuple(ops.depend(w, loss) for w in self.weights)  # read once the update is done
             delta_sq = squares(tuple(after[i] - before[i] for i in range(len(before))))
+            moment_sq = self._moment_squares(loss)
         else:
             if not skip_update:
                 loss = ops.depend(loss, self.optimizer(grads))
             weight_sq = stats.zeros
             delta_sq = stats.zeros
-        return loss, stats.result(grad_sq, weight_sq, delta_sq)
+            moment_sq = () if stats.moments is None else (stats.zeros, stats.zeros)
+        return loss, stats.result(grad_sq, weight_sq, delta_sq, moment_sq)
+
+    def _moment_squares(self, loss):
+        """The squared sums of the optimizer's first and second moments once the update (behind ``loss``) is done."""
+        moments = self.layer_stats.moments
+        if moments is None:
+            return ()
+        return (squares(tuple(ops.depend(m, loss) for m in moments[0])), squares(tuple(ops.depend(v, loss) for v in moments[1])))
 
 
 def _clip(grads: tuple, norm: ms.Tensor, max_norm: float) -> tuple:

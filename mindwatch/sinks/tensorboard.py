@@ -171,7 +171,7 @@ def _layer_values(record: dict[str, Any]) -> list[bytes]:
     out = []
     row = record.get(LAYER_KEY)
     if isinstance(row, LayerRow):
-        for stat in LAYER_STATS:
+        for stat in LAYER_STATS[: len(row.stats)]:
             out += [_scalar_value(f"{stat}/{layer}", float(v)) for layer, v in zip(row.layers, row.values(stat), strict=True)]
     hist = record.get(HISTOGRAM_KEY)
     if isinstance(hist, LayerHistograms):
@@ -356,7 +356,7 @@ def _layer_records(metrics: Path) -> Iterator[dict[str, Any]]:
         layers = tuple(m.partition("/")[2] for m in names if m.startswith(f"{LAYER_STATS[0]}/"))
         columns = [cols.column(m) for m in names]
         lines = columns[0][0]
-        stats = np.stack([v for _, v in columns]).reshape(len(LAYER_STATS), len(layers), -1)
+        stats = np.stack([v for _, v in columns]).reshape(len(names) // len(layers), len(layers), -1)
         for k, ln in enumerate(lines.tolist()):
             rec = by_step.setdefault(int(cols.steps[ln]), {"t": float(cols.time_of_lines(lines[k : k + 1])[0])})
             rec[LAYER_KEY] = LayerRow(layers, stats[:, :, k])

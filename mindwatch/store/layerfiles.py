@@ -41,8 +41,16 @@ from mindwatch.store.layout import read_json, write_json_atomic
 log = logging.getLogger("mindwatch")
 
 FORMAT = "mindwatch.layers"
-#: The statistics a layer row holds, in order (docs/run-directory.md).
+#: The statistics a layer row may hold, in order (docs/run-directory.md): a row without an Adam-family optimizer
+#: holds the first three (:func:`row_stats`).
 LAYER_STATS: tuple[str, ...] = vocab.layer_stat_names()
+
+
+def row_stats(moments: bool) -> tuple[str, ...]:
+    """The statistics of a row: the measured ones, and with ``moments`` the optimizer's (``adam_m_norm``, ...)."""
+    return vocab.layer_stat_names(moments)
+
+
 #: The record key that carries a step's :class:`LayerRow` to the writer and the rules.
 LAYER_KEY = "layer_stats"
 #: The record key that carries a step's :class:`LayerHistograms` to the writer and the TensorBoard sink.
@@ -53,10 +61,15 @@ HISTOGRAM_BINS = 32
 
 @dataclass(frozen=True)
 class LayerRow:
-    """One step's per-layer statistics: ``stats[i, j]`` is ``LAYER_STATS[i]`` of ``layers[j]``."""
+    """One step's per-layer statistics: ``stats[i, j]`` is ``LAYER_STATS[i]`` of ``layers[j]`` (the first
+    ``len(stats)`` of them)."""
 
     layers: tuple[str, ...]
     stats: np.ndarray
+
+    def has(self, stat: str) -> bool:
+        """Whether the row holds ``stat`` (the optimizer's moments need an Adam-family optimizer)."""
+        return LAYER_STATS.index(stat) < len(self.stats) if stat in LAYER_STATS else False
 
     def values(self, stat: str) -> np.ndarray:
         """One statistic of every layer, in ``layers`` order."""
@@ -100,11 +113,13 @@ def layer_metrics(layers: list[str], stats: tuple[str, ...] | list[str] = LAYER_
 class LayerFilesWriter:
     """Appends layer rows for one rank (the worker thread). A failure is a warning, then no more rows."""
 
-    def __init__(self, directory: Path, layers: list[str], bins: int = 0) -> None:
+    def __init__(self, directory: Path, layers: list[str], bins: int = 0, stats: tuple[str, ...] | None = None) -> None:
+        """``stats``: what each row holds (:func:`row_stats`; default: the measured statistics, no moments)."""
         self.dir = Path(directory)
         self.layers = list(layers)
         self.bins = bins
-        self.width = len(LAYER_STATS) * len(self.layers)
+        self.stats = list(stats if stats is not None else row_stats(False))
+        self.width = len(self.stats) * len(self.layers)
         self.hist_width = 2 * len(self.layers) * (bins + 1)
         self.enabled = bool(self.layers)
         self._values: Any = None
@@ -116,7 +131,7 @@ class LayerFilesWriter:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             head = read_json(self.dir / "layers.json")
-            wanted = {"format": FORMAT, "stats": list(LAYER_STATS), "layers": self.layers, "bins": self.bins}
+            wanted = {"format": FORMAT, "stats": self.stats, "layers": self.layers, "bins": self.bins}
             if head is None:
                 write_json_atomic(self.dir / "layers.json", wanted)
             elif head != wanted:  # a resumed run whose model changed: these files describe the old layers

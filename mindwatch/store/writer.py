@@ -83,10 +83,10 @@ class RunWriter(BaseSink):
         self._valid_lines: int | None = None  # lines with an integer step in the JSONL, once layer rows need it
         self.flush()
 
-    def set_layers(self, names: list[str], bins: int = 0) -> None:
-        """Records may carry per-layer statistics of these layers (``LAYER_KEY``) and, with ``bins``, their histograms
-        (``HISTOGRAM_KEY``): rows in ``layers.rank<R>/``."""
-        self.layers = LayerFilesWriter(layers_dir(self.layout.metrics(self.rank)), names, bins)
+    def set_layers(self, names: list[str], bins: int = 0, stats: tuple[str, ...] | None = None) -> None:
+        """Records may carry per-layer statistics of these layers (``LAYER_KEY``; ``stats``: what a row holds) and, with
+        ``bins``, their histograms (``HISTOGRAM_KEY``): rows in ``layers.rank<R>/``."""
+        self.layers = LayerFilesWriter(layers_dir(self.layout.metrics(self.rank)), names, bins, stats)
 
     # -- sink interface -------------------------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:

@@ -204,7 +204,7 @@ class LayerRule(RuleBase):
 
     def check(self, rec: Record) -> list[Alert]:
         row = rec.get(LAYER_KEY)
-        if not isinstance(row, LayerRow) or (self.skip_overflow and rec.get("overflow")):
+        if not isinstance(row, LayerRow) or (self.skip_overflow and rec.get("overflow")) or not row.has(self.stat):
             return []
         if row.layers != self.layers:  # the first row (or another model): start counting afresh
             self.layers, self.run = row.layers, np.zeros(len(row.layers), np.int64)
