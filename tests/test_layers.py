@@ -13,6 +13,7 @@ from mindspore.train import Callback, Model
 from test_callback import GPT, gpt_dataset
 
 import mindwatch
+import mindwatch.mindspore
 from mindwatch.demo.model import LanguageModelLoss, TinyGPT
 from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
@@ -159,6 +160,77 @@ def test_update_ratio_with_adam_is_what_the_optimizer_did(tmp_path: Path) -> Non
             before = {n: v for n, v in snaps.before[step].items() if layer_of(n) == layer}
             delta = {n: snaps.after[step][n] - v for n, v in before.items()}
             assert value == pytest.approx(np.sqrt(by_layer(delta)[layer] / by_layer(before)[layer]), rel=1e-3)
+
+
+class MomentSnapshots(Callback):
+    """The optimizer's moment Parameters at each step's end, by the name of the weight each belongs to."""
+
+    def __init__(self, optimizer: nn.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.after: dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
+
+    def take(self, step: int) -> None:
+        opt = self.optimizer
+        weights = [w.name for w in opt.parameters]
+        self.after[step] = tuple(
+            {n: m.asnumpy().astype(np.float64) for n, m in zip(weights, moments, strict=True)}
+            for moments in (opt.moments1, opt.moments2)
+        )
+
+    def on_train_step_end(self, run_context) -> None:
+        self.take(run_context.original_args().cur_step_num)
+
+
+def assert_moments_recorded(run, snaps: MomentSnapshots, measured: list[int]) -> None:
+    """The recorded adam_m_norm / adam_v_norm of every layer equal numpy's norms of the moment Parameters."""
+    layers = sorted({layer_of(n) for n in snaps.after[1][0]})
+    for k, stat in enumerate(("adam_m_norm", "adam_v_norm")):
+        for layer in layers:
+            series = run.series(f"{stat}/{layer}")
+            assert series.step.tolist() == measured, (stat, layer)
+            for step, value in zip(series.step.tolist(), series.value, strict=True):
+                expected = np.sqrt(by_layer(snaps.after[step][k])[layer])
+                assert value == pytest.approx(expected, rel=1e-4), (stat, layer, step)
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_adam_moments_per_layer_equal_the_optimizers_own_parameters(tmp_path: Path, mode: str) -> None:
+    """AdamWeightDecay, layers.every 5: on the measured steps (1, 5, 10) the norms of each layer's first and second
+    moments, after the step's update, as numpy computes them from the optimizer's Parameters."""
+    set_mode(mode)
+    ms.set_seed(7)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-2, weight_decay=0.01)
+    cell = TrainOneStepWithGradNorm(net, opt, layer_stats=True)
+    snaps = MomentSnapshots(opt)
+    layers = {"every": 5, "histogram_every": None}
+    monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "layers": layers, "interval": 60})
+    Model(cell).train(1, gpt_dataset(10), callbacks=[snaps, monitor], dataset_sink_mode=False)
+    assert_moments_recorded(mindwatch.open_run(monitor.run_dir), snaps, [1, 5, 10])
+
+
+def test_adam_moments_per_layer_in_a_loop_of_its_own(tmp_path: Path) -> None:
+    """The same in a loop (``start_run`` with a ``layers`` section, a ``ms.jit`` step): read after the loop's update."""
+    set_mode("pynative")
+    ms.set_seed(7)
+    net = LanguageModelLoss(TinyGPT(GPT))
+    opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-2, weight_decay=0.01)
+    grad_fn = ms.value_and_grad(net, None, opt.parameters)
+
+    @ms.jit
+    def train_step(ids, targets):
+        loss, grads = grad_fn(ids, targets)
+        opt(grads)
+        return loss, grads
+
+    snaps = MomentSnapshots(opt)
+    config = {"save_dir": str(tmp_path), "project": "p", "layers": {"every": 5, "histogram_every": None}, "interval": 60}
+    with mindwatch.mindspore.start_run(config, network=net, optimizer=opt) as run:
+        for step, (ids, targets) in enumerate(run.batches(gpt_dataset(10).create_tuple_iterator()), start=1):
+            loss, grads = train_step(ids, targets)
+            snaps.take(step)
+            run.step(loss=loss, grads=grads)
+    assert_moments_recorded(mindwatch.open_run(run.run_dir), snaps, [1, 5, 10])
 
 
 def test_the_loss_scale_cell_measures_layers_too(tmp_path: Path) -> None:

@@ -95,6 +95,11 @@ def _stack_values(*values):
 
 
 @ms.jit
+def _squares_of(*tensors):
+    return squares(tensors)
+
+
+@ms.jit
 def _copy(*tensors):
     return tuple(t * 1 for t in tensors)
 
@@ -179,7 +184,9 @@ class LoopLayerStats:
         hist = None
         if histograms and self._histograms is not None:
             hist = self._histograms(*(before or self.weights), *grads).asnumpy()
-        moments = _squares(self.moments).asnumpy().reshape(2, -1) if self.moments is not None else np.zeros((0, len(self.names)))
+        moments = (
+            _squares_of(*self.moments).asnumpy().reshape(2, -1) if self.moments is not None else np.zeros((0, len(self.names)))
+        )
         if before is None:
             nan = np.full(len(self.names), np.nan)
             return np.stack([grad_squares, nan, nan, *moments]), hist
