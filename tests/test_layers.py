@@ -151,17 +151,6 @@ def test_the_second_graph_compiling_is_not_a_stall(tmp_path: Path) -> None:
     assert run.series("grad_norm/head").step.tolist() == [1, 4, 8]
 
 
-def test_update_ratio_with_adam_is_what_the_optimizer_did(tmp_path: Path) -> None:
-    run, snaps = train(tmp_path, "graph", optimizer="adam", every=2)
-    for layer in ("blocks.0.attn.qkv", "blocks.0.mlp.0", "head"):
-        r = run.series(f"update_ratio/{layer}")
-        assert r.step.tolist() == [1, 2, 4, 6]  # the first step, then every 2; the others are not measured
-        for step, value in zip(r.step.tolist(), r.value, strict=True):
-            before = {n: v for n, v in snaps.before[step].items() if layer_of(n) == layer}
-            delta = {n: snaps.after[step][n] - v for n, v in before.items()}
-            assert value == pytest.approx(np.sqrt(by_layer(delta)[layer] / by_layer(before)[layer]), rel=1e-3)
-
-
 class MomentSnapshots(Callback):
     """The optimizer's moment Parameters at each step's end, by the name of the weight each belongs to."""
 
@@ -172,9 +161,9 @@ class MomentSnapshots(Callback):
     def take(self, step: int) -> None:
         opt = self.optimizer
         weights = [w.name for w in opt.parameters]
+        both = (opt.moment1, opt.moment2) if isinstance(opt, nn.Adam) else (opt.moments1, opt.moments2)
         self.after[step] = tuple(
-            {n: m.asnumpy().astype(np.float64) for n, m in zip(weights, moments, strict=True)}
-            for moments in (opt.moments1, opt.moments2)
+            {n: m.asnumpy().astype(np.float64) for n, m in zip(weights, moments, strict=True)} for moments in both
         )
 
     def on_train_step_end(self, run_context) -> None:
@@ -196,25 +185,34 @@ def assert_moments_recorded(run, snaps: MomentSnapshots, measured: list[int]) ->
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_adam_moments_per_layer_equal_the_optimizers_own_parameters(tmp_path: Path, mode: str) -> None:
     """AdamWeightDecay, layers.every 5: on the measured steps (1, 5, 10) the norms of each layer's first and second
-    moments, after the step's update, as numpy computes them from the optimizer's Parameters."""
+    moments, after the step's update, as numpy computes them from the optimizer's Parameters; and the update ratio
+    is what the optimizer did to the weights."""
     set_mode(mode)
     ms.set_seed(7)
     net = LanguageModelLoss(TinyGPT(GPT))
     opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-2, weight_decay=0.01)
     cell = TrainOneStepWithGradNorm(net, opt, layer_stats=True)
-    snaps = MomentSnapshots(opt)
+    snaps, weights = MomentSnapshots(opt), WeightSnapshots(net)
     layers = {"every": 5, "histogram_every": None}
     monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "layers": layers, "interval": 60})
-    Model(cell).train(1, gpt_dataset(10), callbacks=[snaps, monitor], dataset_sink_mode=False)
-    assert_moments_recorded(mindwatch.open_run(monitor.run_dir), snaps, [1, 5, 10])
+    Model(cell).train(1, gpt_dataset(10), callbacks=[snaps, weights, monitor], dataset_sink_mode=False)
+    run = mindwatch.open_run(monitor.run_dir)
+    assert_moments_recorded(run, snaps, [1, 5, 10])
+    for layer in ("blocks.0.attn.qkv", "blocks.0.mlp.0", "head"):
+        r = run.series(f"update_ratio/{layer}")
+        for step, value in zip(r.step.tolist(), r.value, strict=True):
+            before = {n: v for n, v in weights.before[step].items() if layer_of(n) == layer}
+            delta = {n: weights.after[step][n] - v for n, v in before.items()}
+            assert value == pytest.approx(np.sqrt(by_layer(delta)[layer] / by_layer(before)[layer]), rel=1e-3)
 
 
 def test_adam_moments_per_layer_in_a_loop_of_its_own(tmp_path: Path) -> None:
-    """The same in a loop (``start_run`` with a ``layers`` section, a ``ms.jit`` step): read after the loop's update."""
+    """The same with ``nn.Adam`` in a loop (``start_run`` with a ``layers`` section, a ``ms.jit`` step): read after
+    the loop's update."""
     set_mode("pynative")
     ms.set_seed(7)
     net = LanguageModelLoss(TinyGPT(GPT))
-    opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-2, weight_decay=0.01)
+    opt = nn.Adam(net.trainable_params(), learning_rate=1e-2)
     grad_fn = ms.value_and_grad(net, None, opt.parameters)
 
     @ms.jit
