@@ -92,7 +92,7 @@ STEP_METRICS: tuple[Metric, ...] = (
         "in the step's signal: the source of a shared anomaly)",
         group="grad_norm",
         across_ranks="max",
-        switch=GRAD_NORM,
+        switch=LOCAL_GRAD_NORM,
         band=True,
     ),
     Metric(LOSS_SCALE, "the dynamic loss scale", group="loss_scale", across_ranks="same", switch=LOSS_SCALE),

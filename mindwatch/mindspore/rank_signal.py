@@ -225,8 +225,10 @@ class SignalExchange:
         self.watch = getattr(session, "cross_rank", None) if signal.rank == 0 else None
         #: Every rank: the ranks' local gradient norms of each step, for the source of a shared anomaly (None: no rules).
         self.sources = getattr(session, "source_rank", None)
-        #: This rank's ``local_grad_norm`` of the last step summed (None: the step sent none: not our cell or reducer).
+        #: This rank's ``local_grad_norm`` of the last step summed, to record (None: the step sent none, not our cell
+        #: or reducer, or ``metrics`` leaves it out).
         self.local_norm: float | None = None
+        self._records_local_norm = vocab.LOCAL_GRAD_NORM in session.config.enabled_metrics
         #: The step whose timings this rank set last, and the one they went out with in the step in flight.
         self._timed_step: int | None = None
         self._sent_step: int | None = None
@@ -254,8 +256,8 @@ class SignalExchange:
             self._sent_step = None
         norms = self.signal.local_norms(reduced)
         own = float(norms[self.signal.rank])
-        self.local_norm = own if own != 0.0 else None
-        if self.local_norm is not None:
+        self.local_norm = own if own != 0.0 and self._records_local_norm else None
+        if own != 0.0:
             if self.watch is not None:
                 self.watch.local_norms(step, norms)
             if self.sources is not None:
