@@ -1,4 +1,5 @@
-"""Cost of per-layer statistics on the demo (GRAPH, CPU): layer_stats off, ``layers.every: 10`` and ``every: 1``.
+"""Cost of per-layer statistics on the demo (GRAPH, CPU): layer_stats off, ``layers.every: 10`` and ``every: 1``, and
+``every: 1`` without the optimizer's moments (``adam_m_norm``, ``adam_v_norm``: the demo's AdamWeightDecay).
 
 Run: ``python -m bench layers [--rounds 15 --steps 200 --skip 100] [--d-model 64 --depth 2]``
 (``MINDWATCH_BENCH_QUICK=1``: a short run; ``--d-model 256 --depth 4 --rounds 5 --steps 40 --skip 10``: a wider
@@ -9,7 +10,7 @@ off arms' train cells have no ``layer_stats``, the other two share one cell with
 A second off arm, a model identical to the first, shows how far two identical arms drift apart (the
 noise floor of the wall ratios). Printed: each arm's mean step time per round, CPU per thread
 (:mod:`bench.threadcpu`), and the paired per-round wall ratios against the off arm (targets: every=10 <=
-1.01, every=1 <= 1.03).
+1.01, every=1 <= 1.03), and of every=1 against every=1 without the moments: what the moments add.
 """
 
 from __future__ import annotations
@@ -28,17 +29,22 @@ def layer_rounds(steps: int, rounds: int, skip: int, d_model: int = 64, depth: i
 
     total = steps * (4 * rounds + 1)
 
-    def training(layer_stats: bool):
+    def training(layer_stats: bool, moments: bool = True):
         settings = DemoSettings(steps=total, mode="graph", layer_stats=layer_stats, d_model=d_model, layers=depth)
         model, data = build_training(settings)
+        if not moments:  # the same cell measuring the three statistics of any optimizer, before it compiles
+            cell = model.train_network
+            cell.layer_stats.moments, cell.mindwatch_layer_moments = None, False
         return model, data.take(steps)
 
     (off, off_data), (twin, twin_data), (on, on_data) = training(False), training(False), training(True)
+    bare, bare_data = training(True, moments=False)
     arms = {
         "layer_stats off": (off, off_data, monitor(10)),
         "off, a twin model": (twin, twin_data, monitor(10)),
         "every=1": (on, on_data, monitor(1)),
         "every=10": (on, on_data, monitor(10)),
+        "every=1, no moments": (bare, bare_data, monitor(1)),
     }
     return rotating_rounds(arms, steps, rounds, skip)
 
@@ -61,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         {
             "every=10 / off": ("layer_stats off", "every=10"),
             "every=1 / off": ("layer_stats off", "every=1"),
+            "every=1 / every=1 without the moments": ("every=1, no moments", "every=1"),
             "twin / off (noise floor)": ("layer_stats off", "off, a twin model"),
         },
     )

@@ -3,7 +3,8 @@
 Run: ``python -m bench signal [--rounds 8 --steps 40]`` (``MINDWATCH_BENCH_QUICK=1``: a short smoke run).
 
 Paired rounds in the same two processes, the arms rotating: our train cell without the signal vector and with
-it (its AllReduce inside the step), and a loop that reads the loss, without and with the loop's one small
+it (its AllReduce inside the step, with the rank's ``local_grad_norm`` added in the graph; a third arm without that
+norm gives its own cost), and a loop that reads the loss, without and with the loop's one small
 AllReduce of the signal every ``distributed.coordination.loop_every`` steps (10, as ``start_run`` does).
 Prints rank 0's median step times, the paired per-round ratios and the CPU seconds per step of the training
 thread and of the others (MindSpore's runtime): wall time on 2 shared cores swings; CPU time much less.
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
             f"  {arm:20s} median step {statistics.median(r['step']) * 1e3:7.2f} ms | CPU per step: training thread "
             f"{statistics.median(r['training']) * 1e3:6.2f} ms, others {statistics.median(r['other']) * 1e3:6.2f} ms"
         )
-    for base, arm in (("train cell", "train cell + signal"), ("loop", "loop + signal")):
+    pairs = (("train cell", "train cell + signal"), ("+ signal, no local norm", "train cell + signal"), ("loop", "loop + signal"))
+    for base, arm in pairs:
         wall = [a / b for a, b in zip(out[arm]["step"], out[base]["step"], strict=True)]
         cpu = [
             (a1 + a2) / (b1 + b2)

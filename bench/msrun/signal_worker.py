@@ -2,7 +2,7 @@
 
 Arms, on one data-parallel demo-sized model: our train cell without the signal vector and with it (the
 AllReduce of the signal inside the step; the vector written before each step with this rank's timings and the
-sum read after it, as the callback does), and a loop of its own that reads the loss, without and with the
+sum read after it, as the callback does; and the same without the rank's ``local_grad_norm`` in it), and a loop of its own that reads the loss, without and with the
 loop's one small AllReduce of the signal every ``distributed.coordination.loop_every`` steps (what
 ``start_run`` does). Prints one JSON line per arm: seconds per step per round, CPU seconds per step of the
 training thread and of all the others, per round.
@@ -40,32 +40,43 @@ def main(rounds: int, steps: int) -> None:
         def _setup_signal(self) -> None:
             self.mindwatch_signal = None
 
-    def cell(signal: bool) -> TrainOneStepWithGradNorm:
+    class WithoutLocalNorm(TrainOneStepWithGradNorm):  # the signal as it was before it carried local_grad_norm
+        def _signal(self, local_grads):
+            return (self._signal_sum(self.mindwatch_signal),)
+
+    def cell(kind: type) -> TrainOneStepWithGradNorm:
         net = LanguageModelLoss(TinyGPT(cfg))
-        kind = TrainOneStepWithGradNorm if signal else WithoutSignal
         return kind(net, nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-4))
 
     rng = np.random.default_rng(rank)
     ids = ms.Tensor(rng.integers(0, 256, (16, 64)).astype(np.int32))
-    cells = {"train cell": cell(False), "train cell + signal": cell(True)}
+    cells = {
+        "train cell": cell(WithoutSignal),
+        "train cell + signal": cell(TrainOneStepWithGradNorm),
+        "+ signal, no local norm": cell(WithoutLocalNorm),
+    }
     signal = RankSignal(None, rank=rank, world_size=get_group_size())
 
     every = load_config({}).distributed.coordination.loop_every  # start_run's default: one sum every N steps
     count = [0]
 
-    with_signal = cells["train cell + signal"]
-    cell_signal = RankSignal(with_signal.mindwatch_signal, rank=rank, world_size=get_group_size())
-    at = with_signal.mindwatch_outputs.index("signal")
+    signals = {
+        arm: RankSignal(cells[arm].mindwatch_signal, rank=rank, world_size=get_group_size())
+        for arm in ("train cell + signal", "+ signal, no local norm")
+    }
+    at = cells["train cell + signal"].mindwatch_outputs.index("signal")
     last = [time.perf_counter()]
 
     def run(arm: str) -> None:
-        if arm == "train cell + signal":  # what the callback does each step: write the vector, read the sum
+        if arm in signals:  # what the callback does each step: write the vector, read the sum
+            cell_signal = signals[arm]
             cell_signal.send()
-            outputs = with_signal(ids, ids)
+            outputs = cells[arm](ids, ids)
             outputs[0].asnumpy()
             reduced = outputs[at].asnumpy()
             cell_signal.read(reduced)
             cell_signal.timings(reduced)
+            cell_signal.local_norms(reduced)
             now = time.perf_counter()
             cell_signal.time(now - last[0], 0.0)  # this rank's step time, out with the next step
             last[0] = now
@@ -77,7 +88,7 @@ def main(rounds: int, steps: int) -> None:
             if arm.endswith("signal") and count[0] % every == 0:
                 _sum(signal.tensor())
 
-    arms = ["train cell", "train cell + signal", "loop", "loop + signal"]
+    arms = ["train cell", "train cell + signal", "+ signal, no local norm", "loop", "loop + signal"]
     for arm in arms:  # compile
         for _ in range(3):
             run(arm)
