@@ -1,11 +1,11 @@
 """One worker of ``python -m bench signal`` (run under msrun by bench/bench_signal.py): paired rounds, rank 0 prints.
 
-Arms, on one data-parallel demo-sized model: our train cell without the signal vector and with it (the
-AllReduce of the signal inside the step; the vector written before each step with this rank's timings and the
-sum read after it, as the callback does; and the same without the rank's ``local_grad_norm`` in it), and a loop of its own that reads the loss, without and with the
-loop's one small AllReduce of the signal every ``distributed.coordination.loop_every`` steps (what
-``start_run`` does). Prints one JSON line per arm: seconds per step per round, CPU seconds per step of the
-training thread and of all the others, per round.
+Arms, on one data-parallel demo-sized model: our train cell without the signal vector and with it (the AllReduce of
+the signal inside the step; the vector written before each step with this rank's timings and the sum read after it,
+as the callback does; and the same without the rank's ``local_grad_norm`` in it), and a loop of its own that reads
+the loss, without and with the loop's one small AllReduce of the signal every
+``distributed.coordination.loop_every`` steps (what ``start_run`` does). Prints one JSON line per arm: seconds per
+step per round, CPU seconds per step of the training thread and of all the others, per round.
 """
 
 from __future__ import annotations
