@@ -8,15 +8,24 @@ act together. Each launch costs ~30 s here.
 from __future__ import annotations
 
 import json
+import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import CHROMIUM
 from test_distributed import Launch, Webhooks, msrun, only_run_dir, raw_records
 
 import mindwatch
 from mindwatch.analysis.batches import flagged_batches
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = pytest.mark.slow
 
@@ -83,10 +92,28 @@ def test_a_nan_in_one_ranks_labels_stops_every_rank_on_that_step_and_every_check
     assert end["state"] == "stopped" and not end.get("lost_ranks"), f"both ranks stopped together, none lost: {end}"
 
 
-def test_one_bad_batch_on_one_rank_is_one_alert_that_names_that_rank_and_its_batch(tmp_path: Path) -> None:
-    """Rank 1's inputs of step 60 are x30 (clipped): the all-reduced grad_norm spikes alike on both ranks, and the one
-    alert (rank 0's) names rank 1 as its source, with the ids the data fed rank 1 at step 60. Then, in the same job,
-    the same training with each rank in its own folder: the ids reach rank 0 over the lifeline."""
+FED_RANK_1_AT_60 = [100000 + i for i in range(59 * 8, 60 * 8)]  # train_dp.py's ids: rank * 100000 + sample index
+
+
+@dataclass
+class BadBatchJob:
+    """One msrun job, two trainings: rank 1's inputs of step 60 are x30 (clipped), in a shared folder, then with each
+    rank in its own (AdamWeightDecay, per-layer statistics, an ids column)."""
+
+    out: Path
+    posts: list[dict]
+
+    @property
+    def shared(self) -> Path:
+        return only_run_dir(self.out / "dist")
+
+    def own(self, rank: int) -> Path:
+        return only_run_dir(self.out / f"rank{rank}" / "dist_own")
+
+
+@pytest.fixture(scope="module")
+def bad_batch_job(tmp_path_factory: pytest.TempPathFactory) -> BadBatchJob:
+    tmp = tmp_path_factory.mktemp("bad_batch")
     hooks = Webhooks()
     try:
         config = {
@@ -95,17 +122,23 @@ def test_one_bad_batch_on_one_rank_is_one_alert_that_names_that_rank_and_its_bat
             "notify": [{"type": "webhook", "url": hooks.url}],
         }
         args = ("--scale-rank", "1", "--scale-at", "60", "--scale-by", "30", "--max-grad-norm", "1.0", "--ids")
-        launch(tmp_path, *args, "--then-per-rank", config=config)
+        launch(tmp, *args, "--adamw", "--layer-stats", "--then-per-rank", config=config)
     finally:
         hooks.close()
-    fed_rank_1 = [100000 + i for i in range(59 * 8, 60 * 8)]  # train_dp.py's ids: rank * 100000 + sample index
-    shared = only_run_dir(tmp_path / "out" / "dist")
-    own = {rank: only_run_dir(tmp_path / "out" / f"rank{rank}" / "dist_own") for rank in (0, 1)}
+    return BadBatchJob(tmp / "out", [body for _, body in hooks.posts])
+
+
+def test_one_bad_batch_on_one_rank_is_one_alert_that_names_that_rank_and_its_batch(bad_batch_job: BadBatchJob) -> None:
+    """The all-reduced grad_norm spikes alike on both ranks, and the one alert (rank 0's) names rank 1 as its source,
+    with the ids the data fed rank 1 at step 60: in a shared folder, and with each rank in its own (the ids reach
+    rank 0 over the lifeline)."""
+    job = bad_batch_job
+    own = {rank: job.own(rank) for rank in (0, 1)}
     assert not (own[0] / "metrics.rank1.jsonl").exists(), "rank 1's records stay in its own folder"
-    for run_dir, other in ((shared, shared), (own[0], own[1])):
+    for run_dir, other in ((job.shared, job.shared), (own[0], own[1])):
         spikes = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "spike"]
         assert [(a["rank"], a["step"], a["source_rank"]) for a in spikes] == [(0, 60, 1)], spikes
-        assert spikes[0]["sample_ids"] == fed_rank_1 and spikes[0]["batch"] == 59, spikes[0]
+        assert spikes[0]["sample_ids"] == FED_RANK_1_AT_60 and spikes[0]["batch"] == 59, spikes[0]
         records = {r: raw_records((run_dir if r == 0 else other) / f"metrics.rank{r}.jsonl") for r in (0, 1)}
         local = {r: {rec["step"]: rec["local_grad_norm"] for rec in records[r]} for r in (0, 1)}
         grad = {rec["step"]: rec["grad_norm"] for rec in records[0]}
@@ -115,17 +148,18 @@ def test_one_bad_batch_on_one_rank_is_one_alert_that_names_that_rank_and_its_bat
         for step in grad:  # the mean of the ranks' gradients is no longer than the mean of their norms
             assert grad[step] <= (local[0][step] + local[1][step]) / 2 * (1 + 1e-4), step
         flagged = flagged_batches(mindwatch.open_run(run_dir).alerts)
-        assert [(b.step, b.rank, b.sample_ids) for b in flagged] == [(60, 1, fed_rank_1)]
-    posted = [body for _, body in hooks.posts if body.get("event") == "alert" and body.get("rule") == "spike"]
+        assert [(b.step, b.rank, b.sample_ids) for b in flagged] == [(60, 1, FED_RANK_1_AT_60)]
+    posted = [b for b in job.posts if b.get("event") == "alert" and b.get("rule") == "spike"]
     assert [(b["rank"], b["step"]) for b in posted] == [(0, 60)] * 2, f"one message for one bad batch, per training: {posted}"
     from starlette.testclient import TestClient
 
     from mindwatch.serve.app import create_app
 
-    with TestClient(create_app(tmp_path / "out" / "rank0", cache=None)) as client:  # node 0's folder alone
+    with TestClient(create_app(job.out / "rank0", cache=None)) as client:  # node 0's folder alone
         body = client.get("/api/band", params={"run": f"dist_own/{own[0].name}", "metric": "local_grad_norm"}).json()
     points = {p[0]: p[1:] for p in body["points"]}
-    assert points[60][2] == pytest.approx(local[1][60], rel=1e-5), "the band's max at step 60 is rank 1's own norm"
+    rank_1 = {rec["step"]: rec["local_grad_norm"] for rec in raw_records(own[1] / "metrics.rank1.jsonl")}
+    assert points[60][2] == pytest.approx(rank_1[60], rel=1e-5), "the band's max at step 60 is rank 1's own norm"
 
 
 @pytest.mark.parametrize("loop", [False, True])
@@ -206,3 +240,63 @@ def test_without_a_shared_save_dir_rank_0_names_the_straggler_and_draws_the_band
         assert (lo, mean, hi) == pytest.approx((min(values), sum(values) / 2, max(values)), rel=1e-5, abs=1e-6), step
     slow = [s for s in points if own[1][s] > 0.1]  # once the prefetch ran dry, rank 1 waits for its data
     assert len(slow) >= 5 and all(points[s][2] == pytest.approx(own[1][s], rel=1e-5) for s in slow), slow
+
+
+LOCAL_NORMS = """() => {
+  const el = document.querySelector('#chart-grad_norm');
+  const c = el && echarts.getInstanceByDom(el);
+  if (!c) return null;
+  return Object.fromEntries(c.getOption().series.filter((s) => s.type === 'line')
+    .map((s) => [s.name, s.data.filter((p) => p[1] !== '-')]));
+}"""
+
+LAYERS_HEAT = """() => {
+  const c = echarts.getInstanceByDom(document.querySelector('#chart-layers'));
+  if (!c) return null;
+  const o = c.getOption();
+  return {title: o.title[0].text, rows: o.yAxis[0].data, cells: o.series[0].data.length};
+}"""
+
+
+@pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed (scripts/setup.sh)")
+def test_the_run_page_and_the_report_show_each_ranks_local_norm_and_the_moments_heat_map(
+    bad_batch_job: BadBatchJob, tmp_path: Path, artifacts_dir: Path, browser: Browser
+) -> None:
+    from test_dashboard_browser import wait_for
+
+    from mindwatch.cli import main
+    from mindwatch.serve.process import DashboardProcess
+
+    run_dir = bad_batch_job.shared
+    local = {r: {rec["step"]: rec["local_grad_norm"] for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl")} for r in (0, 1)}
+    head = json.loads((run_dir / "layers.rank0" / "layers.json").read_text())
+    assert head["stats"][-2:] == ["adam_m_norm", "adam_v_norm"]
+    with DashboardProcess(bad_batch_job.out, port=0) as dash:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.goto(f"{dash.url}#/run/{quote('dist/' + run_dir.name, safe='')}?rank=all")  # every rank's lines
+        card = wait_for(
+            lambda: (
+                (v := page.evaluate(LOCAL_NORMS)) and all(len(v.get(f"local_grad_norm r{r}", [])) >= 10 for r in (0, 1)) and v
+            ),
+            60,
+            "each rank's local gradient norm in the gradient-norm card",
+        )
+        for r in (0, 1):  # each rank's own values (the points the chart keeps)
+            points = {int(x): y for x, y in card[f"local_grad_norm r{r}"]}
+            assert len(points) >= 10 and all(y == pytest.approx(local[r][x], rel=1e-5) for x, y in points.items()), r
+        top = max(card["local_grad_norm r1"], key=lambda p: p[1])
+        assert int(top[0]) == 60 and top[1] == pytest.approx(local[1][60], rel=1e-5), "rank 1's spike is drawn"
+        page.select_option("#layer-stat", "adam_v_norm")
+        heat = wait_for(lambda: (v := page.evaluate(LAYERS_HEAT)) and "Adam v" in v["title"] and v["cells"] and v, 30, "the map")
+        assert sorted(heat["rows"]) == sorted(head["layers"])
+        page.query_selector("#chart-layers").scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts_dir / "run_page_local_norms_and_moments_1400.png"), full_page=True)
+    out = tmp_path / "report.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    html = out.read_text()
+    data = json.loads(re.search(r'<script id="mindwatch-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    rows = np.fromfile(run_dir / "layers.rank0" / "values.f32", "<f4").reshape(-1, len(head["stats"]), len(head["layers"]))
+    for k, stat in ((3, "adam_m_norm"), (4, "adam_v_norm")):
+        assert data["layers"]["last"][stat] == pytest.approx(rows[-1, k].tolist(), rel=1e-6), stat
+        assert [m[0] for m in data["layers"]["maps"]].count(stat) == 1, "a heat map of it"
+    assert "local_grad_norm" in {m["name"] for m in data["metrics"]}

@@ -184,7 +184,7 @@ class SourceRank(BaseSink):
         deadline = time.monotonic() + self.wait_secs
         while True:
             with self._arrived:
-                sent = self._sent.pop((rank, step), None)
+                sent = self._sent.get((rank, step))  # kept: several alerts may name one step
             if sent is not None:
                 return sent
             found = _record_at(self.layout.metrics(rank), step)

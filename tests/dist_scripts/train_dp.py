@@ -21,6 +21,7 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
 ``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
 ``--signal-in-reducer``: that loop reduces with ``mw.DistributedGradReducer`` (``start_run(grad_reducer=)``).
+``--adamw``: ``AdamWeightDecay`` (lr 0.01) in place of ``Momentum``.
 ``--ids``: a third column, ``ids``, each sample's id (``rank * 100000 + index``), named by ``callback.sample_ids``.
 ``--then-per-rank``: after the training, a second one (project ``PROJECT_own``) with each rank in its own folder.
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
@@ -134,6 +135,7 @@ def main() -> None:
     p.add_argument("--print-steps", action="store_true", help="print RANK_STEP <rank> <step> after each step")
     p.add_argument("--save-dir-per-rank", action="store_true", help="each rank records under SAVE_DIR/rank<R> (no shared folder)")
     p.add_argument("--ids", action="store_true", help="an ids column, named by callback.sample_ids")
+    p.add_argument("--adamw", action="store_true", help="AdamWeightDecay in place of Momentum")
     p.add_argument("--then-per-rank", action="store_true", help="then train again, each rank in its own folder")
     args = p.parse_args()
 
@@ -151,7 +153,10 @@ def main() -> None:
 def train(rank: int, args: argparse.Namespace) -> None:
     ms.set_seed(0)
     net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 1))
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
+    if args.adamw:
+        optimizer = nn.AdamWeightDecay(net.trainable_params(), learning_rate=0.01)
+    else:
+        optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
     # the gradient norm is taken after the AllReduce: the same on every rank (the loss is each rank's own)
     loss_net = LossWithIds(net) if args.ids else nn.WithLossCell(net, nn.MSELoss())
     cell = TrainOneStepWithGradNorm(loss_net, optimizer, layer_stats=args.layer_stats, max_grad_norm=args.max_grad_norm)

@@ -8,8 +8,11 @@ import { chartFrame, csvUrl } from "./chart_tools.js";
 import { POINTS } from "./run_charts.js";
 import { isLayerMetric, layerFamilies } from "./vocabulary.js";
 
-/** The statistics a layer's curves show (mindwatch.metrics: the heat-mapped ones), one y axis each. */
-const curveFamilies = () => layerFamilies().filter((f) => f.heat);
+/** The per-layer statistics a run has (the optimizer's moments only with an Adam-family optimizer). */
+const familiesOf = (own) => {
+  const present = layerFamilies().filter((f) => own.some((m) => m.startsWith(`${f.name}/`)));
+  return present.length ? present : layerFamilies();
+};
 
 /** Whether a run has per-layer statistics. */
 export const hasLayers = (metrics) => metrics.some(isLayerMetric);
@@ -19,18 +22,21 @@ export class LayersView {
   constructor(container, runId, rank, metrics) {
     this.runId = runId;
     this.rank = rank;
-    this.stat = layerFamilies()[0].name;
+    const own = (metrics || []).filter(isLayerMetric);
+    this.families = familiesOf(own);
+    // the statistics a layer's curves show (mindwatch.metrics: the heat-mapped ones), one y axis each
+    this.curveFamilies = this.families.filter((f) => f.heat);
+    this.stat = this.families[0].name;
     this.layers = [];       // layer names, in the heat map's row order
     this.picked = null;     // the layer whose curves are shown
     this.heat = null;
     this.curve = null;
-    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...layerFamilies().map((f) => h("option", { value: f.name }, f.title)));
+    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...this.families.map((f) => h("option", { value: f.name }, f.title)));
     this.select.addEventListener("change", () => { this.stat = this.select.value; this.refresh(); });
     this.heatEl = h("div", { class: "chart heat layers", id: "chart-layers" });
     this.curveEl = h("div", { class: "chart heat", id: "chart-layer" });
-    const own = (metrics || []).filter(isLayerMetric);
     const ofStat = () => own.filter((m) => m.startsWith(`${this.stat}/`));
-    const ofPicked = () => curveFamilies().map((f) => `${f.name}/${this.picked}`);
+    const ofPicked = () => this.curveFamilies.map((f) => `${f.name}/${this.picked}`);
     this.curveFrame = chartFrame(this.curveEl, { name: "layer", chart: () => this.curve && this.curve.chart, csv: () => csvUrl(runId, ofPicked(), [rank], "layer") });
     this.curveFrame.hidden = true;
     this.el = h("section", { class: "layers-view", id: "layers", "data-metrics": own.join(",") },
@@ -71,7 +77,7 @@ export class LayersView {
   }
 
   async loadCurves() {
-    const curves = curveFamilies();
+    const curves = this.curveFamilies;
     const series = await Promise.all(curves.map(async ({ name: stat, title: name }, i) => {
       const s = await api.series({ run: this.runId, metric: `${stat}/${this.picked}`, rank: this.rank, x: "step", points: POINTS });
       return { name, metric: `${stat}/${this.picked}`, points: s.points, nonfinite: s.nonfinite, yAxisIndex: i };
