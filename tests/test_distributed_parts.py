@@ -19,8 +19,10 @@ import pytest
 from mindwatch.alerts.alert import make_alert
 from mindwatch.alerts.crossrank import CrossRankWatch, WatchedRun
 from mindwatch.alerts.rank_bands import RankBands
+from mindwatch.alerts.source_rank import SourceRank
 from mindwatch.alerts.straggler import StragglerRule
 from mindwatch.analysis.bands import band_of
+from mindwatch.analysis.batches import flagged_batches
 from mindwatch.config import load_config
 from mindwatch.mindspore.ranks import discover
 from mindwatch.monitor.role import RankRole
@@ -310,3 +312,37 @@ def test_rank_zero_waits_at_close_for_the_other_ranks_last_alerts(tmp_path: Path
     ender.join()
     assert [a["message"] for a in forwarded] == ["raised at the last step"]
     assert time.monotonic() - t0 < watch.close_wait  # it left once rank 1's status was final
+
+
+def _source_rank_after(rows: list[list[float]], tmp_path: Path) -> SourceRank:
+    sources = SourceRank(RunLayout(tmp_path), rank=0, world_size=2, wait_secs=0.2)
+    for step, norms in enumerate(rows, start=1):
+        sources.saw(step, np.asarray(norms))
+    return sources
+
+
+def _spike_alert(step: int) -> dict:
+    return make_alert("spike", step=step, rank=0, metric="grad_norm", value=9.0, message="grad_norm spiked", epoch=1, batch=0)
+
+
+def test_a_shared_spike_whose_ranks_all_rose_alike_names_no_source_rank_and_no_batch(tmp_path: Path) -> None:
+    """Both ranks' own norms rose 5x at step 12: not one rank's batch (the learning rate, the model)."""
+    sources = _source_rank_after([[1.0, 2.0]] * 11 + [[5.0, 10.0]], tmp_path)
+    alert = _spike_alert(12)
+    sources.alert(alert)
+    assert alert["source_rank"] is None and "epoch" not in alert and "batch" not in alert
+    assert "no rank's own gradient norm stood out" in alert["message"]
+    assert flagged_batches([alert]) == [], "no batch to list"
+
+
+def test_a_shared_spike_names_the_rank_whose_own_norm_stood_out_against_its_own_median(tmp_path: Path) -> None:
+    """Rank 1's norm is always 10x rank 0's (its data differ in scale); at step 12 rank 0's own norm triples while
+    rank 1's stays: rank 0 is the source, though rank 1's value is larger. A NaN norm always stands out."""
+    sources = _source_rank_after([[1.0, 10.0]] * 11 + [[3.0, 10.0], [1.0, math.nan]], tmp_path)
+    alert = _spike_alert(12)
+    sources.alert(alert)
+    assert alert["source_rank"] == 0 and alert["source_ratio"] == pytest.approx(3.0) and alert["batch"] == 0
+    nan = _spike_alert(13)
+    sources.alert(nan)
+    assert nan["source_rank"] == 1 and nan["batch_note"].startswith("rank 1's batch at step 13")
+    assert flagged_batches([nan])[0].rank == 1

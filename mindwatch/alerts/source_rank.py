@@ -12,7 +12,8 @@ raises an alert on them (``metrics.py``: ``same``). Which rank's batch caused it
 norm before the all-reduce, ``local_grad_norm``, which every step's signal brings to every rank
 (:mod:`mindwatch.mindspore.rank_signal`). The source is the rank whose local norm at that step is the largest
 multiple of its own median over its last :data:`WINDOW` steps, if that multiple is at least :data:`STANDS_OUT`
-(a NaN/Inf local norm always stands out). Each rank judges its own steps alike, from the same vector:
+and at least :data:`STANDS_OUT` x the median of the other ranks' multiples (a NaN/Inf local norm stands out
+unless most ranks' are too). Each rank judges its own steps alike, from the same vector:
 
 - rank 0, as such an alert reaches its sinks, names the rank (``source_rank``, ``source_ratio``) and replaces its own
   batch keys with that rank's: from the rank itself over the lifeline, else from its records in a shared run
@@ -44,7 +45,7 @@ from mindwatch.store.layout import RunLayout
 from mindwatch.store.sink import BaseSink
 from mindwatch.units import format_number
 
-#: A rank's local norm stands out at this multiple of its own recent median (and above every other rank's multiple).
+#: A rank's local norm stands out at this multiple of its own recent median, and of the other ranks' median multiple.
 STANDS_OUT = 2.0
 #: Each rank's median is over its last this many steps' local norms.
 WINDOW = 50
@@ -102,7 +103,12 @@ class SourceRank(BaseSink):
             return None, math.nan
         r = int(np.nanargmax(ratios))
         ratio = float(ratios[r])
-        return (r if ratio >= STANDS_OUT else None), ratio
+        others = np.delete(ratios, r)
+        others = others[~np.isnan(others)]
+        # it stands out against its own past and against the other ranks' rise at that step (not all rose alike)
+        rest = float(np.median(others)) if len(others) else 1.0
+        alone = not math.isinf(rest) if math.isinf(ratio) else ratio >= STANDS_OUT * max(rest, 1.0)
+        return (r if alone else None), ratio
 
     # -- sink interface (worker thread) ------------------------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
