@@ -240,12 +240,14 @@ def _batches(sub: argparse._SubParsersAction) -> None:
 
     def run(args: argparse.Namespace) -> int:
         from mindwatch.analysis.batches import flagged_batches, ids_text
+        from mindwatch.store.jsonl import record_at
         from mindwatch.store.reader import open_run
 
         if not _also_are_runs("batches", args.also):
             return 2
         try:
-            flagged = flagged_batches(open_run(args.run, *args.also).alerts)
+            run_ = open_run(args.run, *args.also)
+            flagged = flagged_batches(run_.alerts, lambda rank, step: record_at(run_.layout.metrics(rank), step))
         except (FileNotFoundError, ValueError) as e:
             print(f"mindwatch batches: {e}", file=sys.stderr)
             return 2

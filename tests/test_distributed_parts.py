@@ -29,6 +29,7 @@ from mindwatch.monitor.role import RankRole
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
 from mindwatch.store.bandfiles import read_band_file
+from mindwatch.store.jsonl import record_at
 from mindwatch.store.layout import RunLayout
 from mindwatch.store.reader import Series
 from mindwatch.store.rendezvous import RUN_ID_ENV, RendezvousTimeout, agree_run_id, rendezvous_path
@@ -346,3 +347,8 @@ def test_a_shared_spike_names_the_rank_whose_own_norm_stood_out_against_its_own_
     sources.alert(nan)
     assert nan["source_rank"] == 1 and nan["batch_note"].startswith("rank 1's batch at step 13")
     assert flagged_batches([nan])[0].rank == 1
+    node_1 = tmp_path / "node1"  # rank 1's own folder, opened beside rank 0's (mindwatch batches RUN --also DIR)
+    node_1.mkdir()
+    (node_1 / "metrics.rank1.jsonl").write_text(json.dumps({"step": 13, "epoch": 1, "batch": 12, "sample_ids": [7, 8]}) + "\n")
+    flagged = flagged_batches([nan], lambda rank, step: record_at(node_1 / f"metrics.rank{rank}.jsonl", step))
+    assert [(b.rank, b.batch, b.sample_ids, b.note) for b in flagged] == [(1, 12, [7, 8], None)]

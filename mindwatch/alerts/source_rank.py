@@ -40,7 +40,7 @@ import numpy as np
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import BATCH_KEYS, RollingMedian
-from mindwatch.store.jsonl import decode_line
+from mindwatch.store.jsonl import record_at
 from mindwatch.store.layout import RunLayout
 from mindwatch.store.sink import BaseSink
 from mindwatch.units import format_number
@@ -193,7 +193,7 @@ class SourceRank(BaseSink):
                 sent = self._sent.get((rank, step))  # kept: several alerts may name one step
             if sent is not None:
                 return sent
-            found = _record_at(self.layout.metrics(rank), step)
+            found = record_at(self.layout.metrics(rank), step)
             if found is not None:
                 return found
             left = deadline - time.monotonic()
@@ -201,22 +201,6 @@ class SourceRank(BaseSink):
                 return None
             with self._arrived:
                 self._arrived.wait(min(left, 0.1))
-
-
-def _record_at(path: Any, step: int, max_bytes: int = 1 << 20) -> dict[str, Any] | None:
-    """The record of ``step`` among the last ``max_bytes`` of a rank's metrics file (None: not there, or not yet)."""
-    try:
-        with open(path, "rb") as f:
-            end = f.seek(0, 2)
-            f.seek(max(0, end - max_bytes))
-            data = f.read()
-    except OSError:
-        return None
-    for line in reversed(data.splitlines()):
-        rec = decode_line(line)
-        if rec is not None and rec.get("step") == step:
-            return rec
-    return None
 
 
 def _times(ratio: float) -> str:

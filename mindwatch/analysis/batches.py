@@ -14,7 +14,7 @@ that the batch is in that rank's own records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +38,11 @@ class FlaggedBatch:
     note: str | None = None
 
 
-def flagged_batches(alerts: Iterable[dict[str, Any]]) -> list[FlaggedBatch]:
-    """The steps the anomaly alerts named, in step order, one entry per step and rank."""
+def flagged_batches(
+    alerts: Iterable[dict[str, Any]], records: Callable[[int, int], dict[str, Any] | None] | None = None
+) -> list[FlaggedBatch]:
+    """The steps the anomaly alerts named, in step order, one entry per step and rank. ``records(rank, step)``: that
+    rank's record of the step, for a batch an alert left in that rank's records (another node's folder, ``--also``)."""
     found: dict[tuple[int, int], FlaggedBatch] = {}
     for a in alerts:
         step, rank = a.get("step"), a.get("source_rank", a.get("rank"))
@@ -56,6 +59,10 @@ def flagged_batches(alerts: Iterable[dict[str, Any]]) -> list[FlaggedBatch]:
         name = str(a["rule"]) + (f" on {a['metric']}" if a.get("metric") else "")
         if name not in entry.rules:
             entry.rules.append(name)
+    for (step, rank), entry in found.items():
+        if entry.note and entry.sample_ids is None and records is not None and (rec := records(rank, step)) is not None:
+            entry.epoch, entry.batch, entry.sample_ids = rec.get("epoch"), rec.get("batch"), rec.get("sample_ids")
+            entry.note = None
     return [found[k] for k in sorted(found)]
 
 

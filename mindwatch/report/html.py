@@ -24,6 +24,7 @@ import math
 import os
 import re
 import string
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from mindwatch.analysis.state_text import state_sentence
 from mindwatch.analysis.summary import RunSummary, field_label, ordered_metrics, summarize_run
 from mindwatch.analysis.tags import tag_texts
 from mindwatch.assets import asset_text, echarts_js
+from mindwatch.store.jsonl import record_at
 from mindwatch.store.layerfiles import LAYER_STATS, is_layer_metric
 from mindwatch.store.reader import Run, open_run
 from mindwatch.units import format_duration, format_number
@@ -465,9 +467,15 @@ def _alerts_table(runs: list[Run], labels: list[str]) -> str:
     return f'<table id="alerts"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>{more}'
 
 
+def _record_of(run: Run, rank: int, step: int) -> dict[str, Any] | None:
+    return record_at(run.layout.metrics(rank), step)
+
+
 def _batches_table(runs: list[Run], labels: list[str]) -> str:
     """The flagged batches (``mindwatch batches``): the steps an anomaly alert named, with where their batch came from."""
-    rows = [(lab, b) for run, lab in zip(runs, labels, strict=True) for b in flagged_batches(run.alerts)]
+    rows = [
+        (lab, b) for run, lab in zip(runs, labels, strict=True) for b in flagged_batches(run.alerts, partial(_record_of, run))
+    ]
     if not rows:
         return ""
     multi = len(runs) > 1

@@ -92,6 +92,22 @@ def read_last_record(path: Path, end: int | None = None, max_bytes: int = 1 << 1
     return last_record(data)
 
 
+def record_at(path: Path, step: int, max_bytes: int = 1 << 20) -> dict[str, Any] | None:
+    """The record of ``step`` among the last ``max_bytes`` of a rank's metrics file (None: not there, or not yet)."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(0, end - max_bytes))
+            data = f.read()
+    except OSError:
+        return None
+    for line in reversed(data.splitlines()):
+        rec = decode_line(line)
+        if rec is not None and rec.get("step") == step:
+            return rec
+    return None
+
+
 def metric_values(record: dict[str, Any]) -> Iterator[tuple[str, float]]:
     """``(name, value)`` of every metric in a record: coordinates skipped, values decoded, non-numbers dropped."""
     for key, raw in record.items():
