@@ -472,7 +472,7 @@ ROW_HEIGHTS = """() => Array.from(document.querySelectorAll('#layers .chart.heat
 
 def _sixteen_layers_report(tmp_path: Path, smallest: float = 1e-3) -> Path:
     """The report of a run whose 16 layers were measured every 4th step; each statistic's smallest value is ``smallest``."""
-    from mindwatch.store.layerfiles import LAYER_KEY, LAYER_STATS, LayerRow
+    from mindwatch.store.layerfiles import LAYER_KEY, LayerRow, row_stats
 
     layers = tuple(f"blocks.{b}.{part}" for b in range(4) for part in ("ln1", "attn.qkv", "attn.proj", "mlp.0"))
     run_dir = tmp_path / "proj" / "sixteen_layers"
@@ -483,7 +483,7 @@ def _sixteen_layers_report(tmp_path: Path, smallest: float = 1e-3) -> Path:
     for s in range(1, 41):
         rec: dict = {"step": s, "t": t0 + s, "loss": 3 - s / 100}
         if s % 4 == 0:
-            stats = rng.uniform(max(smallest, 1e-3), 1.0, (len(LAYER_STATS), len(layers))).astype(np.float32)
+            stats = rng.uniform(max(smallest, 1e-3), 1.0, (len(row_stats(False)), len(layers))).astype(np.float32)
             stats[:, 0] = smallest if s == 4 else stats[:, 0]
             rec[LAYER_KEY] = LayerRow(layers, stats)
         w.write([rec])
