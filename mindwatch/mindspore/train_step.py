@@ -192,21 +192,24 @@ class _LayerStatsStep:
                 loss = ops.depend(loss, self.optimizer(grads))
             after = tuple(ops.depend(w, loss) for w in self.weights)  # read once the update is done
             delta_sq = squares(tuple(after[i] - before[i] for i in range(len(before))))
-            moment_sq = self._moment_squares(loss)
         else:
             if not skip_update:
                 loss = ops.depend(loss, self.optimizer(grads))
             weight_sq = stats.zeros
             delta_sq = stats.zeros
-            moment_sq = () if stats.moments is None else (stats.zeros, stats.zeros)
-        return loss, stats.result(grad_sq, weight_sq, delta_sq, moment_sq)
+        return loss, stats.result(grad_sq, weight_sq, delta_sq, self._moment_squares(loss, measure))
 
-    def _moment_squares(self, loss):
-        """The squared sums of the optimizer's first and second moments once the update (behind ``loss``) is done."""
-        moments = self.layer_stats.moments
-        if moments is None:
+    def _moment_squares(self, loss, measure):
+        """``(the squared sums of the optimizer's first moments, of its second)`` once the update (behind ``loss``) is
+        done; zeros on a step that measures nothing; ``()`` for an optimizer without moments. Compiled inside another
+        graph (``measure`` None) they are taken every step: a branch would have to return them both ways."""
+        stats = self.layer_stats
+        if stats.moments is None:
             return ()
-        return (squares(tuple(ops.depend(m, loss) for m in moments[0])), squares(tuple(ops.depend(v, loss) for v in moments[1])))
+        if measure is False:
+            return (stats.zeros, stats.zeros)
+        m, v = stats.moments
+        return (squares(tuple(ops.depend(x, loss) for x in m)), squares(tuple(ops.depend(x, loss) for x in v)))
 
 
 def _clip(grads: tuple, norm: ms.Tensor, max_norm: float) -> tuple:
