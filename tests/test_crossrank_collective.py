@@ -299,4 +299,7 @@ def test_the_run_page_and_the_report_show_each_ranks_local_norm_and_the_moments_
     for k, stat in ((3, "adam_m_norm"), (4, "adam_v_norm")):
         assert data["layers"]["last"][stat] == pytest.approx(rows[-1, k].tolist(), rel=1e-6), stat
         assert [m[0] for m in data["layers"]["maps"]].count(stat) == 1, "a heat map of it"
-    assert "local_grad_norm" in {m["name"] for m in data["metrics"]}
+    chart = next(m for m in data["metrics"] if m["name"] == "local_grad_norm")
+    assert [s["label"] for s in chart["series"]] == ["rank 0", "rank 1"], "a line per rank"
+    top = max(chart["series"][1]["points"], key=lambda p: p[1])
+    assert top[0] == 60 and top[1] == pytest.approx(local[1][60], rel=1e-5)
