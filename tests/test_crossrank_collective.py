@@ -86,6 +86,7 @@ def test_a_nan_in_one_ranks_labels_stops_every_rank_on_that_step_and_every_check
             assert np.isfinite(value.asnumpy()).all(), f"{path.name}: {name} is not finite"
     nonfinite = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "nonfinite"]
     assert [(a["rank"], a["step"], a["metric"]) for a in nonfinite] == [(0, 40, "grad_norm")], "one alert for the run"
+    assert nonfinite[0]["source_rank"] == 1, "rank 1's own gradient norm was the NaN one"
     posted = [(body.get("event"), body.get("rule"), body.get("actions")) for _, body in hooks.posts]
     assert posted == [("alert", "nonfinite", ["stop", "checkpoint"]), ("end", None, None)], "one anomaly, two messages"
     end = hooks.posts[-1][1]

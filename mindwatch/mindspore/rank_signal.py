@@ -50,6 +50,8 @@ _STEP_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.STEP_TIME)
 _DATA_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.DATA_TIME)
 #: Where a rank's ``local_grad_norm`` is among its slots (written inside the step, never by :class:`RankSignal`).
 LOCAL_NORM_SLOT = 2 + len(vocab.STRAGGLER_METRICS)
+#: What a NaN/Inf local norm is sent as (a norm is never negative): NaN x 0 would spread to every slot of the vector.
+NONFINITE_NORM = -1.0
 #: Slots for rank 0's :class:`Announcement` (``run_id\nhost:port\nattempt\nresumed_step``), one character code each.
 TOKEN_SLOTS = 160
 #: How long a rank waits, when another rank's request arrives in the vector, for the alert behind it on the lifeline
@@ -72,8 +74,11 @@ def local_norm_slot(rank: int, world_size: int) -> ms.Tensor:
 
 
 def with_local_norm(signal: ms.Tensor, grads: tuple, onehot: ms.Tensor) -> ms.Tensor:
-    """Inside the step: ``signal`` with this rank's norm of ``grads`` (before the all-reduce) in its slot."""
-    return signal + ops.sqrt(ops.reduce_sum(squares(grads))) * onehot
+    """Inside the step: ``signal`` with this rank's norm of ``grads`` (before the all-reduce) in its slot (a NaN/Inf
+    norm as :data:`NONFINITE_NORM`)."""
+    norm = ops.sqrt(ops.reduce_sum(squares(grads)))
+    norm = ops.select(ops.isfinite(norm), norm, ops.ones_like(norm) * NONFINITE_NORM)
+    return signal + norm * onehot
 
 
 @dataclass(frozen=True)
@@ -184,8 +189,12 @@ class RankSignal:
         return np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, TIMING]
 
     def local_norms(self, reduced: np.ndarray) -> np.ndarray:
-        """Every rank's ``local_grad_norm`` of the step in the summed vector, one a rank (0: that rank's step sent none)."""
-        return np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, LOCAL_NORM_SLOT]
+        """Every rank's ``local_grad_norm`` of the step in the summed vector, one a rank (0: that rank's step sent none;
+        NaN: it was NaN or Inf)."""
+        slots = np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)
+        norms = slots[:, LOCAL_NORM_SLOT].copy()
+        norms[norms < 0] = np.nan
+        return norms
 
     @staticmethod
     def announced(reduced: np.ndarray) -> Announcement:
