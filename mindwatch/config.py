@@ -111,6 +111,9 @@ class ThroughputSection(Section):
     #: The device's peak TFLOPS (dense bf16/fp16), for MFU; null: the peak of the device's name in the table of
     #: known devices (mindwatch/device_peaks.py), and no MFU where it is not in there (a CPU).
     peak_tflops: float | None = Field(default=None, gt=0)
+    #: Samples per second of one device training alone: each rank's ``throughput_linearity`` is its own samples per
+    #: second over it (1: the job scales linearly); null: not recorded.
+    baseline: float | None = Field(default=None, gt=0)
 
 
 class PrometheusSection(Section):

@@ -80,6 +80,7 @@ WEIGHT_NORM, UPDATE_RATIO = "weight_norm", "update_ratio"
 ADAM_M_NORM, ADAM_V_NORM = "adam_m_norm", "adam_v_norm"
 SKIPPED = "skipped"
 TFLOPS, MFU = "tflops", "mfu"
+THROUGHPUT_LINEARITY = "throughput_linearity"
 
 #: The per-step metrics, in the order tables and reports list them.
 STEP_METRICS: tuple[Metric, ...] = (
@@ -119,6 +120,13 @@ STEP_METRICS: tuple[Metric, ...] = (
         SAMPLES_PER_SECOND, "samples per second", "1/s", "throughput", across_ranks="sum", switch=SAMPLES_PER_SECOND, band=True
     ),
     Metric(TOKENS_PER_SECOND, "tokens per second", "1/s", "tokens", across_ranks="sum", switch=TOKENS_PER_SECOND, band=True),
+    Metric(
+        THROUGHPUT_LINEARITY,
+        "this device's samples per second over throughput.baseline (one device's alone): 1 is linear scaling",
+        group="linearity",
+        switch=THROUGHPUT_LINEARITY,
+        band=True,
+    ),
     Metric(
         TFLOPS,
         "model TFLOPS per device: a step's model FLOPs (throughput.flops_per_step, else 6 x trainable parameters x tokens) "
@@ -230,6 +238,7 @@ CHART_GROUPS: tuple[ChartGroup, ...] = (
     # samples/s and tokens/s differ by the sequence length: on one chart's twin axes their lines hide each other
     ChartGroup("throughput", "samples per second"),
     ChartGroup("tokens", "tokens per second"),
+    ChartGroup("linearity", "throughput linearity (samples/s over one device's alone)"),
     # mfu is tflops over a constant peak: one curve, read on either axis
     ChartGroup("flops", "TFLOPS per device / MFU", ("TFLOPS", "MFU (%)")),
     ChartGroup("time", "step time vs data wait (s)"),
@@ -244,7 +253,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "memory": (HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB),
     "global_rank": (),  # the rank is recorded with every step anyway
     "rank": (),
-    "throughput": (SAMPLES_PER_SECOND, TOKENS_PER_SECOND, TFLOPS, MFU),
+    "throughput": (SAMPLES_PER_SECOND, TOKENS_PER_SECOND, TFLOPS, MFU, THROUGHPUT_LINEARITY),
     MFU: (TFLOPS, MFU),  # mfu is tflops over the peak: it comes with tflops, where a peak is known
     "utilization": (DEVICE_UTIL, DEVICE_MEM_UTIL),
     "global_norm": (GRAD_NORM,),

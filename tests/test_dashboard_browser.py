@@ -299,7 +299,8 @@ def test_the_layers_view_shows_a_real_runs_layers_and_opens_one(tmp_path: Path, 
         wait_for(lambda: page.evaluate(LAYER_CURVE) is not None, 30, "the picked layer's curves")
         curve = page.evaluate(LAYER_CURVE)
         assert curve["title"] == "layer blocks.0.attn.qkv"
-        expected = [len(run.series(f"{stat}/blocks.0.attn.qkv")) for stat in ("grad_norm", "update_ratio")]
+        heat_stats = ("grad_norm", "update_ratio", "adam_m_norm", "adam_v_norm")  # the demo's AdamWeightDecay has moments
+        expected = [len(run.series(f"{stat}/blocks.0.attn.qkv")) for stat in heat_stats]
         assert curve["points"] == expected and expected[0] == 16  # the first step and every 2nd of 30 steps
         # no blank column: a column per measured step (1, 2, 4, ..., 30), each with a cell for every layer
         heat = wait_for(lambda: (h := page.evaluate(LAYER_HEAT)) and h["outlined"] and h, 10, "the picked row outlined")

@@ -47,7 +47,8 @@ def test_a_loop_records_6_x_parameters_x_tokens_over_the_step_time_and_mfu_again
 ) -> None:
     loop = TutorialLoop("pynative")
     params = parameter_count(loop.net)
-    config = {"save_dir": str(tmp_path), "project": "p", "interval": 60, "throughput": {"peak_tflops": PEAK}}
+    throughput = {"peak_tflops": PEAK, "baseline": 50.0}
+    config = {"save_dir": str(tmp_path), "project": "p", "interval": 60, "throughput": throughput}
     with (
         caplog.at_level(logging.INFO, "mindwatch"),
         mw.start_run(config, network=loop.net, optimizer=loop.optimizer, total_steps=8) as run,
@@ -59,6 +60,8 @@ def test_a_loop_records_6_x_parameters_x_tokens_over_the_step_time_and_mfu_again
     assert tflops.step.tolist() == step_time.step.tolist() == list(range(1, 9))
     np.testing.assert_allclose(tflops.value, 6 * params * BATCH * SEQ / step_time.value / 1e12, rtol=1e-9)
     np.testing.assert_allclose(mfu.value, 100 * tflops.value / PEAK, rtol=1e-9)
+    linearity = r.series("throughput_linearity")  # the samples per second over one device's alone
+    np.testing.assert_allclose(linearity.value, BATCH / step_time.value / 50.0, rtol=1e-9)
     assert r.meta["throughput"] == {
         "flops": "6 x parameters x tokens per step",
         "flops_per_step": None,

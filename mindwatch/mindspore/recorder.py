@@ -86,7 +86,8 @@ class StepRecorder:
         self.config = cfg
         self.rank = rank
         self.state = StepState()
-        self.timer = StepTimer(cfg.batch_size, cfg.seq_length, flops)
+        baseline = cfg.throughput.baseline if vocab.THROUGHPUT_LINEARITY in cfg.enabled_metrics else None
+        self.timer = StepTimer(cfg.batch_size, cfg.seq_length, flops, baseline)
         self.lr_probe = LrProbe(optimizer) if vocab.LR in cfg.enabled_metrics else None
         probe = self.lr_probe or LrProbe(optimizer)
         self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank)

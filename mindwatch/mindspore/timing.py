@@ -59,7 +59,14 @@ class FlopsBasis:
 class StepTimer:
     """Seconds per step and per data wait between two recorded steps, samples (tokens) per second, TFLOPS and MFU."""
 
-    def __init__(self, batch_size: int | None = None, seq_length: int | None = None, flops: FlopsBasis | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int | None = None,
+        seq_length: int | None = None,
+        flops: FlopsBasis | None = None,
+        baseline: float | None = None,
+    ) -> None:
+        """``baseline``: one device's samples per second alone (``throughput.baseline``): ``throughput_linearity``."""
         #: Samples per step, and tokens per sample; None until known (the config, or the first batch's shape).
         self.batch_size = batch_size
         self.seq_length = seq_length
@@ -68,6 +75,7 @@ class StepTimer:
         #: The model FLOPs of one step, and the device's peak; None while unknown.
         self.step_flops: float | None = None
         self._peak = flops.peak_tflops if flops is not None else None
+        self._baseline = baseline
         self._count_flops()
         #: Whether the batch shape still has to be read (only what the config leaves open is).
         self.shape_pending = batch_size is None or seq_length is None
@@ -92,7 +100,9 @@ class StepTimer:
             rec["step_time"] = elapsed / steps
             rec["data_time"] = self.data_wait / steps
             if self.batch_size:
-                rec["samples_per_second"] = self.batch_size * steps / elapsed
+                rec["samples_per_second"] = samples = self.batch_size * steps / elapsed
+                if self._baseline:
+                    rec["throughput_linearity"] = samples / self._baseline
                 if self.seq_length:
                     rec["tokens_per_second"] = self.batch_size * self.seq_length * steps / elapsed
             if self.step_flops:
