@@ -113,6 +113,16 @@ class ThroughputSection(Section):
     peak_tflops: float | None = Field(default=None, gt=0)
 
 
+class DynamicBatchSection(Section):
+    """``dynamic_batch``: what the ``shrink_batch`` and ``grow_batch`` actions do to a ``DynamicBatch`` (docs/alerts.md)."""
+
+    #: ``shrink_batch`` multiplies the batch size by this, ``grow_batch`` divides it by it (within the DynamicBatch's min, max).
+    factor: float = Field(default=0.5, gt=0, lt=1)
+    #: How the learning rate follows a new batch size, from the step the batch changes: not at all, in proportion,
+    #: or by the square root of the ratio.
+    scale_lr: Literal["none", "linear", "sqrt"] = "none"
+
+
 class PrometheusSection(Section):
     """An opt-in ``/metrics`` endpoint in each training process (see docs/prometheus.md)."""
 
@@ -350,6 +360,8 @@ class MonitorConfig(Section):
     alerts: AlertsSection = Field(default_factory=AlertsSection)
     #: Skip the update of a step whose grad_norm (or loss) is far above its rolling mean (docs/alerts.md).
     skip_steps: SkipStepsSettings = Field(default_factory=SkipStepsSettings)
+    #: What ``shrink_batch`` / ``grow_batch`` do to the batch size of a ``DynamicBatch`` (docs/alerts.md).
+    dynamic_batch: DynamicBatchSection = Field(default_factory=DynamicBatchSection)
     notify: list[Annotated[Union[NotifyChannel, EmailChannel], Field(discriminator="type")]] = Field(default_factory=list)
     #: The dashboard's address (``http://host:8080``, serving this ``save_dir``): notifications link to the run's page.
     dashboard_url: str | None = Field(default=None, pattern=r"^https?://")

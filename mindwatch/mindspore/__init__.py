@@ -7,6 +7,7 @@ Example::
 """
 
 from mindwatch.mindspore.callback import MonitorCallback
+from mindwatch.mindspore.dynamic_batch import DynamicBatch
 from mindwatch.mindspore.grad_reducer import DistributedGradReducer
 from mindwatch.mindspore.loop import Run, start_run
 from mindwatch.mindspore.reduction import grad_norm
@@ -18,6 +19,7 @@ MindSporeTransformersMonitor = MonitorCallback
 
 __all__ = [
     "DistributedGradReducer",
+    "DynamicBatch",
     "MindSporeTransformersMonitor",
     "MonitorCallback",
     "Run",

@@ -16,6 +16,9 @@ Example::
   PyNative mode); a ``LearningRateSchedule`` is wrapped at train begin in :class:`ScaledSchedule`,
   whose scale parameter is lowered.
 - ``dump_stacks``: every thread's stack into ``<run_dir>/stacks/``.
+- ``shrink_batch``, ``grow_batch``, ``resize_batch``: a :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`'s size,
+  from a step agreed in advance (:class:`~mindwatch.mindspore.dynamic_batch.BatchChanges`), the learning rate with it
+  when ``dynamic_batch.scale_lr`` says so.
 
 Each action done is reported as an ``intervention`` alert (``severity: info``) naming what it
 did: ``lr_before``/``lr_after``, ``checkpoint``/``last_healthy_checkpoint``, ``stacks``.
@@ -38,6 +41,7 @@ from mindwatch.alerts.alert import Alert, Cooldown, make_alert
 from mindwatch.alerts.registry import configured_actions
 from mindwatch.alerts.rules.nonfinite import NonFiniteRule, checked_in_step
 from mindwatch.alerts.skip import SkipRule
+from mindwatch.mindspore.dynamic_batch import BatchChanges
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
 
@@ -93,8 +97,10 @@ def _rate_parameter(lr: Any) -> ms.Parameter:
 
 
 def prepare_optimizer(config: Any, optimizer: Any) -> bool:
-    """Before the graph compiles: wrap the optimizer's schedule when a rule may ask for ``lr_backoff``; True if it did."""
-    return optimizer is not None and "lr_backoff" in configured_actions(config) and wrap_schedules(optimizer)
+    """Before the graph compiles: wrap the optimizer's schedule when a rule may ask for ``lr_backoff`` (or the learning
+    rate follows the batch size, ``dynamic_batch.scale_lr``); True if it did."""
+    scaled = "lr_backoff" in configured_actions(config) or config.dynamic_batch.scale_lr != "none"
+    return optimizer is not None and scaled and wrap_schedules(optimizer)
 
 
 def checkpoint_files(callbacks: list[Any] | None, latest: str | None) -> list[Path]:
@@ -178,8 +184,16 @@ class Interventions:
     ``{name: Parameter}`` (a loop's network and optimizer).
     """
 
-    def __init__(self, session: RunSession, *, optimizer: Any, saved: Any, lr_probe: Any = None, rank: int = 0) -> None:
+    def __init__(
+        self, session: RunSession, *, optimizer: Any, saved: Any, lr_probe: Any = None, rank: int = 0, batch: Any = None
+    ) -> None:
         self.session = session
+        #: The training's :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`, with what changes it; None: none.
+        self.batch = (
+            BatchChanges(batch, session.config.dynamic_batch, report=self.report, schedule=session.control.schedule)
+            if batch is not None
+            else None
+        )
         self.optimizer = optimizer
         self.saved = saved
         self.lr_probe = lr_probe
@@ -243,41 +257,47 @@ class Interventions:
                 session.monitor.alert(alert)
 
     def carry_out(self, step: int, boundary: StepBoundary) -> None:
-        """Do every request due after ``step`` (training thread, at a step boundary). Failures are warnings."""
-        for action, alert in self.session.control.take(step):
-            try:
-                done = getattr(self, f"_{action}")(alert, step, boundary)
-            except Exception as e:
-                log.warning(
-                    "mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e
-                )
-                done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
-            cause = f"{alert.get('rule')}" + (f" on {alert['metric']}" if alert.get("metric") else "")
-            asked_at = f" at step {alert['step']}" if alert.get("step") is not None else ""  # a request before step 1
-            message = f"{done.pop('message')} (requested by the {cause} alert{asked_at}"
-            message += (
-                f" on rank {alert.get('rank')})" if alert.get("rank") is not None and alert.get("rank") != self.rank else ")"
+        """Do every request due after ``step`` (training thread, at a step boundary), and what those file for this very
+        boundary. Failures are warnings."""
+        while due := self.session.control.take(step):
+            for action, alert in due:
+                try:
+                    done = getattr(self, f"_{action}")(alert, step, boundary)
+                except Exception as e:
+                    log.warning(
+                        "mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e
+                    )
+                    done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
+                if done is not None:  # None: recorded later (a batch size change, once the ranks agreed its step)
+                    self.report(action, alert, step, done)
+
+    def report(self, action: str, alert: Alert, step: int, done: dict[str, Any]) -> None:
+        """The ``intervention`` alert of ``action`` done at the boundary after ``step`` for ``alert``: ``done`` says what
+        (its ``message``, its ``severity``, what it made)."""
+        cause = f"{alert.get('rule')}" + (f" on {alert['metric']}" if alert.get("metric") else "")
+        asked_at = f" at step {alert['step']}" if alert.get("step") is not None else ""  # a request before step 1
+        message = f"{done.pop('message')} (requested by the {cause} alert{asked_at}"
+        message += f" on rank {alert.get('rank')})" if alert.get("rank") is not None and alert.get("rank") != self.rank else ")"
+        done.update(coordination_fields(alert.get("coordination"), step))
+        if alert.get("request"):  # a person's request: its answer is written when this alert is
+            done["request"] = alert["request"]
+        if done.get("late_steps"):
+            message += f"; {done['late_steps']} steps later than the agreed step {done['at_step']}"
+        elif done.get("alone"):
+            message += f"; this rank alone: {done['alone']}"
+        self.session.monitor.alert(
+            make_alert(
+                "intervention",
+                step=step,
+                rank=self.rank,
+                message=message,
+                severity=done.pop("severity", "info"),
+                actions=[action],
+                cause=alert.get("rule"),
+                cause_step=alert.get("step"),
+                **done,
             )
-            done.update(coordination_fields(alert.get("coordination"), step))
-            if alert.get("request"):  # a person's request: its answer is written when this alert is
-                done["request"] = alert["request"]
-            if done.get("late_steps"):
-                message += f"; {done['late_steps']} steps later than the agreed step {done['at_step']}"
-            elif done.get("alone"):
-                message += f"; this rank alone: {done['alone']}"
-            self.session.monitor.alert(
-                make_alert(
-                    "intervention",
-                    step=step,
-                    rank=self.rank,
-                    message=message,
-                    severity=done.pop("severity", "info"),
-                    actions=[action],
-                    cause=alert.get("rule"),
-                    cause_step=alert.get("step"),
-                    **done,
-                )
-            )
+        )
 
     # -- actions: each returns what to put in the intervention alert ---------------
     def _stop(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
@@ -325,6 +345,29 @@ class Interventions:
             "checkpoint": os.fspath(path),
             "last_healthy_checkpoint": os.fspath(healthy) if healthy else None,
         }
+
+    def _shrink_batch(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any] | None:
+        return self._batch_changes().ask("shrink_batch", alert, step)
+
+    def _grow_batch(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any] | None:
+        return self._batch_changes().ask("grow_batch", alert, step)
+
+    def _resize_batch(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any] | None:
+        return self._batch_changes().ask("resize_batch", alert, step)
+
+    def _batch_changes(self) -> Any:
+        if self.batch is None:
+            raise RuntimeError(
+                "this training has no DynamicBatch: build batch = mw.DynamicBatch(32, min=8, max=128), pass it to "
+                "dataset.batch(batch_size=batch) and to MonitorCallback(config, batch=batch) or start_run(..., batch=batch)"
+            )
+        return self.batch
+
+    def _batch_lr(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
+        """``dynamic_batch.scale_lr``: the learning rate follows a batch size change, from its ``from_step``."""
+        done = self._lr_backoff(alert, step, boundary)
+        done["message"] += f" (dynamic_batch.scale_lr, with the batch size from step {alert.get('from_step')})"
+        return done
 
     def _dump_stacks(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
         path = dump_stacks(self.session.layout.stacks, f"request_rank{self.rank}_step{step}")

@@ -22,6 +22,7 @@ from typing import Any
 from mindspore.train import Callback
 
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
+from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     failure_text,
@@ -56,12 +57,18 @@ class MonitorCallback(Callback):
 
     ``config`` is a :class:`~mindwatch.config.MonitorConfig`, a dict, a YAML string or a path
     to a YAML file (a top-level ``monitor_config:`` key is accepted). ``enable: false`` makes
-    the callback a no-op. A loop of your own uses :func:`mindwatch.mindspore.start_run` instead.
+    the callback a no-op. A loop of your own uses :func:`mindwatch.mindspore.start_run` instead. ``batch``: the
+    :class:`~mindwatch.mindspore.DynamicBatch` the dataset is batched by (``dataset.batch(batch_size=batch)``), whose
+    size the ``shrink_batch`` / ``grow_batch`` actions change; each step records its size.
     """
 
-    def __init__(self, config: ConfigLike = None, **overrides: Any) -> None:
+    def __init__(self, config: ConfigLike = None, *, batch: DynamicBatch | None = None, **overrides: Any) -> None:
         super().__init__()
         self.config = merged_config(config, overrides)
+        #: The DynamicBatch of the training (None: a fixed batch size).
+        self.batch = batch
+        #: Whether the train cell's batch axis is still to be made dynamic (before its first step compiles).
+        self._dynamic_pending = False
         self.enabled = self.config.enable
         #: The current (or last) training's recording; None until train begin.
         self.recorder: StepRecorder | None = None
@@ -114,6 +121,7 @@ class MonitorCallback(Callback):
         self._setup_signal(train_network)
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
         self._ids_column = ids_column(self.config.callback.sample_ids, params.dataset)
+        self._dynamic_pending = self.batch is not None
         if self._signal is not None and self._signal.rank > 0:
             # never wait at start for another host's file: learn the run from rank 0's first step
             prepare_optimizer(self.config, params.optimizer)  # before the graph compiles, as on rank 0
@@ -150,6 +158,7 @@ class MonitorCallback(Callback):
             run_id=run_id,
             attempt=attempt,
             collective=self._signal is not None,
+            batch=self.batch,
         )
         self.recorder = recorder = set_up_or_stop(start, self._watch)
         if recorder is None:
@@ -157,6 +166,9 @@ class MonitorCallback(Callback):
             return
         if self._signal is not None:
             self._exchange = SignalExchange(self._signal, recorder.session)
+            if recorder.actions.batch is not None:  # every rank agrees each change's step through the step's sum
+                self._exchange.batch = recorder.actions.batch
+                recorder.actions.batch.collective = True
         now = _perf()
         if began is None:
             self._step_begin = self._prev_step_end = now
@@ -177,8 +189,14 @@ class MonitorCallback(Callback):
         if not self.enabled:
             return
         self._step_begin = _perf()
+        if self._dynamic_pending:  # before the first step compiles: one graph for every batch size
+            self._dynamic_pending = False
+            params = self._params
+            assert params is not None
+            batch_axis_dynamic(params.train_network, self._read(run_context.original_args(), "train_dataset_element", None))
         if self._exchange is not None:
-            self._exchange.before_step()
+            state = self.recorder.state  # type: ignore[union-attr]
+            self._exchange.before_step(self._read(run_context.original_args(), "cur_step_num") + state.offset)
         cell = self._cell
         if cell is not None and cell.plans:
             state = self.recorder.state  # type: ignore[union-attr]
@@ -210,10 +228,14 @@ class MonitorCallback(Callback):
         cell = self._cell
         assert cell is not None
         if not recorder.due(n) and not (cell.skip_output >= 0 and cell.skipped(arg(cb, "net_outputs"))):
+            if recorder.batch is not None:
+                recorder.took(step + state.offset)
             recorder.act(step + state.offset, self._boundary.at(run_context, cb))
             return
         if state.first_pending:
             self._first_step(cb)
+        if recorder.batch is not None:
+            recorder.took(step + state.offset)
         rec: dict[str, Any] = {"step": step + state.offset, "epoch": arg(cb, "cur_epoch_num"), "t": _wall()}
         rec["rank"] = recorder.rank
         params = self._params

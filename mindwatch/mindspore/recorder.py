@@ -39,6 +39,7 @@ from mindwatch.device_peaks import known_device
 from mindwatch.mindspore.actions import Interventions, StepBoundary
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.attention_watch import AttentionWatch
+from mindwatch.mindspore.dynamic_batch import DynamicBatch
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.layer_watch import LayerWatch
 from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler
@@ -77,6 +78,7 @@ class StepRecorder:
         rank: int,
         flops: FlopsBasis | None = None,
         weights: Sequence[Any] = (),
+        batch: Any = None,
     ) -> None:
         cfg = session.config
         self.session = session
@@ -88,7 +90,11 @@ class StepRecorder:
         self.timer = StepTimer(cfg.batch_size, cfg.seq_length, flops)
         self.lr_probe = LrProbe(optimizer) if vocab.LR in cfg.enabled_metrics else None
         probe = self.lr_probe or LrProbe(optimizer)
-        self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank)
+        self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank, batch=batch)
+        #: The training's DynamicBatch (``batch=``), whose size each step's record and throughput follow; None: none.
+        self.batch: DynamicBatch | None = batch
+        #: The size of the batch the last step took (a DynamicBatch's).
+        self._batch_size = 0
         self.actions.prepare()
         self.layers: LayerWatch | None = None
         self.attention: AttentionWatch | None = None
@@ -113,13 +119,15 @@ class StepRecorder:
         run_id: str | None = None,
         attempt: int | None = None,
         collective: bool = False,
+        batch: DynamicBatch | None = None,
     ) -> StepRecorder:
         """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``).
 
         ``network``: the model, whose trainable parameters count for TFLOPS where ``optimizer`` has none;
         ``run_id``, ``attempt``: the run and attempt to join (a rank > 0 that learnt rank 0's through the train step's
         collective);
-        ``collective``: the ranks agree on actions through that collective (``RunSession.start``).
+        ``collective``: the ranks agree on actions through that collective (``RunSession.start``);
+        ``batch``: the training's :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`.
         """
         who = discover()
         metrics = config.enabled_metrics
@@ -150,13 +158,15 @@ class StepRecorder:
             versions={"mindspore": ms.__version__},
             checks_in_step=True,  # Interventions checks the step's NaN/Inf (``nonfinite.checked_in_step``)
             launch_key=who.launch_key,
-            launch_meta=who.as_meta() | ({"throughput": flops.meta()} if flops is not None else {}),
+            launch_meta=who.as_meta()
+            | ({"throughput": flops.meta()} if flops is not None else {})
+            | ({"dynamic_batch": batch.meta()} if batch is not None else {}),
             run_id=run_id,
             attempt=attempt,
             collective=collective,
         )
         try:
-            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank, flops=flops, weights=weights)
+            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank, flops=flops, weights=weights, batch=batch)
             session.plan(total_steps)
         except BaseException:
             session.close("stopped", reason="mindwatch could not start")
@@ -215,6 +225,12 @@ class StepRecorder:
         if self.lr_probe is not None and not state.first_pending and self.due(step - state.offset - state.recorded):
             self.lr_probe.before(step)
 
+    def took(self, step: int) -> None:
+        """Global step ``step`` took its batch from the DynamicBatch: its size counts for throughput and is recorded."""
+        size = self.batch.took(step)  # type: ignore[union-attr]
+        self._batch_size = size
+        self.timer.samples += size
+
     def due(self, steps: int) -> bool:
         """Whether the step that just ended, ``steps`` after the last recorded one, is recorded."""
         return steps >= self._interval or self.state.first_pending or self.measuring
@@ -225,6 +241,8 @@ class StepRecorder:
             lr = self.lr_probe.used(step, applied=not (rec.get(vocab.SKIPPED) or rec.get(vocab.OVERFLOW)))
             if lr is not None:
                 rec[vocab.LR] = lr
+        if self.batch is not None:
+            rec[vocab.BATCH_SIZE] = self._batch_size
         self.timer.add(rec, steps, now)
         if self.entropy is not None and self.entropy.values:
             rec.update(self.entropy.take())
@@ -247,6 +265,8 @@ class StepRecorder:
         if self.state.closed:
             return
         self.state.closed = True
+        if self.actions.batch is not None:
+            self.actions.batch.close()
         if self.attention is not None:
             self.attention.off()
         if self.entropy is not None:

@@ -23,8 +23,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-#: Actions the MindSpore adapter knows how to carry out.
-ACTIONS = ("stop", "checkpoint", "lr_backoff", "dump_stacks")
+#: Actions the MindSpore adapter knows how to carry out (``resize_batch``: a person's ``mindwatch batch RUN SIZE``).
+ACTIONS = ("stop", "checkpoint", "lr_backoff", "dump_stacks", "shrink_batch", "grow_batch", "resize_batch")
 
 Alert = dict[str, Any]
 

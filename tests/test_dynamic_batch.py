@@ -1,0 +1,144 @@
+"""A batch size that changes during a real training: a memory alert shrinks it, 32 -> 16, from a step announced in
+advance, and every batch the network receives before that step has 32 rows and every one from it on 16.
+
+The rows are read from the step's own inputs (``train_dataset_element`` in a callback of the test; a loop's own batch),
+independently of mindwatch. The pipeline runs ahead of the training (MindSpore's prefetch), so the change lands some
+dozens of steps after the alert: the datasets are long enough for it to land well before they end.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.train import Callback, Model
+
+import mindwatch
+import mindwatch.mindspore as mw
+from mindwatch.demo.train import set_mode
+from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
+
+pytestmark = pytest.mark.slow  # real trainings, each a few seconds
+
+FEATURES = 16
+ROWS = 32 * 160  # 160 batches of 32 without a change
+
+
+def shrink_on_memory(tmp_path: Path, **extra) -> dict:
+    """The memory rule fires at the first memory sample (a tiny fraction) and asks for shrink_batch."""
+    return {"save_dir": str(tmp_path), "alerts": {"memory": {"fraction": 1e-9, "actions": ["shrink_batch"]}}, **extra}
+
+
+def dataset(batch: mw.DynamicBatch) -> ds.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(ROWS, FEATURES)).astype(np.float32)
+    y = x.sum(axis=1, keepdims=True).astype(np.float32)
+    return ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(batch_size=batch, drop_remainder=True)
+
+
+def network() -> nn.Cell:
+    ms.set_seed(0)
+    return nn.SequentialCell(nn.Dense(FEATURES, 32), nn.ReLU(), nn.Dense(32, 1))
+
+
+class Rows(Callback):
+    """Independent of mindwatch: the rows of each step's batch, as the network received them, and the network's time."""
+
+    def __init__(self, pause: float = 0.004) -> None:
+        self.rows: dict[int, int] = {}
+        self.secs: dict[int, float] = {}
+        self.pause = pause
+        self._began = 0.0
+
+    def on_train_step_begin(self, run_context) -> None:
+        self._began = time.perf_counter()
+
+    def on_train_step_end(self, run_context) -> None:
+        cb = run_context.original_args()
+        self.secs[cb.cur_step_num] = time.perf_counter() - self._began
+        self.rows[cb.cur_step_num] = int(cb.train_dataset_element[0].shape[0])
+        time.sleep(self.pause)  # the worker thread samples memory and acts meanwhile (these steps take a millisecond)
+
+
+def the_one_change(run: mindwatch.Run) -> dict:
+    changes = [a for a in run.alerts if a["rule"] == "intervention" and "batch_size_after" in a]
+    assert len(changes) == 1, f"exactly one batch size change: {changes}"
+    (change,) = changes
+    assert change["actions"] == ["shrink_batch"] and change["cause"] == "memory"
+    assert (change["batch_size_before"], change["batch_size_after"]) == (32, 16)
+    return change
+
+
+def assert_rows_switch_at(rows: dict[int, int], from_step: int) -> None:
+    assert from_step in rows, f"the change at step {from_step} landed within the training ({max(rows)} steps)"
+    assert all(n == 32 for s, n in rows.items() if s < from_step), "every batch before from_step has 32 rows"
+    assert all(n == 16 for s, n in rows.items() if s >= from_step), "every batch from from_step on has 16 rows"
+
+
+def assert_recorded_sizes(run: mindwatch.Run, rows: dict[int, int]) -> None:
+    def by_step(metric: str) -> dict[int, float]:
+        series = run.series(metric)
+        return dict(zip(series.step.tolist(), series.value.tolist(), strict=True))
+
+    assert by_step("batch_size") == {s: float(n) for s, n in rows.items()}, "the recorded batch_size is every step's rows"
+    per_second, times = by_step("samples_per_second"), by_step("step_time")
+    for s in list(rows)[1:]:  # samples/s is this step's rows over its time
+        assert per_second[s] == pytest.approx(rows[s] / times[s], rel=1e-6), s
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(tmp_path: Path, mode: str) -> None:
+    set_mode(mode)
+    batch = mw.DynamicBatch(32, min=8)
+    net = network()
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    train_net = TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt)
+    rows = Rows()
+    mon = MonitorCallback(shrink_on_memory(tmp_path), batch=batch)
+    Model(train_net).train(1, dataset(batch), callbacks=[rows, mon], dataset_sink_mode=False)
+
+    run = mindwatch.open_run(mon.run_dir)
+    (memory,) = [a for a in run.alerts if a["rule"] == "memory"]
+    change = the_one_change(run)
+    from_step = change["from_step"]
+    assert memory["step"] <= change["step"] < from_step, "announced at a step boundary, before it lands"
+    assert_rows_switch_at(rows.rows, from_step)
+    assert len(rows.rows) == from_step - 1 + (ROWS - 32 * (from_step - 1)) // 16, "every row trained once"
+    assert_recorded_sizes(run, rows.rows)
+    if mode == "graph":
+        assert len(train_net.compile_cache) == 1, "one graph for both batch sizes"
+        before = statistics.median(rows.secs[s] for s in range(max(2, from_step - 40), from_step))
+        after = statistics.median(rows.secs[s] for s in range(from_step, from_step + 40))
+        assert after < 3 * before + 0.002, f"no recompiling step after the change: {before:.4f} s, then {after:.4f} s"
+
+
+def test_a_loop_shrinks_the_batch_through_start_run(tmp_path: Path) -> None:
+    set_mode("pynative")
+    batch = mw.DynamicBatch(32, min=8)
+    net = network()
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, opt.parameters)
+
+    @ms.jit(dynamic=1)
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss, grads
+
+    rows: dict[int, int] = {}
+    with mw.start_run(shrink_on_memory(tmp_path), network=net, optimizer=opt, batch=batch) as run:
+        for step, (x, y) in enumerate(run.batches(dataset(batch).create_tuple_iterator()), start=1):
+            rows[step] = int(x.shape[0])
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            time.sleep(0.004)
+    recorded = mindwatch.open_run(run.run_dir)
+    change = the_one_change(recorded)
+    assert_rows_switch_at(rows, change["from_step"])
+    assert_recorded_sizes(recorded, rows)
