@@ -105,7 +105,7 @@ STEP_METRICS: tuple[Metric, ...] = (
         BATCH_SIZE,
         "samples in the step's batch on this rank (recorded with a DynamicBatch, whose size changes during the run)",
         group="batch_size",
-        across_ranks="same",
+        across_ranks="sum",
         switch=BATCH_SIZE,
     ),
     Metric(STEP_TIME, "wall time of one step, in seconds", "s", "time", across_ranks="max", switch=STEP_TIME, band=True),
