@@ -8,6 +8,7 @@ dozens of steps after the alert: the datasets are long enough for it to land wel
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -142,3 +143,37 @@ def test_a_loop_shrinks_the_batch_through_start_run(tmp_path: Path) -> None:
     change = the_one_change(recorded)
     assert_rows_switch_at(rows, change["from_step"])
     assert_recorded_sizes(recorded, rows)
+
+
+def test_under_msrun_both_ranks_switch_at_one_step(tmp_path: Path) -> None:
+    """Each rank's memory alert asks (they fold into one change); rank 1's pipeline sets the pace, so rank 0's runs
+    far ahead of it and rank 1's hardly: every rank still switches at one step, the latest of their first unmade."""
+    from test_distributed import Launch, msrun, only_run_dir, raw_records
+
+    config = {"alerts": {"memory": {"fraction": 1e-9, "actions": ["shrink_batch"]}}}
+    launch = Launch()
+    try:
+        msrun(
+            launch,
+            tmp_path / "logs",
+            *("--save-dir", str(tmp_path / "out"), "--steps", "300", "--dynamic-batch", "2"),
+            *("--pace-rank", "1", "--pace-secs", "0.004", "--rows", str(tmp_path / "rows")),
+            *("--config", json.dumps(config)),
+        )
+        codes = launch.wait(300)
+        assert codes == [0], f"msrun failed ({codes}):\n{(tmp_path / 'logs' / 'msrun.out').read_text()[-3000:]}"
+    finally:
+        launch.kill()
+    run_dir = only_run_dir(tmp_path / "out" / "dist")
+    changes = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "intervention" and "batch_size_after" in a]
+    assert sorted(a["rank"] for a in changes) == [0, 1], f"one change on each rank: {changes}"
+    assert {(a["batch_size_before"], a["batch_size_after"]) for a in changes} == {(8, 4)}
+    (from_step,) = {a["from_step"] for a in changes}
+    first_unmade = changes[0]["first_unmade"]
+    assert first_unmade[1] < first_unmade[0] == from_step, f"rank 0's pipeline ran further ahead: {first_unmade}"
+    for r in (0, 1):
+        rows = {int(s): n for s, n in json.loads((tmp_path / f"rows.rank{r}.json").read_text()).items()}
+        assert from_step in rows, f"rank {r}: the change landed within the training"
+        assert all(n == (8 if s < from_step else 4) for s, n in rows.items()), f"rank {r} switches at step {from_step}"
+        recorded = {rec["step"]: rec["batch_size"] for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl") if "step" in rec}
+        assert recorded == rows, f"rank {r}: the recorded batch_size is every step's rows"

@@ -280,7 +280,7 @@ class BatchChanges:
         from_step = int(steps.max())
         self.batch.switch(from_step, asked.after)
         done = self._changed(asked, from_step, step)
-        done["ranks_agreed"] = int((steps > 0).sum())
+        done["first_unmade"] = [int(s) for s in steps]  # each rank's first step whose batch it had not made (0: none sent)
         self.report(asked.action, asked.alert, asked.step, done)  # at the boundary every rank read the request at
 
     def close(self) -> None:

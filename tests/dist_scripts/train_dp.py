@@ -21,6 +21,9 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
 ``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
 ``--signal-in-reducer``: that loop reduces with ``mw.DistributedGradReducer`` (``start_run(grad_reducer=)``).
+``--dynamic-batch MIN``: batched by ``mw.DynamicBatch(8, min=MIN)``, given to the callback (``batch=``); with
+``--rows PATH`` each rank writes the rows of every step's batch, as its network received them, to ``PATH.rank<R>.json``.
+``--pace-rank R``: only rank R's batches take ``--pace-secs`` (the others' pipelines run ahead of the training).
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
 ``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
@@ -67,6 +70,7 @@ class Batches:
         if i % BATCH == 0:
             spiking = self.args.spike_rank >= 0
             pace = self.args.pace_secs * (0.75 if spiking and self.rank != self.args.spike_rank else 1.0)
+            pace = 0.0 if self.args.pace_rank not in (-1, self.rank) else pace
             time.sleep(pace + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0))
         x = self.rng.standard_normal(16).astype(np.float32)
         y = np.array([x @ self.w], np.float32)
@@ -75,6 +79,21 @@ class Batches:
         if (self.rank, batch) == (self.args.scale_rank, self.args.scale_at - 1):
             x = x * self.args.scale_by
         return x, y
+
+
+class Rows(ms.train.Callback):
+    """The rows of each step's batch (``train_dataset_element``), written to ``path`` as JSON at train end."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.rows = path, {}
+
+    def on_train_step_end(self, run_context) -> None:
+        cb = run_context.original_args()
+        self.rows[cb.cur_step_num] = int(cb.train_dataset_element[0].shape[0])
+
+    def on_train_end(self, run_context) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.rows, f)
 
 
 class PrintSteps(ms.train.Callback):
@@ -102,6 +121,9 @@ def main() -> None:
     p.add_argument("--spike-at", type=int, default=-1)
     p.add_argument("--spike-secs", type=float, default=0.0)
     p.add_argument("--pace-secs", type=float, default=0.0)
+    p.add_argument("--pace-rank", type=int, default=-1)
+    p.add_argument("--dynamic-batch", type=int, default=0, help="mw.DynamicBatch(8, min=N)")
+    p.add_argument("--rows", default=None)
     p.add_argument("--late-rank", type=int, default=-1)
     p.add_argument("--late-secs", type=float, default=0.0)
     p.add_argument("--save-params", default=None)
@@ -135,7 +157,8 @@ def main() -> None:
         nn.WithLossCell(net, nn.MSELoss()), optimizer, layer_stats=args.layer_stats, max_grad_norm=args.max_grad_norm
     )
     model = Model(cell)
-    data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(BATCH)
+    batch = mw.DynamicBatch(BATCH, min=args.dynamic_batch) if args.dynamic_batch else None
+    data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(batch or BATCH)
     config = {
         "project": args.project,
         "save_dir": f"{args.save_dir}/rank{rank}" if args.save_dir_per_rank else args.save_dir,
@@ -151,8 +174,10 @@ def main() -> None:
     if args.loop:
         run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer)
     else:
-        cb = MonitorCallback(config)
+        cb = MonitorCallback(config, batch=batch)
         callbacks = [cb, PrintSteps(rank)] if args.print_steps else [cb]
+        if args.rows:
+            callbacks.append(Rows(f"{args.rows}.rank{rank}.json"))
         if args.ckpt_dir:
             from mindspore.train import CheckpointConfig, ModelCheckpoint
 
