@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import wait_for
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, Model
 
 import mindwatch
 import mindwatch.mindspore as mw
+from mindwatch.config import DynamicBatchSection
 from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
+from mindwatch.mindspore.dynamic_batch import BatchChanges
 
 pytestmark = pytest.mark.slow  # real trainings, each a few seconds
 
@@ -76,10 +81,10 @@ def the_one_change(run: mindwatch.Run) -> dict:
     return change
 
 
-def assert_rows_switch_at(rows: dict[int, int], from_step: int) -> None:
+def assert_rows_switch_at(rows: dict[int, int], from_step: int, before: int = 32, after: int = 16) -> None:
     assert from_step in rows, f"the change at step {from_step} landed within the training ({max(rows)} steps)"
-    assert all(n == 32 for s, n in rows.items() if s < from_step), "every batch before from_step has 32 rows"
-    assert all(n == 16 for s, n in rows.items() if s >= from_step), "every batch from from_step on has 16 rows"
+    assert all(n == before for s, n in rows.items() if s < from_step), f"every batch before from_step has {before} rows"
+    assert all(n == after for s, n in rows.items() if s >= from_step), f"every batch from from_step on has {after} rows"
 
 
 def assert_recorded_sizes(run: mindwatch.Run, rows: dict[int, int]) -> None:
@@ -177,3 +182,69 @@ def test_under_msrun_both_ranks_switch_at_one_step(tmp_path: Path) -> None:
         assert all(n == (8 if s < from_step else 4) for s, n in rows.items()), f"rank {r} switches at step {from_step}"
         recorded = {rec["step"]: rec["batch_size"] for rec in raw_records(run_dir / f"metrics.rank{r}.jsonl") if "step" in rec}
         assert recorded == rows, f"rank {r}: the recorded batch_size is every step's rows"
+
+
+def test_a_person_grows_the_batch_of_a_live_run_within_its_bounds(tmp_path: Path) -> None:
+    """``mindwatch batch RUN 64`` grows it from a step announced in advance; sizes out of bounds are refused."""
+    from test_requests import ENV, mindwatch_cli, status
+
+    script = Path(__file__).parent / "scripts" / "train_dynamic_batch.py"
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=ENV, stderr=subprocess.PIPE)
+    run_dir = tmp_path / "live" / "batched"
+    try:
+        wait_for(lambda: status(run_dir).get("state") == "running" and (status(run_dir).get("last_step") or 0) >= 5, 120)
+        for size, why in (("128", "out of this run's bounds: its DynamicBatch takes 8 to 64"), ("4", "takes 8 to 64")):
+            out = mindwatch_cli("batch", str(run_dir), size)
+            assert out.returncode == 2 and why in out.stderr, out.stderr
+        out = mindwatch_cli("batch", str(run_dir), "many")
+        assert out.returncode == 2 and "a whole number >= 1, not 'many'" in out.stderr, out.stderr
+
+        out = mindwatch_cli("batch", str(run_dir), "64", "--reason", "the device idles", "--wait", "30")
+        assert out.returncode == 0 and "taken at step" in out.stdout, out.stdout + out.stderr
+        run = mindwatch.open_run(run_dir)
+        (change,) = [a for a in run.alerts if a["rule"] == "intervention"]
+        assert change["actions"] == ["resize_batch"] and (change["batch_size_before"], change["batch_size_after"]) == (32, 64)
+        from_step = change["from_step"]
+        wait_for(lambda: (status(run_dir).get("last_step") or 0) >= from_step + 5, 60)
+        assert mindwatch_cli("stop", str(run_dir), "--wait", "30").returncode == 0
+        proc.wait(60)
+    finally:
+        proc.kill()
+    rows = {}
+    for line in (tmp_path / "rows.jsonl").read_text().splitlines():
+        step, n = json.loads(line)
+        rows[step] = n
+    assert_rows_switch_at(rows, from_step, before=32, after=64)
+    run = mindwatch.open_run(run_dir)
+    sizes = run.series("batch_size")
+    assert dict(zip(sizes.step.tolist(), sizes.value.tolist(), strict=True)) == {s: float(n) for s, n in rows.items()}
+
+
+def test_shrink_and_grow_keep_within_the_bounds_and_fold_until_a_change_lands() -> None:
+    """A real pipeline, no training: the pass that counts the dataset's batches is not counted, every batch has the
+    size the schedule gives its step, requests before a change lands fold into it, and the factor stops at min, max."""
+    batch = mw.DynamicBatch(32, min=8, max=64)
+    data = ds.NumpySlicesDataset(np.arange(32 * 2000, dtype=np.float32), ["x"], shuffle=False)
+    data = data.batch(batch, drop_remainder=True)
+    assert data.get_dataset_size() == 2000  # runs the pipeline once, with every call of the batch size
+    changes = BatchChanges(batch, DynamicBatchSection(), report=lambda *a: None, schedule=lambda *a: None)
+    plan = [("shrink_batch", 16), ("shrink_batch", 8), ("shrink_batch", 8), ("grow_batch", 16), ("grow_batch", 32)]
+    plan += [("grow_batch", 64), ("grow_batch", 64)]
+    rows: dict[int, int] = {}
+    landed: list[tuple[int, int]] = []
+    for step, (x,) in enumerate(data.create_tuple_iterator(), start=1):
+        rows[step] = int(x.shape[0])
+        assert batch.took(step) == rows[step], f"step {step}: the batch has the size the schedule gives it"
+        if plan and (not landed or step >= landed[-1][0]):  # the last change landed: the next request
+            action, expected = plan.pop(0)
+            done = changes.ask(action, {"rule": "test", "step": step}, step)
+            assert done is not None and done["batch_size_after"] == expected, (action, done)
+            if "from_step" not in done:
+                assert done["message"].startswith(f"batch size stays {expected}")
+                continue
+            assert changes.ask(action, {"rule": "test", "step": step}, step) is None, "a second request folds into it"
+            assert done["from_step"] > step
+            landed.append((done["from_step"], expected))
+    assert not plan and len(landed) == 5
+    for from_step, size in landed:
+        assert rows[from_step] == size != rows[from_step - 1]
