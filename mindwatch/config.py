@@ -121,6 +121,9 @@ class DynamicBatchSection(Section):
     #: How the learning rate follows a new batch size, from the step the batch changes: not at all, in proportion,
     #: or by the square root of the ratio.
     scale_lr: Literal["none", "linear", "sqrt"] = "none"
+    #: GRAPH mode: ``once``, mindwatch makes the train cell's batch axis dynamic (one graph for every size; each step
+    #: costs more, ``bench batch``); ``per_size``, the cell stays static and compiles once for each size it meets.
+    compile: Literal["once", "per_size"] = "once"
 
 
 class PrometheusSection(Section):

@@ -41,9 +41,18 @@ def shrink_on_memory(tmp_path: Path, **extra) -> dict:
     return {"save_dir": str(tmp_path), "alerts": {"memory": {"fraction": 1e-9, "actions": ["shrink_batch"]}}, **extra}
 
 
-def dataset(batch: mw.DynamicBatch) -> ds.Dataset:
+@pytest.fixture
+def short_prefetch():
+    """``ds.config.set_prefetch_size(2)``: the pipeline runs 14 batches ahead, not 84, and a change lands sooner."""
+    default = ds.config.get_prefetch_size()
+    ds.config.set_prefetch_size(2)
+    yield
+    ds.config.set_prefetch_size(default)
+
+
+def dataset(batch: mw.DynamicBatch, rows: int = ROWS) -> ds.Dataset:
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(ROWS, FEATURES)).astype(np.float32)
+    x = rng.normal(size=(rows, FEATURES)).astype(np.float32)
     y = x.sum(axis=1, keepdims=True).astype(np.float32)
     return ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(batch_size=batch, drop_remainder=True)
 
@@ -98,16 +107,24 @@ def assert_recorded_sizes(run: mindwatch.Run, rows: dict[int, int]) -> None:
         assert per_second[s] == pytest.approx(rows[s] / times[s], rel=1e-6), s
 
 
-@pytest.mark.parametrize("mode", ["graph", "pynative"])
-def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(("mode", "compile"), [("graph", "once"), ("graph", "per_size"), ("pynative", "once")])
+def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(
+    tmp_path: Path, mode: str, compile: str, request: pytest.FixtureRequest
+) -> None:
+    """GRAPH ``compile: once`` (the default): one graph for both sizes; ``per_size``: one graph per size. PyNative steps
+    take longer: a shorter prefetch, and a shorter dataset."""
+    rows_in_all = ROWS
+    if mode == "pynative":
+        request.getfixturevalue("short_prefetch")
+        rows_in_all = 32 * 50
     set_mode(mode)
     batch = mw.DynamicBatch(32, min=8)
     net = network()
     opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
     train_net = TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt)
     rows = Rows()
-    mon = MonitorCallback(shrink_on_memory(tmp_path), batch=batch)
-    Model(train_net).train(1, dataset(batch), callbacks=[rows, mon], dataset_sink_mode=False)
+    mon = MonitorCallback(shrink_on_memory(tmp_path, dynamic_batch={"compile": compile}), batch=batch)
+    Model(train_net).train(1, dataset(batch, rows_in_all), callbacks=[rows, mon], dataset_sink_mode=False)
 
     run = mindwatch.open_run(mon.run_dir)
     (memory,) = [a for a in run.alerts if a["rule"] == "memory"]
@@ -115,16 +132,16 @@ def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(tmp_path: Path
     from_step = change["from_step"]
     assert memory["step"] <= change["step"] < from_step, "announced at a step boundary, before it lands"
     assert_rows_switch_at(rows.rows, from_step)
-    assert len(rows.rows) == from_step - 1 + (ROWS - 32 * (from_step - 1)) // 16, "every row trained once"
+    assert len(rows.rows) == from_step - 1 + (rows_in_all - 32 * (from_step - 1)) // 16, "every row trained once"
     assert_recorded_sizes(run, rows.rows)
     if mode == "graph":
-        assert len(train_net.compile_cache) == 1, "one graph for both batch sizes"
+        assert len(train_net.compile_cache) == (1 if compile == "once" else 2), "one graph for both sizes, or one each"
         before = statistics.median(rows.secs[s] for s in range(max(2, from_step - 40), from_step))
         after = statistics.median(rows.secs[s] for s in range(from_step, from_step + 40))
         assert after < 3 * before + 0.002, f"no recompiling step after the change: {before:.4f} s, then {after:.4f} s"
 
 
-def test_a_loop_shrinks_the_batch_through_start_run(tmp_path: Path) -> None:
+def test_a_loop_shrinks_the_batch_through_start_run(tmp_path: Path, short_prefetch) -> None:
     set_mode("pynative")
     batch = mw.DynamicBatch(32, min=8)
     net = network()
@@ -139,7 +156,7 @@ def test_a_loop_shrinks_the_batch_through_start_run(tmp_path: Path) -> None:
 
     rows: dict[int, int] = {}
     with mw.start_run(shrink_on_memory(tmp_path), network=net, optimizer=opt, batch=batch) as run:
-        for step, (x, y) in enumerate(run.batches(dataset(batch).create_tuple_iterator()), start=1):
+        for step, (x, y) in enumerate(run.batches(dataset(batch, 32 * 50).create_tuple_iterator()), start=1):
             rows[step] = int(x.shape[0])
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)
@@ -220,13 +237,13 @@ def test_a_person_grows_the_batch_of_a_live_run_within_its_bounds(tmp_path: Path
     assert dict(zip(sizes.step.tolist(), sizes.value.tolist(), strict=True)) == {s: float(n) for s, n in rows.items()}
 
 
-def test_shrink_and_grow_keep_within_the_bounds_and_fold_until_a_change_lands() -> None:
+def test_shrink_and_grow_keep_within_the_bounds_and_fold_until_a_change_lands(short_prefetch) -> None:
     """A real pipeline, no training: the pass that counts the dataset's batches is not counted, every batch has the
     size the schedule gives its step, requests before a change lands fold into it, and the factor stops at min, max."""
     batch = mw.DynamicBatch(32, min=8, max=64)
-    data = ds.NumpySlicesDataset(np.arange(32 * 2000, dtype=np.float32), ["x"], shuffle=False)
+    data = ds.NumpySlicesDataset(np.arange(32 * 300, dtype=np.float32), ["x"], shuffle=False)
     data = data.batch(batch, drop_remainder=True)
-    assert data.get_dataset_size() == 2000  # runs the pipeline once, with every call of the batch size
+    assert data.get_dataset_size() == 300  # runs the pipeline once, with every call of the batch size
     changes = BatchChanges(batch, DynamicBatchSection(), report=lambda *a: None, schedule=lambda *a: None)
     plan = [("shrink_batch", 16), ("shrink_batch", 8), ("shrink_batch", 8), ("grow_batch", 16), ("grow_batch", 32)]
     plan += [("grow_batch", 64), ("grow_batch", 64)]

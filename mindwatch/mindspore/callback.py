@@ -121,7 +121,7 @@ class MonitorCallback(Callback):
         self._setup_signal(train_network)
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
         self._ids_column = ids_column(self.config.callback.sample_ids, params.dataset)
-        self._dynamic_pending = self.batch is not None
+        self._dynamic_pending = self.batch is not None and self.config.dynamic_batch.compile == "once"
         if self._signal is not None and self._signal.rank > 0:
             # never wait at start for another host's file: learn the run from rank 0's first step
             prepare_optimizer(self.config, params.optimizer)  # before the graph compiles, as on rank 0
