@@ -170,22 +170,15 @@ def test_a_loop_shrinks_the_batch_through_start_run(tmp_path: Path, short_prefet
 def test_under_msrun_both_ranks_switch_at_one_step(tmp_path: Path) -> None:
     """Each rank's memory alert asks (they fold into one change); rank 1's pipeline sets the pace, so rank 0's runs
     far ahead of it and rank 1's hardly: every rank still switches at one step, the latest of their first unmade."""
-    from test_distributed import Launch, msrun, only_run_dir, raw_records
+    from test_distributed import msrun_to_the_end, only_run_dir, raw_records
 
     config = {"alerts": {"memory": {"fraction": 1e-9, "actions": ["shrink_batch"]}}}
-    launch = Launch()
-    try:
-        msrun(
-            launch,
-            tmp_path / "logs",
-            *("--save-dir", str(tmp_path / "out"), "--steps", "300", "--dynamic-batch", "2"),
-            *("--pace-rank", "1", "--pace-secs", "0.004", "--rows", str(tmp_path / "rows")),
-            *("--config", json.dumps(config)),
-        )
-        codes = launch.wait(300)
-        assert codes == [0], f"msrun failed ({codes}):\n{(tmp_path / 'logs' / 'msrun.out').read_text()[-3000:]}"
-    finally:
-        launch.kill()
+    msrun_to_the_end(
+        tmp_path / "logs",
+        *("--save-dir", str(tmp_path / "out"), "--steps", "300", "--dynamic-batch", "2"),
+        *("--pace-rank", "1", "--pace-secs", "0.004", "--rows", str(tmp_path / "rows")),
+        *("--config", json.dumps(config)),
+    )
     run_dir = only_run_dir(tmp_path / "out" / "dist")
     changes = [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "intervention" and "batch_size_after" in a]
     assert sorted(a["rank"] for a in changes) == [0, 1], f"one change on each rank: {changes}"
