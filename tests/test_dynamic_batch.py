@@ -107,12 +107,15 @@ def assert_recorded_sizes(run: mindwatch.Run, rows: dict[int, int]) -> None:
         assert per_second[s] == pytest.approx(rows[s] / times[s], rel=1e-6), s
 
 
-@pytest.mark.parametrize(("mode", "compile"), [("graph", "once"), ("graph", "per_size"), ("pynative", "once")])
+@pytest.mark.parametrize(
+    ("mode", "compile", "scale_lr"), [("graph", "once", "none"), ("graph", "per_size", "linear"), ("pynative", "once", "none")]
+)
 def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(
-    tmp_path: Path, mode: str, compile: str, request: pytest.FixtureRequest
+    tmp_path: Path, mode: str, compile: str, scale_lr: str, request: pytest.FixtureRequest
 ) -> None:
-    """GRAPH ``compile: once`` (the default): one graph for both sizes; ``per_size``: one graph per size. PyNative steps
-    take longer: a shorter prefetch, and a shorter dataset."""
+    """GRAPH ``compile: once`` (the default): one graph for both sizes; ``per_size``: one graph per size (and the
+    learning rate halves with the batch, ``scale_lr: linear``). PyNative steps take longer: a shorter prefetch, and a
+    shorter dataset."""
     rows_in_all = ROWS
     if mode == "pynative":
         request.getfixturevalue("short_prefetch")
@@ -123,7 +126,7 @@ def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(
     opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
     train_net = TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt)
     rows = Rows()
-    mon = MonitorCallback(shrink_on_memory(tmp_path, dynamic_batch={"compile": compile}), batch=batch)
+    mon = MonitorCallback(shrink_on_memory(tmp_path, dynamic_batch={"compile": compile, "scale_lr": scale_lr}), batch=batch)
     Model(train_net).train(1, dataset(batch, rows_in_all), callbacks=[rows, mon], dataset_sink_mode=False)
 
     run = mindwatch.open_run(mon.run_dir)
@@ -134,6 +137,10 @@ def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(
     assert_rows_switch_at(rows.rows, from_step)
     assert len(rows.rows) == from_step - 1 + (rows_in_all - 32 * (from_step - 1)) // 16, "every row trained once"
     assert_recorded_sizes(run, rows.rows)
+    lr = run.series("lr")  # the rate each step used, as our train cell returns it
+    halves = scale_lr == "linear"
+    for step, value in zip(lr.step.tolist(), lr.value.tolist(), strict=True):
+        assert value == pytest.approx(0.005 if halves and step >= from_step else 0.01), f"the lr step {step} used"
     if mode == "graph":
         assert len(train_net.compile_cache) == (1 if compile == "once" else 2), "one graph for both sizes, or one each"
         before = statistics.median(rows.secs[s] for s in range(max(2, from_step - 40), from_step))

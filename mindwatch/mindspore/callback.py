@@ -22,7 +22,7 @@ from typing import Any
 from mindspore.train import Callback
 
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
-from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic
+from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic, warn_unagreed
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     failure_text,
@@ -122,6 +122,11 @@ class MonitorCallback(Callback):
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
         self._ids_column = ids_column(self.config.callback.sample_ids, params.dataset)
         self._dynamic_pending = self.batch is not None and self.config.dynamic_batch.compile == "once"
+        if self.batch is not None and self._read(run_context.original_args(), "dataset_sink_mode", False):
+            log.warning(
+                "mindwatch: a DynamicBatch needs dataset_sink_mode=False (a sink runs many batches in one call); "
+                "its size may not change as announced"
+            )
         if self._signal is not None and self._signal.rank > 0:
             # never wait at start for another host's file: learn the run from rank 0's first step
             prepare_optimizer(self.config, params.optimizer)  # before the graph compiles, as on rank 0
@@ -164,6 +169,7 @@ class MonitorCallback(Callback):
         if recorder is None:
             self.enabled = False
             return
+        warn_unagreed(self.batch, discover().world_size, agreed=self._signal is not None)
         if self._signal is not None:
             self._exchange = SignalExchange(self._signal, recorder.session)
             if recorder.actions.batch is not None:  # every rank agrees each change's step through the step's sum

@@ -104,6 +104,13 @@ class DynamicBatch:
 
     def __call__(self, info: Any) -> int:
         """MindSpore's ``batch(batch_size=...)`` asks for the size of the next batch (the pipeline's thread)."""
+        try:
+            return self._next_size(info)
+        except Exception as e:  # never break the pipeline: the newest size
+            log.warning("mindwatch: DynamicBatch could not count this batch (%r); it has the newest size", e)
+            return self.size
+
+    def _next_size(self, info: Any) -> int:
         key = (int(info.get_epoch_num()), int(info.get_batch_num()))
         with self._lock:
             if self._last is None or key <= self._last:  # a new pipeline: its first batch goes to the next step
@@ -167,6 +174,17 @@ class DynamicBatch:
     def meta(self) -> dict[str, int]:
         """For meta.json (``mindwatch batch`` checks a size against the bounds)."""
         return {"initial": self.initial, "min": self.min, "max": self.max}
+
+
+def warn_unagreed(batch: DynamicBatch | None, world_size: int, agreed: bool) -> None:
+    """A multi-rank training whose changes cannot be agreed through the step's collective: say so, once at start."""
+    if batch is not None and world_size > 1 and not agreed:
+        log.warning(
+            "mindwatch: a DynamicBatch in a %d-rank training without mindwatch's signal: each rank changes its batch "
+            "size on its own, maybe at different steps. Train with TrainOneStepWithGradNorm (Model.train) or pass "
+            "grad_reducer=mw.DistributedGradReducer(...) to start_run so that every rank switches at one step",
+            world_size,
+        )
 
 
 def batch_axis_dynamic(cell: Any, element: Any) -> bool:

@@ -43,7 +43,7 @@ import numpy as np
 
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.actions import network_and_optimizer
-from mindwatch.mindspore.dynamic_batch import DynamicBatch
+from mindwatch.mindspore.dynamic_batch import DynamicBatch, warn_unagreed
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     failure_text,
@@ -180,6 +180,7 @@ class Run:
         self._step = announced.resumed_step
         if self.recorder is None:
             return
+        warn_unagreed(batch, who.world_size, agreed=signal is not None)
         if signal is not None:
             self._exchange = SignalExchange(signal, self.recorder.session)
             if self.recorder.actions.batch is not None:  # every rank agrees each change's step through the sum
