@@ -48,17 +48,21 @@ def _inputs(batch: int) -> tuple[ms.Tensor, ms.Tensor]:
     return ms.Tensor(ids[:, :-1]), ms.Tensor(ids[:, 1:])
 
 
-def _median_step(cell: nn.Cell, inputs: tuple[ms.Tensor, ms.Tensor], steps: int) -> float:
+def _median_step(cell: nn.Cell, inputs: tuple[ms.Tensor, ms.Tensor], steps: int) -> tuple[float, float]:
+    """The median wall time of a step, and the process's CPU time per step (every thread: MindSpore's runtime too),
+    which a machine shared with other work disturbs much less."""
     times = []
+    cpu = time.process_time()
     for _ in range(steps):
         began = time.perf_counter()
         cell(*inputs)[0].asnumpy()  # wait for the step
         times.append(time.perf_counter() - began)
-    return statistics.median(times)
+    return statistics.median(times), (time.process_time() - cpu) / steps
 
 
-def step_times(rounds: int, steps: int, batch: int) -> dict[str, list[float]]:
-    """Each arm's median step time per round (the arms rotate; every cell compiled and warmed first)."""
+def step_times(rounds: int, steps: int, batch: int) -> dict[str, list[tuple[float, float]]]:
+    """Each arm's ``(median wall time, CPU time)`` of a step per round (the arms rotate; every cell compiled and
+    warmed first)."""
     half = batch // 2
     big, small = _inputs(batch), _inputs(half)
     cells = {"static B": _cell(), "dynamic B": _cell(), "dynamic B -> B/2": _cell(), "static B/2": _cell()}
@@ -68,7 +72,7 @@ def step_times(rounds: int, steps: int, batch: int) -> dict[str, list[float]]:
     _median_step(cells["dynamic B -> B/2"], big, 5)  # it trained at B before the change
     for name, cell in cells.items():
         _median_step(cell, feeds[name], 5)
-    out: dict[str, list[float]] = {name: [] for name in cells}
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name in cells}
     names = list(cells)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -114,11 +118,14 @@ def main(argv: list[str] | None = None) -> None:
     out = step_times(args.rounds, args.steps, args.batch)
     b = args.batch
     print(f"GRAPH, CPU, demo-sized TinyGPT (seq {GPT.seq_length}); B = {b}; {args.rounds} rotating rounds x {args.steps} steps:")
-    for name, times in out.items():
-        print(f"  {name:18s} median step {statistics.median(times) * 1e3:7.2f} ms")
+    for name, rounds in out.items():
+        wall, cpu = (statistics.median(r[i] for r in rounds) * 1e3 for i in (0, 1))
+        print(f"  {name:18s} median step {wall:7.2f} ms wall, {cpu:7.2f} ms CPU")
     for arm, base in (("dynamic B", "static B"), ("dynamic B -> B/2", "static B/2")):
-        ratios = [a / s for a, s in zip(out[arm], out[base], strict=True)]
-        print(f"  {arm} / {base}: median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+        for i, what in ((0, "wall"), (1, "CPU")):
+            ratios = [a[i] / s[i] for a, s in zip(out[arm], out[base], strict=True)]
+            low, mid, high = min(ratios), statistics.median(ratios), max(ratios)
+            print(f"  {arm} / {base}, {what:4s}: median {mid:.3f} (min {low:.3f}, max {high:.3f})")
     default = ds.config.get_prefetch_size()
     print("where a change lands: batches the pipeline made beyond the running step (Model.train, 1 ms steps):")
     for prefetch in (None, 2):

@@ -198,7 +198,11 @@ def batch_axis_dynamic(cell: Any, element: Any) -> bool:
     tensors = tuple(element) if isinstance(element, (tuple, list)) else (element,)
     if not tensors or not all(isinstance(t, ms.Tensor) and t.ndim >= 1 for t in tensors):
         return False
-    cell.set_inputs(*(ms.Tensor(shape=[None, *t.shape[1:]], dtype=t.dtype) for t in tensors))
+    try:
+        cell.set_inputs(*(ms.Tensor(shape=[None, *t.shape[1:]], dtype=t.dtype) for t in tensors))
+    except Exception as e:  # the training goes on: each new size compiles once
+        log.warning("mindwatch: could not make the train cell's batch axis dynamic (%r); each batch size compiles", e)
+        return False
     return True
 
 
