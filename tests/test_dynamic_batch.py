@@ -65,7 +65,8 @@ def network() -> nn.Cell:
 class Rows(Callback):
     """Independent of mindwatch: the rows of each step's batch, as the network received them, and the network's time."""
 
-    def __init__(self, pause: float = 0.004) -> None:
+    def __init__(self, pause: float = 0.004, look_at: ds.Dataset | None = None) -> None:
+        self.look_at = look_at
         self.rows: dict[int, int] = {}
         self.secs: dict[int, float] = {}
         self.pause = pause
@@ -78,6 +79,8 @@ class Rows(Callback):
         cb = run_context.original_args()
         self.secs[cb.cur_step_num] = time.perf_counter() - self._began
         self.rows[cb.cur_step_num] = int(cb.train_dataset_element[0].shape[0])
+        if cb.cur_step_num == 10 and self.look_at is not None:
+            self.look_at.output_types()  # a getter runs a pipeline of its own (one batch): it is not trained
         time.sleep(self.pause)  # the worker thread samples memory and acts meanwhile (these steps take a millisecond)
 
 
@@ -125,9 +128,10 @@ def test_a_memory_alert_shrinks_the_batch_from_one_announced_step(
     net = network()
     opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
     train_net = TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt)
-    rows = Rows()
+    data = dataset(batch, rows_in_all)
+    rows = Rows(look_at=data)
     mon = MonitorCallback(shrink_on_memory(tmp_path, dynamic_batch={"compile": compile, "scale_lr": scale_lr}), batch=batch)
-    Model(train_net).train(1, dataset(batch, rows_in_all), callbacks=[rows, mon], dataset_sink_mode=False)
+    Model(train_net).train(1, data, callbacks=[rows, mon], dataset_sink_mode=False)
 
     run = mindwatch.open_run(mon.run_dir)
     (memory,) = [a for a in run.alerts if a["rule"] == "memory"]
@@ -175,15 +179,15 @@ def test_a_loop_shrinks_the_batch_through_start_run(tmp_path: Path, short_prefet
 
 
 def test_under_msrun_both_ranks_switch_at_one_step(tmp_path: Path) -> None:
-    """Each rank's memory alert asks (they fold into one change); rank 1's pipeline sets the pace, so rank 0's runs
-    far ahead of it and rank 1's hardly: every rank still switches at one step, the latest of their first unmade."""
+    """Each rank's memory alert asks (they fold into one change); rank 1's pipeline prefetches less, so rank 0's runs
+    further ahead: every rank still switches at one step, the latest of their first unmade batches."""
     from test_distributed import msrun_to_the_end, only_run_dir, raw_records
 
     config = {"alerts": {"memory": {"fraction": 1e-9, "actions": ["shrink_batch"]}}}
     msrun_to_the_end(
         tmp_path / "logs",
-        *("--save-dir", str(tmp_path / "out"), "--steps", "300", "--dynamic-batch", "2"),
-        *("--pace-rank", "1", "--pace-secs", "0.004", "--rows", str(tmp_path / "rows")),
+        *("--save-dir", str(tmp_path / "out"), "--steps", "120", "--dynamic-batch", "2"),
+        *("--short-prefetch-rank", "1", "--rows", str(tmp_path / "rows")),
         *("--config", json.dumps(config)),
     )
     run_dir = only_run_dir(tmp_path / "out" / "dist")

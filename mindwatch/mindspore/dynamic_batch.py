@@ -78,9 +78,15 @@ class DynamicBatch:
         self._base = 1
         #: Batches the current pipeline made.
         self._made = 0
-        #: ``(epoch, batch)`` of the last batch asked for: a pipeline that starts again asks for an earlier one.
+        #: ``(epoch, batch)`` of the last batch the current pipeline asked for (one that starts again asks for less).
         self._last: tuple[int, int] | None = None
         self._rebase = True
+        #: The thread of the current pipeline (each pipeline run has its own), and one that asked once: a new pipeline,
+        #: or a getter's one look (``output_shapes()``), which must not count. It is the current one from its second.
+        self._live: int | None = None
+        self._candidate: int | None = None
+        #: The first step that took a batch since the candidate asked (its first batch, when it is the new pipeline).
+        self._first_took: int | None = None
         #: The last step that took a batch.
         self.last_step = 0
         #: No batch for this step or later is made while set (a change is being agreed).
@@ -112,21 +118,35 @@ class DynamicBatch:
 
     def _next_size(self, info: Any) -> int:
         key = (int(info.get_epoch_num()), int(info.get_batch_num()))
+        thread = threading.get_ident()
         with self._lock:
-            if self._last is None or key <= self._last:  # a new pipeline: its first batch goes to the next step
+            if thread != self._live:
+                if thread != self._candidate:  # counted from its second batch on, if it asks again
+                    self._candidate, self._first_took = thread, None
+                    self._wait_if_held(lambda: self.last_step + 1)
+                    return self.size_at(self.last_step + 1)
+                self._live, self._candidate, first = thread, None, self._first_took
+                self._base, self._made, self._rebase = (first, 1, False) if first else (self.last_step + 1, 1, True)
+            elif self._last is not None and key <= self._last:  # this thread runs a new pipeline
                 self._base, self._made, self._rebase = self.last_step + 1, 0, True
             self._last = key
-            held = self._hold is not None and self._base + self._made >= self._hold
-            if held and not self._lock.wait_for(lambda: self._hold is None, timeout=HOLD_TIMEOUT_SECS):
-                log.warning("mindwatch: the ranks did not agree a batch size change in time; the batch size stays")
-                self._hold = None
+            self._wait_if_held(lambda: self._base + self._made)
             step = self._base + self._made
             self._made += 1
             return self.size_at(step)
 
+    def _wait_if_held(self, step: Callable[[], int]) -> None:
+        """Wait (the lock released) while a change being agreed holds back the batch of ``step()``."""
+        held = lambda: self._hold is not None and step() >= self._hold  # noqa: E731
+        if held() and not self._lock.wait_for(lambda: not held(), timeout=HOLD_TIMEOUT_SECS):
+            log.warning("mindwatch: the ranks did not agree a batch size change in time; the batch size stays")
+            self._hold = None
+
     def took(self, step: int) -> int:
         """The front door: step ``step`` took its batch (the next one the pipeline made); returns that batch's size."""
         with self._lock:
+            if self._candidate is not None and self._first_took is None:
+                self._first_took = step
             if self._rebase:  # the first step of a new pipeline: now its numbering is known
                 self._base, self._rebase = step, False
             self.last_step = step

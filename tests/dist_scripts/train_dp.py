@@ -23,7 +23,8 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--signal-in-reducer``: that loop reduces with ``mw.DistributedGradReducer`` (``start_run(grad_reducer=)``).
 ``--dynamic-batch MIN``: batched by ``mw.DynamicBatch(8, min=MIN)``, given to the callback (``batch=``); with
 ``--rows PATH`` each rank writes the rows of every step's batch, as its network received them, to ``PATH.rank<R>.json``.
-``--pace-rank R``: only rank R's batches take ``--pace-secs`` (the others' pipelines run ahead of the training).
+``--short-prefetch-rank R``: rank R's pipeline prefetches 2 batches, not 16 (``ds.config.set_prefetch_size(2)``): it
+runs 14 batches ahead of the training, the others 84.
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
 ``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
@@ -70,7 +71,6 @@ class Batches:
         if i % BATCH == 0:
             spiking = self.args.spike_rank >= 0
             pace = self.args.pace_secs * (0.75 if spiking and self.rank != self.args.spike_rank else 1.0)
-            pace = 0.0 if self.args.pace_rank not in (-1, self.rank) else pace
             time.sleep(pace + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0))
         x = self.rng.standard_normal(16).astype(np.float32)
         y = np.array([x @ self.w], np.float32)
@@ -121,7 +121,7 @@ def main() -> None:
     p.add_argument("--spike-at", type=int, default=-1)
     p.add_argument("--spike-secs", type=float, default=0.0)
     p.add_argument("--pace-secs", type=float, default=0.0)
-    p.add_argument("--pace-rank", type=int, default=-1)
+    p.add_argument("--short-prefetch-rank", type=int, default=-1)
     p.add_argument("--dynamic-batch", type=int, default=0, help="mw.DynamicBatch(8, min=N)")
     p.add_argument("--rows", default=None)
     p.add_argument("--late-rank", type=int, default=-1)
@@ -157,6 +157,8 @@ def main() -> None:
         nn.WithLossCell(net, nn.MSELoss()), optimizer, layer_stats=args.layer_stats, max_grad_norm=args.max_grad_norm
     )
     model = Model(cell)
+    if rank == args.short_prefetch_rank:
+        ds.config.set_prefetch_size(2)
     batch = mw.DynamicBatch(BATCH, min=args.dynamic_batch) if args.dynamic_batch else None
     data = ds.GeneratorDataset(Batches(rank, args.steps, args), ["x", "y"], shuffle=False).batch(batch or BATCH)
     config = {
