@@ -29,6 +29,7 @@ from mindwatch.config import DynamicBatchSection
 from mindwatch.demo.train import set_mode
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 from mindwatch.mindspore.dynamic_batch import BatchChanges
+from mindwatch.store.requests import RequestError, file_request
 
 pytestmark = pytest.mark.slow  # real trainings, each a few seconds
 
@@ -214,11 +215,11 @@ def test_a_person_grows_the_batch_of_a_live_run_within_its_bounds(tmp_path: Path
     run_dir = tmp_path / "live" / "batched"
     try:
         wait_for(lambda: status(run_dir).get("state") == "running" and (status(run_dir).get("last_step") or 0) >= 5, 120)
-        for size, why in (("128", "out of this run's bounds: its DynamicBatch takes 8 to 64"), ("4", "takes 8 to 64")):
-            out = mindwatch_cli("batch", str(run_dir), size)
-            assert out.returncode == 2 and why in out.stderr, out.stderr
-        out = mindwatch_cli("batch", str(run_dir), "many")
-        assert out.returncode == 2 and "a whole number >= 1, not 'many'" in out.stderr, out.stderr
+        out = mindwatch_cli("batch", str(run_dir), "128")
+        assert out.returncode == 2 and "out of this run's bounds: its DynamicBatch takes 8 to 64" in out.stderr, out.stderr
+        for size, why in (("4", "takes 8 to 64"), ("many", "a whole number >= 1, not 'many'")):
+            with pytest.raises(RequestError, match=why):  # what the CLI prints, as the 128 above
+                file_request(run_dir, "batch", size=size)
 
         out = mindwatch_cli("batch", str(run_dir), "64", "--reason", "the device idles", "--wait", "30")
         assert out.returncode == 0 and "taken at step" in out.stdout, out.stdout + out.stderr
