@@ -44,9 +44,6 @@ log = logging.getLogger("mindwatch")
 #: goes on with the size it has.
 HOLD_TIMEOUT_SECS = 120.0
 
-#: The batch size actions (``resize_batch``: a person's ``mindwatch batch RUN SIZE``, with its ``batch_size``).
-BATCH_ACTIONS = ("shrink_batch", "grow_batch", "resize_batch")
-
 
 class DynamicBatch:
     """The batch size of a dataset, changed during training by mindwatch's ``shrink_batch`` / ``grow_batch`` actions.
@@ -188,9 +185,6 @@ class DynamicBatch:
             self.switch(from_step, size)  # the Condition's lock is reentrant
             return from_step
 
-    def bounds_text(self) -> str:
-        return f"between {self.min} and {self.max}"
-
     def meta(self) -> dict[str, int]:
         """For meta.json (``mindwatch batch`` checks a size against the bounds)."""
         return {"initial": self.initial, "min": self.min, "max": self.max}
@@ -245,9 +239,9 @@ Report = Callable[[str, dict[str, Any], int, dict[str, Any]], None]
 class BatchChanges:
     """What ``shrink_batch``, ``grow_batch`` and ``resize_batch`` do to a :class:`DynamicBatch`. See the module docstring.
 
-    ``report`` records a change once its step is known (the intervention alert); ``scale_lr`` multiplies the
-    learning rate by a factor from the next step on (``dynamic_batch.scale_lr``); ``schedule`` files an action for
-    a later step boundary (``Control.schedule``).
+    ``settings``: ``dynamic_batch`` (the factor; ``scale_lr``: the learning rate follows, through a ``batch_lr``
+    action filed for the boundary before ``from_step``); ``report`` records a change once its step is known (the
+    intervention alert); ``schedule`` files an action for a later step boundary (``Control.schedule``).
     """
 
     def __init__(
@@ -337,7 +331,8 @@ class BatchChanges:
             if size is None and self.collective:
                 return 0  # another rank's person's request whose alert did not reach this rank: the others know it
             if not isinstance(size, int) or not batch.min <= size <= batch.max:
-                raise ValueError(f"batch size {size!r} is out of this run's bounds: it takes {batch.bounds_text()}")
+                bounds = f"its DynamicBatch takes {batch.min} to {batch.max}"
+                raise ValueError(f"batch size {size!r} is out of this run's bounds: {bounds}")
             return size
         factor = self.factor if action == "shrink_batch" else 1.0 / self.factor
         return min(batch.max, max(batch.min, round(before * factor)))
