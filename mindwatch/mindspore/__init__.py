@@ -4,6 +4,7 @@ Example::
 
     from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm   # Model.train
     import mindwatch.mindspore as mw; run = mw.start_run("monitor.yaml", network=net, optimizer=opt)   # a loop of your own
+    batch = mw.DynamicBatch(32, min=8); ds = ds.batch(batch); MonitorCallback(cfg, batch=batch)  # a batch size that changes
 """
 
 from mindwatch.mindspore.callback import MonitorCallback
