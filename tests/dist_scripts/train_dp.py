@@ -21,7 +21,8 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
 ``train_step`` under ``ms.jit``) monitored with ``start_run`` / ``run.step``, instead of ``Model.train``.
 ``--signal-in-reducer``: that loop reduces with ``mw.DistributedGradReducer`` (``start_run(grad_reducer=)``).
-``--dynamic-batch MIN``: batched by ``mw.DynamicBatch(8, min=MIN)``, given to the callback (``batch=``); with
+``--dynamic-batch MIN``: batched by ``mw.DynamicBatch(8, min=MIN)``, given to the callback or ``start_run`` (``batch=``,
+a ``--loop``'s step under ``ms.jit(dynamic=1)``); with
 ``--rows PATH`` each rank writes the rows of every step's batch, as its network received them, to ``PATH.rank<R>.json``.
 ``--short-prefetch-rank R``: rank R's pipeline prefetches 2 batches, not 16 (``ds.config.set_prefetch_size(2)``): it
 runs 14 batches ahead of the training, the others 84.
@@ -174,7 +175,8 @@ def main() -> None:
     if rank == args.late_rank:
         time.sleep(args.late_secs)
     if args.loop:
-        run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer)
+        rows = f"{args.rows}.rank{rank}.json" if args.rows else None
+        run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer, batch=batch, rows=rows)
     else:
         cb = MonitorCallback(config, batch=batch)
         callbacks = [cb, PrintSteps(rank)] if args.print_steps else [cb]
@@ -192,15 +194,25 @@ def main() -> None:
     print(f"train_dp: rank {rank} finished, run dir {run_dir}", flush=True)
 
 
-def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: dict, *, in_reducer: bool) -> object:
+def train_loop(
+    net: nn.Cell,
+    optimizer: nn.Optimizer,
+    data: ds.Dataset,
+    config: dict,
+    *,
+    in_reducer: bool,
+    batch: mw.DynamicBatch | None = None,
+    rows: str | None = None,
+) -> object:
     """The data-parallel functional loop: each rank's gradients all-reduced (mean), then the update; ``in_reducer``:
-    mindwatch's signal rides on that reduction (``mw.DistributedGradReducer``), else the loop sums it itself."""
+    mindwatch's signal rides on that reduction (``mw.DistributedGradReducer``), else the loop sums it itself. With a
+    ``batch``, the step compiles for any batch size and ``rows`` gets each step's rows."""
     loss_net = nn.WithLossCell(net, nn.MSELoss())
     grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
     kind = mw.DistributedGradReducer if in_reducer else nn.DistributedGradReducer
     reducer = kind(optimizer.parameters, mean=True)
 
-    @ms.jit
+    @ms.jit(dynamic=1 if batch is not None else 0)
     def train_step(x, y):
         loss, grads = grad_fn(x, y)
         grads = reducer(grads)
@@ -209,12 +221,18 @@ def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: 
 
     total = data.get_dataset_size()
     grad_reducer = reducer if in_reducer else None
-    with mw.start_run(config, network=net, optimizer=optimizer, total_steps=total, grad_reducer=grad_reducer) as run:
-        for x, y in run.batches(data.create_tuple_iterator()):
+    seen: dict[int, int] = {}
+    start = mw.start_run(config, network=net, optimizer=optimizer, total_steps=total, grad_reducer=grad_reducer, batch=batch)
+    with start as run:
+        for step, (x, y) in enumerate(run.batches(data.create_tuple_iterator()), start=1):
+            seen[step] = int(x.shape[0])
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)
             if run.should_stop:
                 break
+    if rows:
+        with open(rows, "w") as f:
+            json.dump(seen, f)
     return run.run_dir
 
 
