@@ -270,3 +270,8 @@ def test_shrink_and_grow_keep_within_the_bounds_and_fold_until_a_change_lands(sh
     assert not plan and len(landed) == 5
     for from_step, size in landed:
         assert rows[from_step] == size != rows[from_step - 1]
+    # a second training over the same dataset counts its steps from 1 again: every batch has the newest size
+    for step, (x,) in enumerate(data.create_tuple_iterator(num_epochs=1), start=1):
+        assert batch.took(step) == x.shape[0] == 64
+        if step == 20:
+            break

@@ -142,6 +142,8 @@ class DynamicBatch:
     def took(self, step: int) -> int:
         """The front door: step ``step`` took its batch (the next one the pipeline made); returns that batch's size."""
         with self._lock:
+            if step <= self.last_step:  # a new training counts from 1 again: the newest size from its first step
+                self._sizes = [(0, self._sizes[-1][1])]
             if self._candidate is not None and self._first_took is None:
                 self._first_took = step
             if self._rebase:  # the first step of a new pipeline: now its numbering is known
