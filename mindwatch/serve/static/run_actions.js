@@ -21,12 +21,13 @@ export class RunActions {
   }
 
   render() {
-    const buttons = this.allowed.map((b) =>
-      h("button", { type: "button", "data-action": b.action, onclick: () => this.ask(b) }, b.label));
-    const withFactor = this.allowed.find((b) => b.factor !== undefined);
-    if (withFactor) this.factor.value = String(withFactor.factor);
-    const withSize = this.allowed.some((b) => b.size);
-    this.el.replaceChildren(this.reason, ...buttons, ...(withFactor ? [this.factor] : []), ...(withSize ? [this.size] : []), this.note);
+    // each button, then the field it takes (the factor after LR ×, the size after Batch size)
+    const items = this.allowed.flatMap((b) => {
+      const button = h("button", { type: "button", "data-action": b.action, onclick: () => this.ask(b) }, b.label);
+      if (b.factor !== undefined) this.factor.value = String(b.factor);
+      return b.factor !== undefined ? [button, this.factor] : b.size ? [button, this.size] : [button];
+    });
+    this.el.replaceChildren(this.reason, ...items, this.note);
     this.show(this.state);
   }
 
@@ -53,7 +54,11 @@ export class RunActions {
 
   async follow(action, id, until) {
     const { answer } = await getJSON(`/api/request?run=${encodeURIComponent(this.runId)}&id=${encodeURIComponent(id)}`);
-    if (answer && answer.state === "taken") { this.note.textContent = `${action}: taken at step ${answer.step}`; return; }
+    if (answer && answer.state === "taken") {
+      // the batch size's answer says the step it lands at
+      this.note.textContent = `${action}: taken at step ${answer.step}` + (action === "batch" && answer.message ? `: ${answer.message}` : "");
+      return;
+    }
     if (answer && answer.state === "failed") { this.note.textContent = `${action} failed: ${answer.error || answer.message}`; return; }
     if (Date.now() < until) setTimeout(() => this.follow(action, id, until), 500);
   }
