@@ -82,6 +82,8 @@ class DynamicBatch:
         #: or a getter's one look (``output_shapes()``), which must not count. It is the current one from its second.
         self._live: int | None = None
         self._candidate: int | None = None
+        #: The step the candidate's first batch went to (guessed: the next one).
+        self._candidate_step = 0
         #: The first step that took a batch since the candidate asked (its first batch, when it is the new pipeline).
         self._first_took: int | None = None
         #: The last step that took a batch.
@@ -121,7 +123,8 @@ class DynamicBatch:
                 if thread != self._candidate:  # counted from its second batch on, if it asks again
                     self._candidate, self._first_took = thread, None
                     self._wait_if_held(lambda: self.last_step + 1)
-                    return self.size_at(self.last_step + 1)
+                    self._candidate_step = self.last_step + 1
+                    return self.size_at(self._candidate_step)
                 self._live, self._candidate, first = thread, None, self._first_took
                 self._base, self._made, self._rebase = (first, 1, False) if first else (self.last_step + 1, 1, True)
             elif self._last is not None and key <= self._last:  # this thread runs a new pipeline
@@ -154,13 +157,17 @@ class DynamicBatch:
     def next_unmade(self) -> int:
         """The first step whose batch the pipeline has not made yet."""
         with self._lock:
-            return self._base + self._made
+            return self._unmade()
+
+    def _unmade(self) -> int:
+        unmade = self._base + self._made
+        return unmade if self._candidate is None else max(unmade, self._candidate_step + 1)
 
     def hold(self, not_before: int) -> int:
         """Hold the pipeline back at its first batch not made yet (no earlier than step ``not_before``'s) until
         :meth:`switch` or :meth:`release`; returns that step."""
         with self._lock:
-            self._hold = max(self._base + self._made, not_before)
+            self._hold = max(self._unmade(), not_before)
             return self._hold
 
     def switch(self, from_step: int, size: int) -> None:
@@ -183,7 +190,7 @@ class DynamicBatch:
         """In one process: batches from the first one not made yet (no earlier than step ``not_before``'s) on have
         ``size`` samples; returns that step."""
         with self._lock:
-            from_step = max(self._base + self._made, not_before)
+            from_step = max(self._unmade(), not_before)
             self.switch(from_step, size)  # the Condition's lock is reentrant
             return from_step
 
