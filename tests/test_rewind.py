@@ -1,0 +1,160 @@
+"""``rewind``: a run goes back to a snapshot before a bad stretch, passes over the batches after it, and finishes.
+
+Real trainings on CPU: a toy regression (Dense 8-32-1, Momentum 0.02/0.9, batch 8) whose inputs are x 30 for steps
+85-89; without help it diverges to NaN. The reference for the restored state is a ``ModelCheckpoint`` file written at
+step 80 (MindSpore's own), read with ``ms.load_checkpoint``; the state after each step is copied by a callback of the
+test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
+
+import mindwatch
+from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
+
+STEPS, BATCH, EVERY, SKIP, PACE = 140, 8, 20, 10, 0.02
+BAD = range(85, 90)  # 1-based steps whose inputs are x 30
+
+
+def samples(bad: range | None = BAD) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(STEPS * BATCH, 8)).astype(np.float32)
+    y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
+    if bad is not None:
+        x[(bad.start - 1) * BATCH : (bad.stop - 1) * BATCH] *= 30.0
+    return x, y
+
+
+class Paced:
+    """The samples, a batch every ``PACE`` s at most: mindwatch's rules run on its worker, which takes a batch of records
+    every 0.25 s, so a rule's request comes ~0.25 s after its step; at a realistic pace that is a few steps."""
+
+    def __init__(self, bad: range | None) -> None:
+        self.x, self.y = samples(bad)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        if i % BATCH == 0:
+            time.sleep(PACE)
+        return self.x[i], self.y[i]
+
+
+def dataset(bad: range | None = BAD) -> ds.Dataset:
+    return ds.GeneratorDataset(Paced(bad), ["x", "y"], shuffle=False).batch(BATCH, drop_remainder=True)
+
+
+def training() -> tuple[nn.Cell, nn.Optimizer, nn.Cell]:
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(8, 32), nn.ReLU(), nn.Dense(32, 1))
+    opt = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
+    return net, opt, TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt)
+
+
+class States(Callback):
+    """The network's and the optimizer's parameters after every step (``cur_step_num``), and the loss."""
+
+    def __init__(self, net: nn.Cell, opt: nn.Optimizer) -> None:
+        self.params = {p.name: p for cell in (net, opt) for p in cell.get_parameters()}
+        self.after: dict[int, dict[str, np.ndarray]] = {}
+        self.loss: dict[int, float] = {}
+
+    def on_train_step_end(self, run_context) -> None:
+        cb = run_context.original_args()
+        self.after[cb.cur_step_num] = {n: p.asnumpy().copy() for n, p in self.params.items()}
+        out = cb.net_outputs
+        self.loss[cb.cur_step_num] = float((out[0] if isinstance(out, (tuple, list)) else out).asnumpy())
+
+
+def rewind_config(save_dir: Path, **rewind) -> dict:
+    return {
+        "save_dir": str(save_dir),
+        "alerts": {"spike": {"metrics": ["loss"], "count": 1, "actions": ["rewind"]}},
+        "rewind": {"every": EVERY, "skip": SKIP, **rewind},
+    }
+
+
+def raw_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def clean_losses() -> list[float]:
+    """The last losses of the same training without the bad stretch (no mindwatch)."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net, opt, cell = training()
+    states = States(net, opt)
+    Model(cell).train(1, dataset(bad=None), callbacks=[states], dataset_sink_mode=False)
+    return [states.loss[s] for s in range(STEPS - 9, STEPS + 1)]
+
+
+def the_rewind(run_dir: Path) -> dict:
+    alerts = raw_records(run_dir / "alerts.jsonl")
+    rewinds = [a for a in alerts if a["rule"] == "intervention" and a["actions"] == ["rewind"]]
+    assert len(rewinds) == 1, rewinds
+    return rewinds[0]
+
+
+def check_the_rewind(run_dir: Path, states: States, ckpt: Path, clean: list[float]) -> None:
+    rewind = the_rewind(run_dir)
+    at = rewind["step"]
+    assert rewind["to_step"] == 80 and rewind["cause_step"] == BAD.start and at >= BAD.start
+    assert rewind["skipped_batches"] == SKIP
+    assert [b["index"] for b in rewind["batches"]] == list(range(at, at + SKIP)) and rewind["batches"][0]["epoch"] == 1
+    # right after the rewind, the weights and the optimizer's state are those ModelCheckpoint wrote at step 80
+    reference = ms.load_checkpoint(str(ckpt))
+    after = states.after[at]
+    shared = sorted(set(reference) & set(after))
+    assert {"global_step", "moments.0.weight", "moments.2.bias", "0.weight", "2.bias"} <= set(shared)
+    for name in shared:
+        assert np.array_equal(after[name], reference[name].asnumpy()), name
+    # the batches passed over changed nothing
+    for name in shared:
+        assert np.array_equal(states.after[at + SKIP][name], after[name]), name
+    assert not np.array_equal(states.after[at + SKIP + 1]["0.weight"], after["0.weight"])
+    # finite, and near a clean run's loss
+    last = [states.loss[s] for s in range(STEPS - 9, STEPS + 1)]
+    assert np.isfinite(last).all() and np.mean(last) < 2 * np.mean(clean) + 0.05, (last, clean)
+    # one run: the charts continue from the snapshot's step
+    run = mindwatch.open_run(run_dir)
+    assert run.state == "finished"
+    loss = run.series("loss")
+    trained = STEPS - (at - 80) - SKIP
+    assert list(loss.step) == list(range(1, trained + 1))
+    written = [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
+    assert written[at - 1 : at + 1] == [at, 81], "after the rewind, step 81 again"
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes(
+    tmp_path: Path, mode: str, clean_losses: list[float]
+) -> None:
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    net, opt, cell = training()
+    states = States(net, opt)
+    ckpt = ModelCheckpoint("ref", str(tmp_path / "ckpt"), CheckpointConfig(save_checkpoint_steps=EVERY, keep_checkpoint_max=20))
+    mon = MonitorCallback(rewind_config(tmp_path / "out"))
+    Model(cell).train(1, dataset(), callbacks=[mon, states, ckpt], dataset_sink_mode=False)
+    check_the_rewind(Path(mon.run_dir), states, tmp_path / "ckpt" / "ref-1_80.ckpt", clean_losses)
+    meta = json.loads((Path(mon.run_dir) / "meta.json").read_text())
+    one = sum(a.nbytes for a in states.after[1].values())
+    assert meta["rewind"]["snapshot_bytes"] == one and meta["rewind"]["bytes"] == 2 * one
+
+
+def test_without_help_the_bad_stretch_diverges_to_nan() -> None:
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net, opt, cell = training()
+    states = States(net, opt)
+    Model(cell).train(1, dataset(), callbacks=[states], dataset_sink_mode=False)
+    assert np.isfinite(states.loss[BAD.start - 1]) and not np.isfinite(states.loss[STEPS])
