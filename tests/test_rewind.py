@@ -20,15 +20,16 @@ from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 
 import mindwatch
+import mindwatch.mindspore as mw
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 
 STEPS, BATCH, EVERY, SKIP, PACE = 140, 8, 20, 10, 0.02
 BAD = range(85, 90)  # 1-based steps whose inputs are x 30
 
 
-def samples(bad: range | None = BAD) -> tuple[np.ndarray, np.ndarray]:
+def samples(bad: range | None = BAD, steps: int = STEPS) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(3)
-    x = rng.normal(size=(STEPS * BATCH, 8)).astype(np.float32)
+    x = rng.normal(size=(steps * BATCH, 8)).astype(np.float32)
     y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
     if bad is not None:
         x[(bad.start - 1) * BATCH : (bad.stop - 1) * BATCH] *= 30.0
@@ -39,8 +40,8 @@ class Paced:
     """The samples, a batch every ``PACE`` s at most: mindwatch's rules run on its worker, which takes a batch of records
     every 0.25 s, so a rule's request comes ~0.25 s after its step; at a realistic pace that is a few steps."""
 
-    def __init__(self, bad: range | None) -> None:
-        self.x, self.y = samples(bad)
+    def __init__(self, bad: range | None, steps: int) -> None:
+        self.x, self.y = samples(bad, steps)
 
     def __len__(self) -> int:
         return len(self.x)
@@ -51,8 +52,8 @@ class Paced:
         return self.x[i], self.y[i]
 
 
-def dataset(bad: range | None = BAD) -> ds.Dataset:
-    return ds.GeneratorDataset(Paced(bad), ["x", "y"], shuffle=False).batch(BATCH, drop_remainder=True)
+def dataset(bad: range | None = BAD, steps: int = STEPS) -> ds.Dataset:
+    return ds.GeneratorDataset(Paced(bad, steps), ["x", "y"], shuffle=False).batch(BATCH, drop_remainder=True)
 
 
 def training() -> tuple[nn.Cell, nn.Optimizer, nn.Cell]:
@@ -99,9 +100,12 @@ def clean_losses() -> list[float]:
     return [states.loss[s] for s in range(STEPS - 9, STEPS + 1)]
 
 
+def interventions(run_dir: Path, action: str) -> list[dict]:
+    return [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "intervention" and a["actions"] == [action]]
+
+
 def the_rewind(run_dir: Path) -> dict:
-    alerts = raw_records(run_dir / "alerts.jsonl")
-    rewinds = [a for a in alerts if a["rule"] == "intervention" and a["actions"] == ["rewind"]]
+    rewinds = interventions(run_dir, "rewind")
     assert len(rewinds) == 1, rewinds
     return rewinds[0]
 
@@ -158,3 +162,67 @@ def test_without_help_the_bad_stretch_diverges_to_nan() -> None:
     states = States(net, opt)
     Model(cell).train(1, dataset(), callbacks=[states], dataset_sink_mode=False)
     assert np.isfinite(states.loss[BAD.start - 1]) and not np.isfinite(states.loss[STEPS])
+
+
+def test_a_loop_of_its_own_rewinds_and_run_batches_passes_over_the_batches(tmp_path: Path, clean_losses: list[float]) -> None:
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net, opt, _ = training()
+    loss_fn = nn.MSELoss()
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss, grads
+
+    states = States(net, opt)
+    reference = tmp_path / "step80.ckpt"
+    losses: list[float] = []
+    with mw.start_run(rewind_config(tmp_path / "out"), network=net, optimizer=opt) as run:
+        for x, y in run.batches(dataset().create_tuple_iterator()):
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            losses.append(float(loss.asnumpy()))
+            calls = len(losses)
+            states.after[calls] = {n: p.asnumpy().copy() for n, p in states.params.items()}
+            if calls == 80:  # the test's own checkpoint of the network and the optimizer
+                ms.save_checkpoint([{"name": n, "data": p} for n, p in states.params.items()], str(reference))
+    rewind = the_rewind(run.run_dir)
+    at = rewind["step"]
+    assert rewind["to_step"] == 80 and rewind["cause_step"] == BAD.start and rewind["skipped_batches"] == SKIP
+    assert [b["index"] for b in rewind["batches"]] == list(range(at, at + SKIP))
+    expected = ms.load_checkpoint(str(reference))
+    for name, value in states.after[at].items():
+        assert np.array_equal(value, expected[name].asnumpy()), name
+    assert len(losses) == STEPS - SKIP, "the batches passed over were not given to the loop"
+    assert np.isfinite(losses[-10:]).all() and np.mean(losses[-10:]) < 2 * np.mean(clean_losses) + 0.05
+    loaded = mindwatch.open_run(run.run_dir)
+    assert loaded.state == "finished"
+    assert list(loaded.series("loss").step) == list(range(1, STEPS - SKIP - (at - 80) + 1))
+
+
+def test_a_stream_that_stays_bad_is_rewound_max_times_then_the_run_stops_and_says_why(tmp_path: Path) -> None:
+    ms.set_context(mode=ms.GRAPH_MODE)
+    steps = 200
+    net, opt, cell = training()
+    config = {
+        "save_dir": str(tmp_path / "out"),
+        "skip_steps": {"enabled": True, "metric": "loss", "max_consecutive": 3, "actions": ["rewind"]},
+        "rewind": {"every": EVERY, "skip": SKIP, "max": 2},
+    }
+    mon = MonitorCallback(config)
+    Model(cell).train(1, dataset(bad=range(150, steps + 1), steps=steps), callbacks=[mon], dataset_sink_mode=False)
+    run_dir = Path(mon.run_dir)
+    rewinds = interventions(run_dir, "rewind")
+    assert [(r["step"], r["to_step"], r["skipped_batches"]) for r in rewinds] == [(152, 140, SKIP), (143, 140, SKIP)]
+    (stop,) = interventions(run_dir, "stop")
+    assert stop["step"] == 143 and stop["cause"] == "skip"
+    status = json.loads((run_dir / "status.rank0.json").read_text())
+    assert status["state"] == "stopped"
+    assert status["reason"].startswith("stopped by mindwatch: 2 rewinds did not get past: 3 steps in a row were skipped")
+    assert [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r][-1] == 143

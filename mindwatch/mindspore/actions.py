@@ -348,7 +348,7 @@ class Interventions:
         asked = alert.get("step")
         asked = asked if isinstance(asked, int) else step  # a person's request without --to: before this step
         asked = min(asked, int(alert["to_step"]) + 1) if isinstance(alert.get("to_step"), int) else asked
-        if alert.get("rule") != "request" and rewinds.covers(asked):
+        if alert.get("rule") != "request" and rewinds.covers(asked, step):
             log.info("mindwatch: the rewind at step %d already went back past step %d", step, asked)
             return None
         if rewinds.exhausted:

@@ -96,8 +96,6 @@ class Rewinds:
         self.count = 0
         #: Batches still to pass over after the last rewind.
         self.passing = 0
-        #: The global step at the last step boundary.
-        self.last_step = 0
         self._every = settings.every
         self._covered: tuple[int, int] | None = None  # (to_step, at_step) of the last rewind
         self._alert: Alert | None = None  # the last rewind's intervention alert, until its batches have passed
@@ -115,15 +113,15 @@ class Rewinds:
         if self._rewound_now:
             self._rewound_now = False
             return
-        self.last_step = step
         if step % self._every == 0 and not self.passing:
             self.snapshots.take(step)
 
-    def covers(self, alert_step: int) -> bool:
-        """Whether the last rewind already went back past an anomaly at ``alert_step``: a step it abandoned that the
-        run has not reached again (the alert came from the abandoned branch: one rewind for one bad stretch)."""
+    def covers(self, alert_step: int, step: int) -> bool:
+        """Whether the last rewind already went back past an anomaly at ``alert_step``, asked at the boundary of ``step``:
+        a step it abandoned that the run has not reached again (the alert came from the abandoned branch: one rewind
+        for one bad stretch)."""
         covered = self._covered
-        return covered is not None and covered[0] < alert_step <= covered[1] and alert_step > self.last_step
+        return covered is not None and covered[0] < alert_step <= covered[1] and alert_step > step
 
     @property
     def exhausted(self) -> bool:
@@ -144,7 +142,6 @@ class Rewinds:
         self.snapshots.restore(snapshot)
         self.count += 1
         self._covered = (snapshot.step, step)
-        self.last_step = snapshot.step
         self._rewound_now = True
         self.passing = self.skip
         if self.passing and self.gate is not None:
