@@ -121,7 +121,10 @@ class Rewinds:
         a step it abandoned that the run has not reached again (the alert came from the abandoned branch: one rewind
         for one bad stretch)."""
         covered = self._covered
-        return covered is not None and covered[0] < alert_step <= covered[1] and alert_step > step
+        if covered is None:
+            return False
+        now = covered[0] if self._rewound_now else step  # a second request at the very boundary a rewind went back at
+        return covered[0] < alert_step <= covered[1] and alert_step > now
 
     @property
     def exhausted(self) -> bool:
