@@ -9,6 +9,8 @@ test's own.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -226,3 +228,48 @@ def test_a_stream_that_stays_bad_is_rewound_max_times_then_the_run_stops_and_say
     assert status["state"] == "stopped"
     assert status["reason"].startswith("stopped by mindwatch: 2 rewinds did not get past: 3 steps in a row were skipped")
     assert [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r][-1] == 143
+
+
+def test_a_person_rewinds_a_live_run_from_a_shell_to_a_step(tmp_path: Path) -> None:
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net, opt, _ = training()
+    loss_fn = nn.MSELoss()
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss, grads
+
+    config = {"save_dir": str(tmp_path / "out"), "rewind": {"every": EVERY, "skip": 5, "keep": 3}}
+    shell = None
+    with mw.start_run(config, network=net, optimizer=opt) as run:
+        for i, (x, y) in enumerate(run.batches(dataset(bad=None).create_tuple_iterator()), 1):
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            if i == 50:
+                command = [
+                    sys.executable,
+                    "-m",
+                    "mindwatch.cli",
+                    "rewind",
+                    str(run.run_dir),
+                    "--to",
+                    "45",
+                    "--reason",
+                    "bad data",
+                ]
+                shell = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert shell is not None and shell.returncode == 0, shell.stderr if shell else None
+    rewind = the_rewind(run.run_dir)
+    assert rewind["to_step"] == 40 and rewind["skipped_batches"] == 5 and rewind["cause"] == "request"
+    request_id = shell.stdout.split("filed request ")[1].split()[0]
+    answer = json.loads((run.run_dir / "control" / "answers" / f"{request_id}.json").read_text())
+    assert answer["state"] == "taken" and answer["step"] == rewind["step"]
+    (asked,) = [a for a in raw_records(run.run_dir / "alerts.jsonl") if a["rule"] == "request"]
+    assert asked["reason"] == "bad data" and asked["to_step"] == 45 and rewind["request"] == request_id
