@@ -24,6 +24,7 @@ from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 import mindwatch
 import mindwatch.mindspore as mw
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
+from mindwatch.report.html import render_report
 
 STEPS, BATCH, EVERY, SKIP, PACE = 140, 8, 20, 10, 0.02
 BAD = range(85, 90)  # 1-based steps whose inputs are x 30
@@ -140,6 +141,9 @@ def check_the_rewind(run_dir: Path, states: States, ckpt: Path, clean: list[floa
     assert list(loss.step) == list(range(1, trained + 1))
     written = [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
     assert written[at - 1 : at + 1] == [at, 81], "after the rewind, step 81 again"
+    table = render_report([run]).split('<table id="rewinds">', 1)[1].split("</table>", 1)[0]
+    assert f"<td>{at}</td><td>80</td><td>{SKIP} (epoch 1, batches {at}-{at + SKIP - 1})</td>" in table
+    assert "<td>spike at step 85</td>" in table
 
 
 @pytest.mark.parametrize("mode", ["graph", "pynative"])

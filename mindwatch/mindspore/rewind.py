@@ -29,6 +29,7 @@ import numpy as np
 from mindspore import ops
 
 from mindwatch.alerts.alert import Alert
+from mindwatch.analysis.rewinds import batch_span
 from mindwatch.config import MonitorConfig, RewindSettings
 
 log = logging.getLogger("mindwatch")
@@ -182,11 +183,3 @@ class Rewinds:
         if self._batches:
             alert["message"] += f"; passed over {alert['skipped_batches']} batches ({batch_span(self._batches)})"
         self.emit(alert)
-
-
-def batch_span(batches: list[dict[str, Any]]) -> str:
-    """``epoch 1, batches 86-95`` (the indices within their epoch)."""
-    first, last = batches[0], batches[-1]
-    if first.get("epoch") == last.get("epoch"):
-        return f"epoch {first.get('epoch')}, batches {first.get('index')}-{last.get('index')}"
-    return f"epoch {first.get('epoch')} batch {first.get('index')} to epoch {last.get('epoch')} batch {last.get('index')}"
