@@ -138,6 +138,7 @@ def check_the_rewind(run_dir: Path, states: States, ckpt: Path, clean: list[floa
     assert run.state == "finished"
     loss = run.series("loss")
     trained = STEPS - (at - 80) - SKIP
+    assert json.loads((run_dir / "meta.json").read_text())["total_steps"] == trained, "the plan ends where the run does"
     assert list(loss.step) == list(range(1, trained + 1))
     written = [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
     assert written[at - 1 : at + 1] == [at, 81], "after the rewind, step 81 again"

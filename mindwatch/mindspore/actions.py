@@ -362,6 +362,8 @@ class Interventions:
         if self.lr_probe is not None:
             self.lr_probe.invalidate()
         skip = rewinds.passing
+        if self.session.planned:  # the steps taken back, and the batches passed over, are not steps the run makes
+            self.session.plan(self.session.planned - (step - snapshot.step) - skip)
         return {
             "message": f"rewound from step {step} to step {snapshot.step} (rewind {rewinds.count} of {rewinds.settings.max})",
             "to_step": snapshot.step,
