@@ -25,6 +25,8 @@ import mindwatch
 import mindwatch.mindspore as mw
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 from mindwatch.report.html import render_report
+from mindwatch.serve.api import thinned_series
+from mindwatch.serve.views import RunView
 
 STEPS, BATCH, EVERY, SKIP, PACE = 140, 8, 20, 10, 0.02
 BAD = range(85, 90)  # 1-based steps whose inputs are x 30
@@ -142,6 +144,12 @@ def check_the_rewind(run_dir: Path, states: States, ckpt: Path, clean: list[floa
     assert list(loss.step) == list(range(1, trained + 1))
     written = [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
     assert written[at - 1 : at + 1] == [at, 81], "after the rewind, step 81 again"
+    # the dashboard draws the abandoned branch faint: the values the rewind went back over, steps 81..at
+    view = RunView("default/" + run_dir.name, run_dir, run_dir.parent.parent.resolve())
+    abandoned = thinned_series(view, "loss", points=100_000)["abandoned"]
+    old = [r for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r][80:at]
+    assert [p[0] for p in abandoned] == list(range(81, at + 1))
+    assert [p[1] for p in abandoned] == [r["loss"] if isinstance(r["loss"], float) else None for r in old]
     table = render_report([run]).split('<table id="rewinds">', 1)[1].split("</table>", 1)[0]
     assert f"<td>{at}</td><td>80</td><td>{SKIP} (epoch 1, batches {at}-{at + SKIP - 1})</td>" in table
     assert "<td>spike at step 85</td>" in table
