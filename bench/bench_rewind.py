@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench rewind", description=__doc__.splitlines()[0])
     parser.add_argument("--d-model", type=int, default=64, help="the demo model's width (the demo's: 64)")
     parser.add_argument("--depth", type=int, default=2, help="the demo model's Transformer blocks (the demo's: 2)")
+    parser.add_argument("--state-mib", type=int, default=256, help="a larger state, timed apart: MiB of Parameters (0: none)")
     args = round_options(parser, argv)
     logging.getLogger("mindwatch").setLevel(logging.WARNING)
     total = args.steps * (2 * args.rounds + 1)
@@ -78,3 +79,24 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"  a rewind (every Parameter assigned back): {rewind * 1e3:.3f} ms (median of 20)")
     print("  (between snapshots the step is what it is without them: the wall ratio is noise on a shared machine)")
+    if args.state_mib:
+        _large_state(args.state_mib)
+
+
+def _large_state(mib: int) -> None:
+    """A snapshot and a rewind of ``mib`` MiB of float32 Parameters (1 MiB each): how the stall grows with the state."""
+    import mindspore as ms
+    import numpy as np
+
+    from mindwatch.mindspore.rewind import Snapshots
+
+    state = {f"p{i}": ms.Parameter(ms.Tensor(np.random.rand(512, 512).astype(np.float32)), name=f"p{i}") for i in range(mib)}
+    snapshots = Snapshots(state, keep=2)
+    first = _timed(lambda: Snapshots(state, keep=2).take(1), times=5)  # into new arrays
+    snapshots.take(1)
+    snapshots.take(2)
+    reused = _timed(lambda: snapshots.take(3), times=10)  # into the oldest snapshot's arrays
+    rewind = _timed(lambda: snapshots.restore(snapshots.held[-1]), times=5)
+    print(f"a state of {mib} MiB ({len(state)} Parameters of 1 MiB):")
+    print(f"  snapshot into new arrays {first * 1e3:.1f} ms, into the oldest snapshot's arrays {reused * 1e3:.1f} ms")
+    print(f"  ({reused / mib * 1e3:.3f} ms per MiB); a rewind {rewind * 1e3:.1f} ms")
