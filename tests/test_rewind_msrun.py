@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_distributed import Launch, msrun, only_run_dir, raw_records
+from test_distributed import Launch, Webhooks, msrun, only_run_dir, raw_records
 
 import mindwatch
 
@@ -21,9 +21,11 @@ STEPS, EVERY, SKIP = 140, 20, 10
 
 
 def test_a_bad_stretch_on_rank_1_is_one_rewind_at_one_step_on_both_ranks(tmp_path: Path) -> None:
+    hooks = Webhooks()
     config = {
         "alerts": {"spike": {"metrics": ["loss"], "count": 1, "actions": ["rewind"]}, "stall_timeout": 8.0},
         "rewind": {"every": EVERY, "skip": SKIP},
+        "notify": [{"type": "webhook", "url": hooks.url}],
     }
     launch = Launch()
     try:
@@ -38,6 +40,7 @@ def test_a_bad_stretch_on_rank_1_is_one_rewind_at_one_step_on_both_ranks(tmp_pat
         assert codes == [0], f"msrun failed ({codes}):\n{(tmp_path / 'logs' / 'msrun.out').read_text()[-3000:]}"
     finally:
         launch.kill()
+        hooks.close()
     run_dir = only_run_dir(tmp_path / "out" / "dist")
     alerts = raw_records(run_dir / "alerts.jsonl")
     spikes = [a for a in alerts if a["rule"] == "spike"]
@@ -55,3 +58,8 @@ def test_a_bad_stretch_on_rank_1_is_one_rewind_at_one_step_on_both_ranks(tmp_pat
         status = json.loads((run_dir / f"status.rank{r}.json").read_text())
         assert status["state"] == "finished" and status["last_step"] == trained, status
     assert mindwatch.open_run(run_dir).state == "finished"
+    # one message tells the person: rank 0's end-of-run message, with the rewind and its batches named
+    told = [json.dumps(body) for _, body in hooks.posts if "rewound from step" in json.dumps(body)]
+    assert len(told) == 1 and "to step 80" in told[0] and f"passed over {SKIP} batches (epoch 1, batches" in told[0], told
+    rank0 = json.loads((run_dir / "status.rank0.json").read_text())["pid"]
+    assert {pid for pid, _ in hooks.posts} <= {rank0, None}, "rank 0 alone sends"
