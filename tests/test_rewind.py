@@ -142,6 +142,9 @@ def check_the_rewind(run_dir: Path, states: States, ckpt: Path, clean: list[floa
     trained = STEPS - (at - 80) - SKIP
     assert json.loads((run_dir / "meta.json").read_text())["total_steps"] == trained, "the plan ends where the run does"
     assert list(loss.step) == list(range(1, trained + 1))
+    step_time = run.series("step_time")
+    after = float(step_time.value[list(step_time.step).index(81)])
+    assert after < 4 * float(np.median(step_time.value[1:])), "the first step after the rewind is timed alone"
     written = [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
     assert written[at - 1 : at + 1] == [at, 81], "after the rewind, step 81 again"
     # the dashboard draws the abandoned branch faint: the values the rewind went back over, steps 81..at

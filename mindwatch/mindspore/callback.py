@@ -117,7 +117,11 @@ class MonitorCallback(Callback):
         self._bins = prepare_cell(self.config, train_network)  # every rank's graph alike, a rank that starts late too
         self._setup_signal(train_network)
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
-        self._passes_over = switch_pass_over(train_network, snapshots_wanted(self.config, configured_actions(self.config)))
+        snapshots = snapshots_wanted(self.config, configured_actions(self.config))
+        if snapshots and params.read(run_context.original_args(), "dataset_sink_mode", False):
+            log.warning("mindwatch: in dataset sink mode a rewind passes over no batch (a step end is a whole sink)")
+            snapshots = False
+        self._passes_over = switch_pass_over(train_network, snapshots)
         self._ids_column = ids_column(self.config.callback.sample_ids, params.dataset)
         if self._signal is not None and self._signal.rank > 0:
             # never wait at start for another host's file: learn the run from rank 0's first step
@@ -286,6 +290,7 @@ class MonitorCallback(Callback):
         state.offset -= 1
         state.rewound += 1
         state.recorded = step
+        recorder.timer.restart(_perf())  # the next recorded step is timed from here: no step_time of many batches
         recorder.rewinds.passed(self._read(cb, "cur_epoch_num"), index, ids)
         recorder.act(step + state.offset, self._boundary.at(run_context, cb))
 

@@ -232,6 +232,8 @@ class Run:
             rewinds = self.recorder.rewinds if self.recorder is not None else None
             if rewinds is not None and rewinds.passing:  # after a rewind: passed over, not trained on
                 rewinds.passed(self._epoch, self._batch)
+                if timer is not None:  # the next step is timed from here: no step_time of many batches
+                    timer.restart(_perf())
                 continue
             yield batch
 

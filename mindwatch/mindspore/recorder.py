@@ -47,7 +47,7 @@ from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.rewind import Rewinds, snapshots_wanted
 from mindwatch.mindspore.timing import FlopsBasis, StepTimer
 from mindwatch.session import RunSession
-from mindwatch.system import device_name, device_util_sampler, host_memory_sampler
+from mindwatch.system import device_name, device_util_sampler, host_memory_available_gb, host_memory_sampler
 
 log = logging.getLogger("mindwatch")
 
@@ -186,6 +186,15 @@ class StepRecorder:
             log.warning("mindwatch: rewind needs the network and the optimizer (start_run(network=, optimizer=)); none")
             return None
         rewinds = Rewinds(self.config.rewind, state, emit=self.session.monitor.alert)
+        needed, available = rewinds.memory()["bytes"] / 1e9, host_memory_available_gb()
+        if needed > available / 2:
+            log.warning(
+                "mindwatch: rewind's %d snapshots will take %.2f GB of host memory, %.2f GB is available now: lower "
+                "rewind.keep, or give the host more memory",
+                self.config.rewind.keep,
+                needed,
+                available,
+            )
         session = self.session
         if session.role.keeps_meta and session.meta:
             session.meta["rewind"] = rewinds.memory()

@@ -111,6 +111,8 @@ class Rewinds:
         self._batches: list[dict[str, Any]] = []
         self._passed = 0
         self._rewound_now = False  # a rewind at this very boundary: its step is not the run's step any more
+        #: Why the run takes no snapshots any more (None: it does).
+        self.broken: str | None = None
 
     def memory(self) -> dict[str, Any]:
         """What the snapshots take, for ``meta.json``."""
@@ -118,12 +120,19 @@ class Rewinds:
         return {"every": s.every, "keep": s.keep, "snapshot_bytes": one, "bytes": one * s.keep}
 
     def after_step(self, step: int) -> None:
-        """At the end of global step ``step``: a snapshot when it is due (never while passing over batches)."""
+        """At the end of global step ``step``: a snapshot when it is due (never while passing over batches). A snapshot
+        that fails is a warning, and the run takes no more (the training goes on; a rewind then fails, saying why)."""
         if self._rewound_now:
             self._rewound_now = False
             return
-        if step % self._every == 0 and not self.passing:
+        if step % self._every or self.passing or self.broken is not None:
+            return
+        try:
             self.snapshots.take(step)
+        except Exception as e:
+            self.broken = f"the snapshot after step {step} failed ({e!r})"
+            self.snapshots.held = []
+            log.warning("mindwatch: %s; this run takes no more snapshots and cannot rewind; training continues", self.broken)
 
     def covers(self, alert_step: int, step: int) -> bool:
         """Whether the last rewind already went back past an anomaly at ``alert_step``, asked at the boundary of ``step``:
@@ -143,6 +152,8 @@ class Rewinds:
     def go_back(self, alert_step: int, step: int) -> Snapshot:
         """At the boundary after step ``step``: restore the newest snapshot before ``alert_step``; the next ``skip``
         batches are to be passed over. Raises ``RuntimeError`` when no snapshot is that old."""
+        if self.broken is not None:
+            raise RuntimeError(f"no snapshot to rewind to: {self.broken}")
         snapshot = self.snapshots.newest_before(alert_step)
         if snapshot is None:
             taken = ", ".join(str(s.step) for s in self.snapshots.held) or "none yet"
