@@ -69,16 +69,21 @@ def training() -> tuple[nn.Cell, nn.Optimizer, nn.Cell]:
 
 
 class States(Callback):
-    """The network's and the optimizer's parameters after every step (``cur_step_num``), and the loss."""
+    """The network's and the optimizer's parameters after every step (``cur_step_num``), and the loss; with ``monitor``,
+    the steps of the snapshots mindwatch holds."""
 
-    def __init__(self, net: nn.Cell, opt: nn.Optimizer) -> None:
+    def __init__(self, net: nn.Cell, opt: nn.Optimizer, monitor: MonitorCallback | None = None) -> None:
         self.params = {p.name: p for cell in (net, opt) for p in cell.get_parameters()}
         self.after: dict[int, dict[str, np.ndarray]] = {}
         self.loss: dict[int, float] = {}
+        self.monitor = monitor
+        self.snapshots: dict[int, list[int]] = {}
 
     def on_train_step_end(self, run_context) -> None:
         cb = run_context.original_args()
         self.after[cb.cur_step_num] = {n: p.asnumpy().copy() for n, p in self.params.items()}
+        if self.monitor is not None and self.monitor.recorder is not None and self.monitor.recorder.rewinds is not None:
+            self.snapshots[cb.cur_step_num] = [s.step for s in self.monitor.recorder.rewinds.snapshots.held]
         out = cb.net_outputs
         self.loss[cb.cur_step_num] = float((out[0] if isinstance(out, (tuple, list)) else out).asnumpy())
 
@@ -164,11 +169,16 @@ def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes
 ) -> None:
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
     net, opt, cell = training()
-    states = States(net, opt)
-    ckpt = ModelCheckpoint("ref", str(tmp_path / "ckpt"), CheckpointConfig(save_checkpoint_steps=EVERY, keep_checkpoint_max=20))
     mon = MonitorCallback(rewind_config(tmp_path / "out"))
+    states = States(net, opt, mon)
+    ckpt = ModelCheckpoint("ref", str(tmp_path / "ckpt"), CheckpointConfig(save_checkpoint_steps=EVERY, keep_checkpoint_max=20))
     Model(cell).train(1, dataset(), callbacks=[mon, states, ckpt], dataset_sink_mode=False)
     check_the_rewind(Path(mon.run_dir), states, tmp_path / "ckpt" / "ref-1_80.ckpt", clean_losses)
+    at = the_rewind(Path(mon.run_dir))["step"]
+    assert states.snapshots[at - 1][-1] <= 100 and states.snapshots[at] == [60, 80], "a rewind drops what came after"
+    assert states.snapshots[at + SKIP] == [60, 80], "and the batches passed over take none"
+    final = STEPS - (at - 80) - SKIP
+    assert states.snapshots[STEPS] == list(range(EVERY, final + 1, EVERY))[-2:]
     meta = json.loads((Path(mon.run_dir) / "meta.json").read_text())
     one = sum(a.nbytes for a in states.after[1].values())
     assert meta["rewind"]["snapshot_bytes"] == one and meta["rewind"]["bytes"] == 2 * one
