@@ -45,8 +45,9 @@ class Paced:
     """The samples, a batch every ``PACE`` s at most: mindwatch's rules run on its worker, which takes a batch of records
     every 0.25 s, so a rule's request comes ~0.25 s after its step; at a realistic pace that is a few steps."""
 
-    def __init__(self, bad: range | None, steps: int) -> None:
+    def __init__(self, bad: range | None, steps: int, ids: bool = False) -> None:
         self.x, self.y = samples(bad, steps)
+        self.ids = ids
 
     def __len__(self) -> int:
         return len(self.x)
@@ -54,11 +55,23 @@ class Paced:
     def __getitem__(self, i: int):
         if i % BATCH == 0:
             time.sleep(PACE)
-        return self.x[i], self.y[i]
+        return (self.x[i], self.y[i], np.int64(1000 + i)) if self.ids else (self.x[i], self.y[i])
 
 
-def dataset(bad: range | None = BAD, steps: int = STEPS) -> ds.Dataset:
-    return ds.GeneratorDataset(Paced(bad, steps), ["x", "y"], shuffle=False).batch(BATCH, drop_remainder=True)
+def dataset(bad: range | None = BAD, steps: int = STEPS, ids: bool = False) -> ds.Dataset:
+    columns = ["x", "y", "sample_id"] if ids else ["x", "y"]
+    return ds.GeneratorDataset(Paced(bad, steps, ids), columns, shuffle=False).batch(BATCH, drop_remainder=True)
+
+
+class WithIds(nn.Cell):
+    """The loss of ``(x, y, ids)`` batches: the ids ride along for mindwatch."""
+
+    def __init__(self, net: nn.Cell) -> None:
+        super().__init__()
+        self.net, self.loss = net, nn.MSELoss()
+
+    def construct(self, x, y, ids):
+        return self.loss(self.net(x), y)
 
 
 def training() -> tuple[nn.Cell, nn.Optimizer, nn.Cell]:
@@ -237,17 +250,24 @@ def test_a_loop_of_its_own_rewinds_and_run_batches_passes_over_the_batches(tmp_p
 def test_a_stream_that_stays_bad_is_rewound_max_times_then_the_run_stops_and_says_why(tmp_path: Path) -> None:
     ms.set_context(mode=ms.GRAPH_MODE)
     steps = 200
-    net, opt, cell = training()
+    net, opt, _ = training()
+    cell = TrainOneStepWithGradNorm(WithIds(net), opt)
     config = {
         "save_dir": str(tmp_path / "out"),
+        "callback": {"sample_ids": "sample_id"},
         "skip_steps": {"enabled": True, "metric": "loss", "max_consecutive": 3, "actions": ["rewind"]},
         "rewind": {"every": EVERY, "skip": SKIP, "max": 2},
     }
     mon = MonitorCallback(config)
-    Model(cell).train(1, dataset(bad=range(150, steps + 1), steps=steps), callbacks=[mon], dataset_sink_mode=False)
+    data = dataset(bad=range(150, steps + 1), steps=steps, ids=True)
+    Model(cell).train(1, data, callbacks=[mon], dataset_sink_mode=False)
     run_dir = Path(mon.run_dir)
     rewinds = interventions(run_dir, "rewind")
     assert [(r["step"], r["to_step"], r["skipped_batches"]) for r in rewinds] == [(152, 140, SKIP), (143, 140, SKIP)]
+    # the batches passed over, named: the first rewind's are batches 152..161 (0-based), the second's 165..174
+    for rewind, first in zip(rewinds, (152, 165), strict=True):
+        assert [b["index"] for b in rewind["batches"]] == list(range(first, first + SKIP))
+        assert rewind["batches"][0]["sample_ids"] == list(range(1000 + first * BATCH, 1000 + (first + 1) * BATCH))
     (stop,) = interventions(run_dir, "stop")
     assert stop["step"] == 143 and stop["cause"] == "skip"
     status = json.loads((run_dir / "status.rank0.json").read_text())
