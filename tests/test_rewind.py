@@ -20,6 +20,7 @@ import pytest
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
+from test_skip_steps import WithIds
 
 import mindwatch
 import mindwatch.mindspore as mw
@@ -61,17 +62,6 @@ class Paced:
 def dataset(bad: range | None = BAD, steps: int = STEPS, ids: bool = False) -> ds.Dataset:
     columns = ["x", "y", "sample_id"] if ids else ["x", "y"]
     return ds.GeneratorDataset(Paced(bad, steps, ids), columns, shuffle=False).batch(BATCH, drop_remainder=True)
-
-
-class WithIds(nn.Cell):
-    """The loss of ``(x, y, ids)`` batches: the ids ride along for mindwatch."""
-
-    def __init__(self, net: nn.Cell) -> None:
-        super().__init__()
-        self.net, self.loss = net, nn.MSELoss()
-
-    def construct(self, x, y, ids):
-        return self.loss(self.net(x), y)
 
 
 def training() -> tuple[nn.Cell, nn.Optimizer, nn.Cell]:
