@@ -52,7 +52,14 @@ class Snapshot:
 
 
 class Snapshots:
-    """The newest ``keep`` copies of ``state`` (``{name: Parameter}``) in host memory."""
+    """The newest ``keep`` copies of ``state`` (``{name: Parameter}``) in host memory.
+
+    Example::
+
+        snapshots = Snapshots(network_and_optimizer(net, opt), keep=2)
+        snapshots.take(100)                                  # after step 100
+        snapshots.restore(snapshots.newest_before(130))      # the state after step 100, bit for bit
+    """
 
     def __init__(self, state: dict[str, ms.Parameter], keep: int) -> None:
         self.state = state
@@ -88,6 +95,12 @@ class Snapshots:
 
 class Rewinds:
     """A run's snapshots and its rewinds: when to take one, where a rewind goes, the batches passed over after it.
+
+    Example::
+
+        rewinds = Rewinds(RewindSettings(every=100, skip=50), state, emit=session.monitor.alert)
+        rewinds.after_step(200)              # a snapshot after step 200
+        rewinds.go_back(alert_step=230, step=233).step   # 200; rewinds.passing == 50
 
     ``emit``: how the intervention alert of a rewind goes out, once the batches after it have passed (their names are
     in it). ``gate``: the train cell's switch that makes a step pass over its batch without an update (``Model.train``);
