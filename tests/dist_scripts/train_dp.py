@@ -18,7 +18,8 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--late-rank R --late-secs S``: rank R starts training S seconds after the others (a rank that comes back late).
 ``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
 ``--nan-rank R --nan-at N``: rank R's labels of batch N are NaN (so the all-reduced gradients are NaN on every rank).
-``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch).
+``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch);
+``--scale-for K``: of K batches from N on (a bad stretch).
 ``--ckpt-dir DIR --ckpt-every K``: a ``ModelCheckpoint`` saves every K steps into ``DIR/rank<R>``.
 ``--max-grad-norm X``: clip the gradients to that global norm (in the train cell).
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
@@ -105,7 +106,7 @@ class Batches:
         y = np.array([x @ self.w], np.float32)
         if (self.rank, batch) == (self.args.nan_rank, self.args.nan_at - 1):
             y[:] = np.nan
-        if (self.rank, batch) == (self.args.scale_rank, self.args.scale_at - 1):
+        if self.rank == self.args.scale_rank and 0 <= batch - (self.args.scale_at - 1) < self.args.scale_for:
             x = x * self.args.scale_by
         return x, y
 
@@ -148,6 +149,7 @@ def main() -> None:
     p.add_argument("--scale-rank", type=int, default=-1)
     p.add_argument("--scale-at", type=int, default=-1, help="the step (1-based) whose inputs are scaled")
     p.add_argument("--scale-by", type=float, default=1.0)
+    p.add_argument("--scale-for", type=int, default=1, help="batches scaled from --scale-at on")
     p.add_argument("--ckpt-dir", default=None)
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--max-grad-norm", type=float, default=None)
