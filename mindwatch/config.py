@@ -174,6 +174,25 @@ else:
     )
 
 
+class RewindSettings(Section):
+    """``monitor_config.rewind``: snapshots of the training's state, and how a ``rewind`` action uses them (docs/alerts.md).
+
+    Example::
+
+        rewind: {every: 100, keep: 2, skip: 50, max: 3, then: stop}
+    """
+
+    #: A snapshot of the weights and the optimizer's state (in host memory) after every ``every``-th step.
+    every: int = Field(default=100, ge=1)
+    #: The newest ``keep`` snapshots are kept (memory: ``keep`` x the weights and the optimizer's state).
+    keep: int = Field(default=2, ge=1)
+    #: After a rewind, the next ``skip`` batches are passed over without updating the model.
+    skip: int = Field(default=50, ge=0)
+    #: Rewinds a run may do; a further request does ``then`` instead.
+    max: int = Field(default=3, ge=1)
+    then: Literal["stop", "checkpoint", "dump_stacks"] = "stop"
+
+
 class CoordinationSettings(Section):
     """Coordinated actions (docs/distributed.md): every rank carries out an action at the same step."""
 
@@ -363,6 +382,8 @@ class MonitorConfig(Section):
     alerts: AlertsSection = Field(default_factory=AlertsSection)
     #: Skip the update of a step whose grad_norm (or loss) is far above its rolling mean (docs/alerts.md).
     skip_steps: SkipStepsSettings = Field(default_factory=SkipStepsSettings)
+    #: Snapshots of the training's state for the ``rewind`` action; on when given or when an action lists ``rewind``.
+    rewind: RewindSettings = Field(default_factory=RewindSettings)
     #: What ``shrink_batch`` / ``grow_batch`` do to the batch size of a ``DynamicBatch`` (docs/alerts.md).
     dynamic_batch: DynamicBatchSection = Field(default_factory=DynamicBatchSection)
     notify: list[Annotated[Union[NotifyChannel, EmailChannel], Field(discriminator="type")]] = Field(default_factory=list)

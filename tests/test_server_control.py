@@ -37,7 +37,8 @@ def test_with_allow_control_a_request_needs_the_token_even_on_loopback(live_run:
     assert pending_requests(live_run) == []
 
     c = TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"})
-    assert [b["action"] for b in c.get("/api/control").json()["actions"]] == ["stop", "checkpoint", "lr", "batch"]
+    actions = ["stop", "checkpoint", "lr", "rewind", "batch"]
+    assert [b["action"] for b in c.get("/api/control").json()["actions"]] == actions
     r = c.post("/api/request?run=proj/run_live", json={"action": "lr", "factor": 0.5, "reason": "too fast"})
     assert r.status_code == 200, r.text
     (req,) = pending_requests(live_run)

@@ -21,6 +21,7 @@ from typing import Any
 
 from mindspore.train import Callback
 
+from mindwatch.alerts.registry import configured_actions
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
 from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic, warn_unagreed
 from mindwatch.mindspore.front_door import (
@@ -35,8 +36,9 @@ from mindwatch.mindspore.front_door import (
 )
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
-from mindwatch.mindspore.recorder import StepRecorder
-from mindwatch.mindspore.train_cell import TrainCell, prepare_cell, switch_skip_steps
+from mindwatch.mindspore.recorder import StepRecorder, StepState
+from mindwatch.mindspore.rewind import snapshots_wanted
+from mindwatch.mindspore.train_cell import TrainCell, prepare_cell, switch_pass_over, switch_skip_steps
 from mindwatch.mindspore.train_params import TrainParams, ids_column
 from mindwatch.session import RunSession
 from mindwatch.store.layout import fallback_run_id
@@ -90,6 +92,8 @@ class MonitorCallback(Callback):
         self._boundary = _Boundary()
         #: The column of the step's batch that holds its sample ids (-1: none).
         self._ids_column = -1
+        #: Our train cell can pass over batches after a rewind (``can_pass_over`` at train begin).
+        self._passes_over = False
 
     # -- public ------------------------------------------------------------
     @property
@@ -120,6 +124,11 @@ class MonitorCallback(Callback):
         self._bins = prepare_cell(self.config, train_network)  # every rank's graph alike, a rank that starts late too
         self._setup_signal(train_network)
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
+        snapshots = snapshots_wanted(self.config, configured_actions(self.config))
+        if snapshots and params.read(run_context.original_args(), "dataset_sink_mode", False):
+            log.warning("mindwatch: in dataset sink mode a rewind passes over no batch (a step end is a whole sink)")
+            snapshots = False
+        self._passes_over = switch_pass_over(train_network, snapshots)
         self._ids_column = ids_column(self.config.callback.sample_ids, params.dataset)
         self._dynamic_pending = self.batch is not None and self.config.dynamic_batch.compile == "once"
         if self.batch is not None and self._read(run_context.original_args(), "dataset_sink_mode", False):
@@ -175,6 +184,12 @@ class MonitorCallback(Callback):
             if recorder.actions.batch is not None:  # every rank agrees each change's step through the step's sum
                 self._exchange.batch = recorder.actions.batch
                 recorder.actions.batch.collective = True
+        self._boundary.state = recorder.state
+        if recorder.rewinds is not None:
+            if self._passes_over:
+                recorder.rewinds.gate = params.train_network.pass_over
+            else:
+                recorder.rewinds.skip = 0
         now = _perf()
         if began is None:
             self._step_begin = self._prev_step_end = now
@@ -230,6 +245,9 @@ class MonitorCallback(Callback):
             recorder.watchdog.last_beat = now
         recorder.timer.data_wait += waited
         self._prev_step_end = now
+        if recorder.rewinds is not None and recorder.rewinds.passing:  # a batch passed over after a rewind: no record
+            self._passed_over(recorder, cb, step, run_context)
+            return
         n = step - state.recorded
         cell = self._cell
         assert cell is not None
@@ -247,7 +265,7 @@ class MonitorCallback(Callback):
         params = self._params
         assert params is not None
         if per_epoch := params.steps_per_epoch:
-            rec["batch"] = (step + state.offset - 1) % per_epoch
+            rec["batch"] = (step + state.offset + state.rewound - 1) % per_epoch
         if self._ids_column >= 0:
             rec["sample_ids"] = _batch_ids(arg(cb, "train_dataset_element", None), self._ids_column)
         cell.read(arg(cb, "net_outputs"), rec)
@@ -290,6 +308,20 @@ class MonitorCallback(Callback):
             cell.switching.measure_layers(False)
             cell.switched, cell.graphs_run = (False, False), {True}
 
+    def _passed_over(self, recorder: StepRecorder, cb: Any, step: int, run_context: Any) -> None:
+        """The step that ended passed over its batch (a rewind's ``skip``): named, not recorded, not counted."""
+        state, params = recorder.state, self._params
+        assert params is not None and recorder.rewinds is not None
+        per_epoch = params.steps_per_epoch
+        index = (step + state.offset + state.rewound - 1) % per_epoch if per_epoch else None
+        ids = _batch_ids(self._read(cb, "train_dataset_element", None), self._ids_column) if self._ids_column >= 0 else None
+        state.offset -= 1
+        state.rewound += 1
+        state.recorded = step
+        recorder.timer.restart(_perf())  # the next recorded step is timed from here: no step_time of many batches
+        recorder.rewinds.passed(self._read(cb, "cur_epoch_num"), index, ids)
+        recorder.act(step + state.offset, self._boundary.at(run_context, cb))
+
     def _first_step(self, cb: Any) -> None:
         recorder, params = self.recorder, self._params
         assert recorder is not None and params is not None
@@ -311,12 +343,13 @@ class _Boundary:
     ``run_context``, the checkpoints ``ModelCheckpoint`` wrote. One per callback, pointed at each step's
     ``run_context`` (two stores on the hot path, no object made)."""
 
-    __slots__ = ("cb", "params", "run_context")
+    __slots__ = ("cb", "params", "run_context", "state")
 
     def __init__(self) -> None:
         self.run_context: Any = None
         self.cb: Any = None
         self.params: TrainParams | None = None
+        self.state: StepState | None = None
 
     def at(self, run_context: Any, cb: Any) -> _Boundary:
         self.run_context, self.cb = run_context, cb
@@ -324,6 +357,13 @@ class _Boundary:
 
     def request_stop(self) -> None:
         self.run_context.request_stop()
+
+    def rewound(self, to_step: int, from_step: int) -> None:
+        """The next step is numbered ``to_step + 1`` (``cur_step_num`` goes on: the offset to the global step falls)."""
+        state = self.state
+        assert state is not None
+        state.offset -= from_step - to_step
+        state.rewound += from_step - to_step
 
     def checkpoints(self) -> list[Path]:
         params = self.params

@@ -248,6 +248,12 @@ class Run:
                 if timer.shape_pending:
                     timer.read_shape(batch)
             self._batch += 1
+            rewinds = self.recorder.rewinds if self.recorder is not None else None
+            if rewinds is not None and rewinds.passing:  # after a rewind: passed over, not trained on
+                rewinds.passed(self._epoch, self._batch)
+                if timer is not None:  # the next step is timed from here: no step_time of many batches
+                    timer.restart(_perf())
+                continue
             yield batch
 
     def step(
@@ -285,7 +291,7 @@ class Run:
                 recorder.record(rec, number, n, now, self._boundary)
             else:
                 recorder.act(number, self._boundary)
-            self._plan(number + 1)
+            self._plan(self._step + 1)  # after a rewind, the step after the snapshot's
         except Exception as e:  # a bad value or a failed read never ends the training
             if self.config.strict:
                 raise
@@ -423,6 +429,18 @@ class _LoopBoundary:
 
     def checkpoints(self) -> list[Path]:
         return []
+
+    def rewound(self, to_step: int, from_step: int) -> None:
+        """The next ``run.step`` is step ``to_step + 1``; ``run.batches`` passes over the batches a rewind skips."""
+        run = self.run
+        recorder = run.recorder
+        assert recorder is not None
+        run._step = to_step
+        recorder.state.recorded = to_step
+        recorder.state.rewound += from_step - to_step
+        if run._batch < 0 and recorder.rewinds is not None and recorder.rewinds.passing:
+            log.warning("mindwatch: a rewind passes over batches that run.batches(...) gives; this loop's go on unskipped")
+            recorder.rewinds.passing = 0
 
 
 _ALL_REDUCE: Any = None

@@ -33,6 +33,7 @@ BUTTONS: dict[str, dict[str, Any]] = {
     "stop": {"label": "Stop"},
     "checkpoint": {"label": "Checkpoint"},
     "lr": {"label": "LR ×", "factor": 0.5, "confirm": "multiply the learning rate by"},
+    "rewind": {"label": "Rewind"},
     "batch": {"label": "Batch size", "size": True, "confirm": "set the batch size to"},
 }
 

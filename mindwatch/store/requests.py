@@ -7,8 +7,9 @@ Example::
     wait_answer(run_dir, req["id"], timeout=30)    # {"state": "taken", "step": 812, ...} (None: no answer yet)
 
 A request is ``control/requests/<id>.json`` (temp + rename): ``id``, ``action`` (one of :data:`REQUESTS`),
-``reason``, ``requested_by`` (user@host), ``t``, and ``factor`` (``lr``), ``key``/``value`` (``set``) or ``size``
-(``batch``: a DynamicBatch's new size, within the bounds its run's meta.json says). The
+``reason``, ``requested_by`` (user@host), ``t``, and ``factor`` (``lr``), ``key``/``value`` (``set``), ``to_step``
+(``rewind``, optional: the snapshot at or before it; without it, the newest before the step the training is at) or
+``size`` (``batch``: a DynamicBatch's new size, within the bounds its run's meta.json says). The
 training's worker answers in ``control/answers/<id>.json``: ``state`` ``filed`` (it saw the request and filed
 the action), then ``taken`` (with the ``step`` it was carried out after) or ``failed`` (with the ``error``).
 Any process that can write the run directory may file one; nothing here imports the training side.
@@ -30,7 +31,7 @@ from mindwatch.store.layout import read_json, write_json_atomic
 from mindwatch.store.states import rank_states, run_state
 
 #: What a person may ask a live run for.
-REQUESTS = ("stop", "checkpoint", "lr", "set", "batch")
+REQUESTS = ("stop", "checkpoint", "lr", "set", "rewind", "batch")
 
 #: The settings ``set`` may change while training (``alerts.<rule>.enabled``: a rule that runs, on or off).
 LIVE_SETTINGS = ("layers.every", "layers.histogram_every", "alerts.<rule>.enabled")
@@ -123,6 +124,7 @@ def file_request(
     value: str | None = None,
     size: Any = None,
     requested_by: str | None = None,
+    to_step: int | None = None,
 ) -> dict[str, Any]:
     """File a request for a live run and return it; raises :class:`RequestError` when the run does not run."""
     run_dir = Path(run_dir)
@@ -144,6 +146,10 @@ def file_request(
         if factor is None or not math.isfinite(factor) or factor <= 0:
             raise RequestError(f"lr needs --factor, a number > 0 (not {factor!r})")
         req["factor"] = float(factor)
+    if action == "rewind" and to_step is not None:
+        if to_step < 0:
+            raise RequestError(f"rewind --to takes a step >= 0, not {to_step}")
+        req["to_step"] = int(to_step)
     if action == "set":
         if not key or value is None:
             raise RequestError("set needs KEY=VALUE")

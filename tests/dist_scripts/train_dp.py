@@ -9,13 +9,17 @@ Run by tests/test_distributed.py::
 ``--block-rank R --block-at N``: rank R's data pipeline blocks forever at batch N (a hang; the other
 rank then waits in the gradient AllReduce).
 ``--spike-rank R --spike-at N --spike-secs S``: rank R's batch N alone takes S seconds (a data_time spike).
+The spike waits until the training has taken every batch before it: its queue is empty, so the step waits the whole
+spike for its batch, however far ahead the pipeline had run (on a busy machine a step takes longer than the pace, and
+a full queue hid seconds of the spike).
 ``--pace-secs S``: every batch on every rank takes S seconds (a steady step time). With a spike rank, the others'
 batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue is empty and the spike shows whole
 (the rank that waits in the AllReduce instead has a full queue, which would hide seconds of it).
 ``--late-rank R --late-secs S``: rank R starts training S seconds after the others (a rank that comes back late).
 ``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
 ``--nan-rank R --nan-at N``: rank R's labels of batch N are NaN (so the all-reduced gradients are NaN on every rank).
-``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch).
+``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch);
+``--scale-for K``: of K batches from N on (a bad stretch).
 ``--ckpt-dir DIR --ckpt-every K``: a ``ModelCheckpoint`` saves every K steps into ``DIR/rank<R>``.
 ``--max-grad-norm X``: clip the gradients to that global norm (in the train cell).
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
@@ -51,6 +55,33 @@ from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 BATCH = 8
 
 
+class StepsDone:
+    """How many steps this rank's training has finished: what the data pipeline may wait for."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def done(self, step: int) -> None:
+        with self.changed:
+            self.count = step
+            self.changed.notify_all()
+
+    def wait_for(self, step: int, timeout: float = 120.0) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.count >= step, timeout)
+
+
+STEPS_DONE = StepsDone()
+
+
+class CountSteps(ms.train.Callback):
+    """Tells :data:`STEPS_DONE` of every finished step (``Model.train``)."""
+
+    def on_train_step_end(self, run_context) -> None:
+        STEPS_DONE.done(run_context.original_args().cur_step_num)
+
+
 class Batches:
     """Random regression data, different on every rank; slow or stuck on purpose on one rank."""
 
@@ -72,12 +103,15 @@ class Batches:
         if i % BATCH == 0:
             spiking = self.args.spike_rank >= 0
             pace = self.args.pace_secs * (0.75 if spiking and self.rank != self.args.spike_rank else 1.0)
-            time.sleep(pace + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0))
+            if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at):
+                STEPS_DONE.wait_for(batch)  # batches 0..batch-1 taken by steps 1..batch: nothing queued hides the spike
+                pace += self.args.spike_secs
+            time.sleep(pace)
         x = self.rng.standard_normal(16).astype(np.float32)
         y = np.array([x @ self.w], np.float32)
         if (self.rank, batch) == (self.args.nan_rank, self.args.nan_at - 1):
             y[:] = np.nan
-        if (self.rank, batch) == (self.args.scale_rank, self.args.scale_at - 1):
+        if self.rank == self.args.scale_rank and 0 <= batch - (self.args.scale_at - 1) < self.args.scale_for:
             x = x * self.args.scale_by
         return x, y
 
@@ -138,6 +172,7 @@ def main() -> None:
     p.add_argument("--scale-rank", type=int, default=-1)
     p.add_argument("--scale-at", type=int, default=-1, help="the step (1-based) whose inputs are scaled")
     p.add_argument("--scale-by", type=float, default=1.0)
+    p.add_argument("--scale-for", type=int, default=1, help="batches scaled from --scale-at on")
     p.add_argument("--ckpt-dir", default=None)
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--max-grad-norm", type=float, default=None)
@@ -179,7 +214,7 @@ def main() -> None:
         run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer, batch=batch, rows=rows)
     else:
         cb = MonitorCallback(config, batch=batch)
-        callbacks = [cb, PrintSteps(rank)] if args.print_steps else [cb]
+        callbacks = [cb, CountSteps(), PrintSteps(rank)] if args.print_steps else [cb, CountSteps()]
         if args.rows:
             callbacks.append(Rows(f"{args.rows}.rank{rank}.json"))
         if args.ckpt_dir:
@@ -228,6 +263,7 @@ def train_loop(
             seen[step] = int(x.shape[0])
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)
+            STEPS_DONE.done(STEPS_DONE.count + 1)
             if run.should_stop:
                 break
     if rows:

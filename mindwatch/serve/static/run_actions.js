@@ -1,4 +1,5 @@
-// A person's requests to a live run from its page: stop, checkpoint, lr x factor, batch size (mindwatch serve --allow-control).
+// A person's requests to a live run from its page: stop, checkpoint, lr x factor, rewind, batch size (mindwatch serve
+// --allow-control).
 // The server files the same request as `mindwatch stop RUN`; without --allow-control it shows no button.
 
 import { getJSON, postJSON } from "./api.js";
