@@ -273,6 +273,9 @@ class BatchChanges:
         self.sent = False
         #: ``(from_step, size)`` of the last change, until that step took its batch.
         self._landing: tuple[int, int] | None = None
+        #: The batches consumed beyond the global step (a rewind's steps numbered again, its batches passed over): a
+        #: step's batch is number ``step + rewound()`` of the DynamicBatch's count, which never goes back.
+        self.rewound: Callable[[], int] = lambda: 0
 
     @property
     def agreeing(self) -> bool:
@@ -284,10 +287,11 @@ class BatchChanges:
         is recorded later (once the ranks agreed its step) or folds into a change not landed yet."""
         batch = self.batch
         landing = self._landing
+        shift = self.rewound()
         if landing is not None and batch.last_step >= landing[0]:
             self._landing = landing = None
         if self._asked is not None or landing is not None:  # fold: one change, not one per request
-            to, at = (self._asked.after, None) if self._asked is not None else (landing[1], landing[0])  # type: ignore[index]
+            to, at = (self._asked.after, None) if self._asked is not None else (landing[1], landing[0] - shift)  # type: ignore[index]
             when = f" from step {at}" if at is not None else ""
             log.info("mindwatch: %s at step %d folds into the batch size change to %s%s", action, step, to, when)
             if not alert.get("request"):
@@ -302,15 +306,14 @@ class BatchChanges:
         if self.collective:
             self._asked = asked
             return None
-        from_step = batch.change(after, not_before=step + 1)
-        return self._changed(asked, from_step, step)
+        return self._changed(asked, batch.change(after, not_before=step + shift + 1), step)
 
     def send(self, signal: Any, carried_by: int) -> None:
         """Before the step ``carried_by`` (whose sum carries it): hold the pipeline at its first batch not made yet and
         send that step and the size asked for."""
         asked = self._asked
         assert asked is not None
-        signal.batch_change(self.batch.hold(not_before=carried_by + 1), asked.after)
+        signal.batch_change(self.batch.hold(not_before=carried_by + self.rewound() + 1), asked.after)
         self.sent = True
 
     def agree(self, rows: np.ndarray, step: int) -> None:
@@ -322,10 +325,11 @@ class BatchChanges:
             log.warning("mindwatch: the ranks sent no batch size change; the batch size stays")
             return
         asked.after = int(sizes[sizes > 0].max())
-        from_step = int(steps.max())
-        self.batch.switch(from_step, asked.after)
-        done = self._changed(asked, from_step, step)
-        done["first_unmade"] = [int(s) for s in steps]  # each rank's first step whose batch it had not made (0: none sent)
+        from_batch = int(steps.max())
+        self.batch.switch(from_batch, asked.after)
+        done = self._changed(asked, from_batch, step)
+        # each rank's first step whose batch it had not made (0: none sent)
+        done["first_unmade"] = [int(s) - self.rewound() if s > 0 else 0 for s in steps]
         self.report(asked.action, asked.alert, asked.step, done)  # at the boundary every rank read the request at
 
     def close(self) -> None:
@@ -346,9 +350,10 @@ class BatchChanges:
         factor = self.factor if action == "shrink_batch" else 1.0 / self.factor
         return min(batch.max, max(batch.min, round(before * factor)))
 
-    def _changed(self, asked: _Asked, from_step: int, step: int) -> dict[str, Any]:
-        """The intervention's fields of a change set for ``from_step``; the learning rate follows it there."""
-        self._landing = (from_step, asked.after)
+    def _changed(self, asked: _Asked, from_batch: int, step: int) -> dict[str, Any]:
+        """The intervention's fields of a change set from batch number ``from_batch``; the learning rate follows it."""
+        self._landing = (from_batch, asked.after)
+        from_step = from_batch - self.rewound()
         done: dict[str, Any] = {
             "message": f"batch size {asked.before} -> {asked.after} from step {from_step}",
             "batch_size_before": asked.before,

@@ -101,6 +101,8 @@ class StepRecorder:
         self.batch: DynamicBatch | None = batch
         #: The size of the batch the last step took (a DynamicBatch's).
         self._batch_size = 0
+        if self.actions.batch is not None:
+            self.actions.batch.rewound = lambda: self.state.rewound
         self.actions.prepare()
         #: The snapshots a ``rewind`` goes back to (None: the config asks for no rewind).
         self.rewinds: Rewinds | None = None
@@ -272,7 +274,7 @@ class StepRecorder:
 
     def took(self, step: int) -> None:
         """Global step ``step`` took its batch from the DynamicBatch: its size counts for throughput and is recorded."""
-        size = self.batch.took(step)  # type: ignore[union-attr]
+        size = self.batch.took(step + self.state.rewound)  # type: ignore[union-attr]  # its count never goes back
         self._batch_size = size
         self.timer.samples += size
 
