@@ -11,10 +11,11 @@ setup:
 demo: setup
 	$(VENV)/bin/mindwatch demo $(ARGS)
 
-# CI runs this: everything `make lint` checks (ruff, the import contracts, the format, mypy), then the tests, in two
-# pytest-xdist workers, a module to a worker, the slow modules first (tests/conftest.py). The checkout's bytecode is
+# CI runs this: everything `make lint` checks (ruff, the import contracts, the format, mypy), then the tests, in three
+# pytest-xdist workers, a module to a worker, the slow modules first (tests/conftest.py). Three on a 2-core machine: the
+# suite mostly waits (msrun jobs paced by their data, browsers, servers), and with two workers the cores were ~55 % busy. The checkout's bytecode is
 # written first: where PYTHONDONTWRITEBYTECODE is set, each of the suite's hundreds of processes would compile it again.
-PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+PYTEST_WORKERS ?= -n 3 --dist loadfile --no-loadscope-reorder
 test: lint
 	@$(PY) -m compileall -q mindwatch tests bench >/dev/null
 	$(PY) -m pytest -q $(PYTEST_WORKERS) $(ARGS)

@@ -1,5 +1,5 @@
 """The ``mindwatch`` command: ``demo | serve | report | check | export | runs | tail | hang | batches | stop | checkpoint |
-lr | set``.
+lr | set | rewind | batch``.
 
 Each subcommand registers its arguments here and imports its implementation lazily,
 so ``mindwatch check`` never pays for MindSpore or the web stack.
@@ -69,7 +69,10 @@ def _allow_control(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-control",
         action="store_true",
-        help="the run page gets stop / checkpoint / lr buttons (needs the token; one is made up and printed if none is set)",
+        help=(
+            "the run page gets stop / checkpoint / lr / batch size buttons "
+            "(needs the token; one is made up and printed if none is set)"
+        ),
     )
 
 
@@ -265,12 +268,15 @@ def _batches(sub: argparse._SubParsersAction) -> None:
 
 
 def _requests(sub: argparse._SubParsersAction) -> None:
-    """``stop``, ``checkpoint``, ``lr``, ``set``: a person's requests to a live run (``store/requests.py``)."""
+    """``stop``, ``checkpoint``, ``lr``, ``set``, ``rewind``, ``batch``: a person's requests to a live run
+    (``store/requests.py``)."""
     helps = {
         "stop": "stop a live run at its next step boundary (every rank at one step); it ends stopped with your reason",
         "checkpoint": "save a checkpoint of a live run into its checkpoints/ at the next step boundary",
         "lr": "multiply a live run's learning rate by --factor from its next step",
         "set": "change a setting of a live run from its next step: layers.every, layers.histogram_every, alerts.<rule>.enabled",
+        "rewind": "rewind a live run to its newest snapshot (monitor_config.rewind) and pass over the next rewind.skip batches",
+        "batch": "set a live run's batch size (its DynamicBatch, within its min and max) from the first batch not made yet",
     }
     for action, text in helps.items():
         p = sub.add_parser(action, help=text)
@@ -279,6 +285,10 @@ def _requests(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--factor", type=float, required=True, help="multiply the learning rate by this (e.g. 0.5)")
         if action == "set":
             p.add_argument("setting", metavar="KEY=VALUE", help="e.g. layers.every=1 or alerts.spike.enabled=false")
+        if action == "rewind":
+            p.add_argument("--to", type=int, default=None, metavar="STEP", help="to the newest snapshot at or before STEP")
+        if action == "batch":
+            p.add_argument("size", metavar="SIZE", help="the new batch size, e.g. 64")
         p.add_argument("--reason", default=None, help="why (goes into the alert, the final status and the report)")
         p.add_argument(
             "--wait", type=float, default=0.0, metavar="SECONDS", help="wait up to SECONDS for the training to take it"
@@ -303,6 +313,8 @@ def _file_request(action: str, args: argparse.Namespace) -> int:
             factor=getattr(args, "factor", None),
             key=key.strip() if key else None,
             value=value,
+            to_step=getattr(args, "to", None),
+            size=getattr(args, "size", None),
         )
     except (RequestError, OSError) as e:
         print(f"mindwatch {action}: {e}", file=sys.stderr)

@@ -116,6 +116,19 @@ class ThroughputSection(Section):
     baseline: float | None = Field(default=None, gt=0)
 
 
+class DynamicBatchSection(Section):
+    """``dynamic_batch``: what the ``shrink_batch`` and ``grow_batch`` actions do to a ``DynamicBatch`` (docs/alerts.md)."""
+
+    #: ``shrink_batch`` multiplies the batch size by this, ``grow_batch`` divides it by it (within the DynamicBatch's min, max).
+    factor: float = Field(default=0.5, gt=0, lt=1)
+    #: How the learning rate follows a new batch size, from the step the batch changes: not at all, in proportion,
+    #: or by the square root of the ratio.
+    scale_lr: Literal["none", "linear", "sqrt"] = "none"
+    #: GRAPH mode: ``once``, mindwatch makes the train cell's batch axis dynamic (one graph for every size; each step
+    #: costs more, ``bench batch``); ``per_size``, the cell stays static and compiles once for each size it meets.
+    compile: Literal["once", "per_size"] = "once"
+
+
 class PrometheusSection(Section):
     """An opt-in ``/metrics`` endpoint in each training process (see docs/prometheus.md)."""
 
@@ -162,6 +175,25 @@ else:
         __doc__=_AlertsSettings.__doc__,
         **{spec.key: (spec.settings, Field(default_factory=spec.settings)) for spec in rule_specs()},
     )
+
+
+class RewindSettings(Section):
+    """``monitor_config.rewind``: snapshots of the training's state, and how a ``rewind`` action uses them (docs/alerts.md).
+
+    Example::
+
+        rewind: {every: 100, keep: 2, skip: 50, max: 3, then: stop}
+    """
+
+    #: A snapshot of the weights and the optimizer's state (in host memory) after every ``every``-th step.
+    every: int = Field(default=100, ge=1)
+    #: The newest ``keep`` snapshots are kept (memory: ``keep`` x the weights and the optimizer's state).
+    keep: int = Field(default=2, ge=1)
+    #: After a rewind, the next ``skip`` batches are passed over without updating the model.
+    skip: int = Field(default=50, ge=0)
+    #: Rewinds a run may do; a further request does ``then`` instead.
+    max: int = Field(default=3, ge=1)
+    then: Literal["stop", "checkpoint", "dump_stacks"] = "stop"
 
 
 class CoordinationSettings(Section):
@@ -353,6 +385,10 @@ class MonitorConfig(Section):
     alerts: AlertsSection = Field(default_factory=AlertsSection)
     #: Skip the update of a step whose grad_norm (or loss) is far above its rolling mean (docs/alerts.md).
     skip_steps: SkipStepsSettings = Field(default_factory=SkipStepsSettings)
+    #: Snapshots of the training's state for the ``rewind`` action; on when given or when an action lists ``rewind``.
+    rewind: RewindSettings = Field(default_factory=RewindSettings)
+    #: What ``shrink_batch`` / ``grow_batch`` do to the batch size of a ``DynamicBatch`` (docs/alerts.md).
+    dynamic_batch: DynamicBatchSection = Field(default_factory=DynamicBatchSection)
     notify: list[Annotated[Union[NotifyChannel, EmailChannel], Field(discriminator="type")]] = Field(default_factory=list)
     #: The dashboard's address (``http://host:8080``, serving this ``save_dir``): notifications link to the run's page.
     dashboard_url: str | None = Field(default=None, pattern=r"^https?://")

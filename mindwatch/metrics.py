@@ -79,6 +79,7 @@ ATTENTION_ENTROPY, ATTENTION_MAX_LOGIT = "attention_entropy", "attention_max_log
 WEIGHT_NORM, UPDATE_RATIO = "weight_norm", "update_ratio"
 ADAM_M_NORM, ADAM_V_NORM = "adam_m_norm", "adam_v_norm"
 SKIPPED = "skipped"
+BATCH_SIZE = "batch_size"
 TFLOPS, MFU = "tflops", "mfu"
 THROUGHPUT_LINEARITY = "throughput_linearity"
 
@@ -111,6 +112,13 @@ STEP_METRICS: tuple[Metric, ...] = (
         across_ranks="max",
         switch=SKIPPED,
         event=True,
+    ),
+    Metric(
+        BATCH_SIZE,
+        "samples in the step's batch on this rank (recorded with a DynamicBatch, whose size changes during the run)",
+        group="batch_size",
+        across_ranks="sum",
+        switch=BATCH_SIZE,
     ),
     Metric(STEP_TIME, "wall time of one step, in seconds", "s", "time", across_ranks="max", switch=STEP_TIME, band=True),
     Metric(
@@ -242,6 +250,7 @@ CHART_GROUPS: tuple[ChartGroup, ...] = (
     # mfu is tflops over a constant peak: one curve, read on either axis
     ChartGroup("flops", "TFLOPS per device / MFU", ("TFLOPS", "MFU (%)")),
     ChartGroup("time", "step time vs data wait (s)"),
+    ChartGroup("batch_size", "batch size"),
     ChartGroup("memory", "memory (GB)"),
     ChartGroup("device_util", "device utilization (%)"),
     ChartGroup("loss_scale", "loss scale / overflow", ("scale", "overflow")),

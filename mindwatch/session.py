@@ -90,6 +90,8 @@ class RunSession:
         self.meta: dict[str, Any] = meta if meta is not None else {}
         #: This attempt's number (``meta.json``'s ``attempts``; None: not known): liveness ignores other attempts' files.
         self.attempt = attempt
+        #: The step the training ends at, as :meth:`plan` was last told (None: unknown).
+        self.planned: int | None = None
         #: Actions the alert rules request; the framework adapter carries them out at step boundaries.
         self.control = Control(coordinated=role.coordinated)
         #: The alerts behind other ranks' requests, as they came over the lifeline: ``(asking rank, alert step, action)``.
@@ -233,6 +235,7 @@ class RunSession:
 
     def plan(self, total_steps: int | None) -> None:
         """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress."""
+        self.planned = total_steps
         for sink in self.monitor.sinks:
             hook(sink, "plan")(total_steps)  # the console line and the end-of-run message use it
         if self.role.keeps_meta and self.meta:

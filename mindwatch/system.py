@@ -55,6 +55,11 @@ def host_memory_total_gb() -> float:
     return total / 1e9
 
 
+def host_memory_available_gb() -> float:
+    """Host memory available now, in GB (what a copy kept in host memory may take without swapping)."""
+    return psutil.virtual_memory().available / 1e9
+
+
 def device_util_sampler(device: str, device_id: int = 0) -> Callable[[], dict[str, float]] | None:
     """Utilization of the accelerator this process trains on, in percent: ``device_util`` (compute) and
     ``device_mem_util`` (memory used of total). ``device``: MindSpore's device target (``GPU``, ``Ascend``).

@@ -36,8 +36,8 @@ CHROMIUM_ARGS = [
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow modules (msrun jobs, browsers, installs) first, the quick ones after: under pytest-xdist (``make test``
-    runs ``-n 2 --dist loadfile --no-loadscope-reorder``), a long module that starts last would run alone at the end,
-    while the quick ones fill whatever time is left on the other worker. A stable sort: each module's order stays."""
+    runs ``-n 3 --dist loadfile --no-loadscope-reorder``), a long module that starts last would run alone at the end,
+    while the quick ones fill whatever time is left on the other workers. A stable sort: each module's order stays."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -1,4 +1,4 @@
-"""A person slows, checkpoints and stops a live training from the dashboard's run page in headless Chromium (serve
+"""A person slows, checkpoints, rewinds and stops a live training from the dashboard's run page in headless Chromium (serve
 --allow-control, the token), and the dashboard refuses without the token and without --allow-control."""
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ def test_the_stop_button_stops_a_live_run_and_is_refused_without_the_token_or_al
 
             assert ms.load_checkpoint(str(saved[-1])), "the requested checkpoint loads"
             page.evaluate("() => { document.querySelector('.run-actions-note').textContent = ''; }")
+            button("rewind").click()  # back to the newest snapshot (every 10 steps), 3 batches passed over
+            page.wait_for_function(taken, timeout=30_000)
+            page.evaluate("() => { document.querySelector('.run-actions-note').textContent = ''; }")
             page.fill(".run-actions-reason", "seen from the browser")
             button("stop").click()
             page.wait_for_function(taken, timeout=30_000)
@@ -131,6 +134,8 @@ def test_the_stop_button_stops_a_live_run_and_is_refused_without_the_token_or_al
     assert final["state"] == "stopped" and "seen from the browser" in final["reason"]
     alerts = [json.loads(line) for line in (run_dir / "alerts.jsonl").read_text().splitlines() if line.strip()]
     asked = [a for a in alerts if a["rule"] == "request"]
-    assert len(asked) == 3, "one request alert each: lr, checkpoint, stop"
+    assert len(asked) == 4, "one request alert each: lr, checkpoint, rewind, stop"
+    (rewind,) = [a for a in alerts if a["rule"] == "intervention" and a["actions"] == ["rewind"]]
+    assert rewind["request"] == asked[2]["request"] and rewind["to_step"] % 10 == 0 and rewind["skipped_batches"] == 3
     assert all("(dashboard, from 127.0.0.1)" in a["requested_by"] for a in asked)
     assert asked[-1]["reason"] == "seen from the browser"

@@ -158,6 +158,17 @@ def msrun(launch: Launch, log_dir: Path, *args: str) -> int:
     return port
 
 
+def msrun_to_the_end(log_dir: Path, *args: str) -> None:
+    """One msrun job of train_dp.py with ``args``, waited for; it must end well."""
+    launch = Launch()
+    try:
+        msrun(launch, log_dir, *args)
+        codes = launch.wait(300)
+        assert codes == [0], f"msrun failed ({codes}):\n{(log_dir / 'msrun.out').read_text()[-3000:]}"
+    finally:
+        launch.kill()
+
+
 def only_run_dir(project_dir: Path) -> Path:
     runs = [p for p in project_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert len(runs) == 1, f"every rank must write into one run directory, found {runs}"

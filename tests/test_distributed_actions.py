@@ -1,6 +1,6 @@
 """Actions that one rank asks for are carried out by every rank at the same step (real msrun, 2 workers).
 
-Rank 1's data pipeline stalls for 1.5 s at batch 60 (3 s at batch 30 in PyNative; rank 0's does not): a
+Rank 1's data pipeline stalls for 1.5 s at batch 60 (batch 30 in PyNative; rank 0's does not): a
 ``data_time`` limit that only rank 1 crosses asks for an action. Every batch takes at least 20 ms on both ranks, so the steps have
 a steady rhythm the coordination can plan with. Each launch costs ~30 s here.
 """
@@ -36,14 +36,11 @@ def launch_with_actions(
 ) -> Path:
     """One msrun job whose only rank-1 limit asks for ``actions``; returns its run dir.
 
-    Rank 1's pipeline must set the pace, or its prefetch hides the spike: rank 0's batches take 3/4 of
-    rank 1's (train_dp.py), and a PyNative step takes ~90 ms here, up to ~150 ms in a loaded run (the
-    spike went unseen at a 150 ms pace), so there every batch takes 300 ms. Where a step takes longer still
-    (the suite's other worker busy beside it), the queue fills by a fraction of a step each step and hides that
-    much of the spike: in PyNative the spike lasts 3 s (1.5 s went unseen once), and the stall limit is 8 s, so
-    that a 3 s wait is no stall.
+    Rank 1's spike waits until its training has taken every batch before it (train_dp.py), so the step waits the
+    whole spike however slow the machine: a PyNative step takes ~90 ms here, several times that on a loaded machine,
+    and a queue filled while steps were slow once hid 1.5 s of it.
     """
-    pace, spike_at, spike_secs = ("0.02", "60", "1.5") if mode == "graph" else ("0.3", "30", "3.0")
+    pace, spike_at, spike_secs = ("0.02", "60", "1.5") if mode == "graph" else ("0.1", "30", "1.5")
     config = {
         "callback": {"params": {"warn_on_value": {"data_time": 0.5}}},
         "alerts": {"thresholds": {"actions": actions}, "stall_timeout": 8.0},

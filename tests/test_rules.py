@@ -212,6 +212,13 @@ def test_throughput_drop_fires_when_loss_is_normal_only() -> None:
     assert [a for rec in diverging for a in rule.check(rec)] == []
 
 
+def test_throughput_drop_starts_anew_when_the_batch_size_changes() -> None:
+    """A DynamicBatch halved: half the samples per step is no drop; a drop at the new size still is."""
+    sps = [100.0] * 40 + [45.0] * 30 + [20.0] * 5
+    recs = [{"step": i + 1, "samples_per_second": v, "loss": 2.0, "batch_size": 32 if i < 40 else 16} for i, v in enumerate(sps)]
+    assert fired_steps(ThroughputDropRule(warmup=20, count=3), recs) == [73]
+
+
 def test_data_wait_share_above_limit_fires_after_count() -> None:
     recs = [{"step": i + 1, "step_time": 0.1, "data_time": 0.02 if i < 20 else 0.08} for i in range(40)]
     assert fired_steps(DataWaitRule(limit=0.5, warmup=5, count=5), recs) == [25]

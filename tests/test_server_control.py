@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,8 @@ def test_with_allow_control_a_request_needs_the_token_even_on_loopback(live_run:
     assert pending_requests(live_run) == []
 
     c = TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"})
-    assert [b["action"] for b in c.get("/api/control").json()["actions"]] == ["stop", "checkpoint", "lr"]
+    actions = ["stop", "checkpoint", "lr", "rewind", "batch"]
+    assert [b["action"] for b in c.get("/api/control").json()["actions"]] == actions
     r = c.post("/api/request?run=proj/run_live", json={"action": "lr", "factor": 0.5, "reason": "too fast"})
     assert r.status_code == 200, r.text
     (req,) = pending_requests(live_run)
@@ -46,6 +48,19 @@ def test_with_allow_control_a_request_needs_the_token_even_on_loopback(live_run:
     write_answer(live_run, req["id"], state="taken", step=7)
     assert c.get(f"/api/request?run=proj/run_live&id={req['id']}").json()["answer"]["step"] == 7
     assert c.post("/api/request?run=proj/run_live", json={"action": "set"}).status_code == 400
+
+
+def test_the_batch_button_files_a_size_within_the_runs_dynamic_batch(live_run: Path) -> None:
+    c = TestClient(create_app(live_run.parents[1], token=TOKEN, allow_control=True), headers={"Authorization": f"Bearer {TOKEN}"})
+    r = c.post("/api/request?run=proj/run_live", json={"action": "batch", "size": "64"})
+    assert r.status_code == 400 and "no batch size that can change" in r.json()["error"]
+    meta = json.loads((live_run / "meta.json").read_text())
+    (live_run / "meta.json").write_text(json.dumps({**meta, "dynamic_batch": {"initial": 32, "min": 8, "max": 64}}))
+    r = c.post("/api/request?run=proj/run_live", json={"action": "batch", "size": "128"})
+    assert r.status_code == 400 and "its DynamicBatch takes 8 to 64" in r.json()["error"]
+    assert c.post("/api/request?run=proj/run_live", json={"action": "batch", "size": "64"}).status_code == 200
+    (req,) = pending_requests(live_run)
+    assert (req["action"], req["size"]) == ("batch", 64)
 
 
 def test_a_finished_run_takes_no_request(tmp_path: Path) -> None:

@@ -46,6 +46,19 @@ class LinePoints:
         return {"points": self.points, "nonfinite": [[at, encode_number(v)] for at, v in marks]}
 
 
+def branch_points(x: np.ndarray, y: np.ndarray, starts: np.ndarray, budget: int) -> list[list[Any]]:
+    """The points of abandoned branches (the steps a rewind went back over), each thinned like a line, one after the
+    other with ``[x, None]`` between (a gap). ``starts``: the index in ``x`` where each branch begins."""
+    out: list[list[Any]] = []
+    bounds = [*starts.tolist(), len(x)]
+    share = max(2, budget // max(1, len(bounds) - 1))
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        if out:
+            out.append([out[-1][0], None])
+        out.extend(line_points(x[a:b], y[a:b], share).points)
+    return out
+
+
 def line_points(x: np.ndarray, y: np.ndarray, budget: int) -> LinePoints:
     """``x``/``y`` thinned to ``budget`` points keeping each bucket's min and max and every non-finite value."""
     idx = keep_extremes(x, y, budget)

@@ -293,6 +293,11 @@ function lineOption(o, win) {
       series.push({ name: `${s.name} range`, type: "line", data: at(s.band.upper), showSymbol: false, lineStyle: { opacity: 0 },
         areaStyle: { color, opacity: 0.15 }, stack: `band${i}`, silent: true, yAxisIndex });
     }
+    if (s.abandoned && s.abandoned.length) {  // a rewind's abandoned branch: faint, behind the line the run went on with
+      series.push({ name: `${s.name} abandoned`, type: "line", showSymbol: false, connectNulls: false, animation: false,
+        silent: true, yAxisIndex, z: 0, tooltip: { show: false },
+        data: at(s.abandoned.map(([x, y]) => [x, y ?? "-"])), lineStyle: { width: 1, color, opacity: 0.3, type: "dashed" } });
+    }
     const pins = marks.pts.length ? { symbol: "pin", symbolSize: 28, data: marks.pts, label: { color: "#fff" } } : undefined;
     // one point draws as a point; a line of many shows no symbols
     const showSymbol = s.points.filter((p) => p[1] !== null).length === 1;
@@ -334,7 +339,8 @@ function lineOption(o, win) {
 }
 
 /**
- * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}}], x in
+ * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}, abandoned?:
+ * [[x, y | null]] (the steps a rewind went back over: drawn faint and dashed, a null between branches)}], x in
  * data units (steps, or epoch seconds for "time" and "elapsed").
  * Options: title, subtitle?, axes? ([{name, robust?, fromZero?}]), yName?, alerts?, restarts? ([{step, t, attempt}]),
  * events? ([{name, xs, color?}]: a dashed line at each x in xs, named; what happened at a step, not a curve),

@@ -4,9 +4,11 @@ Example::
 
     from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm   # Model.train
     import mindwatch.mindspore as mw; run = mw.start_run("monitor.yaml", network=net, optimizer=opt)   # a loop of your own
+    batch = mw.DynamicBatch(32, min=8); ds = ds.batch(batch); MonitorCallback(cfg, batch=batch)  # a batch size that changes
 """
 
 from mindwatch.mindspore.callback import MonitorCallback
+from mindwatch.mindspore.dynamic_batch import DynamicBatch
 from mindwatch.mindspore.grad_reducer import DistributedGradReducer
 from mindwatch.mindspore.loop import Run, start_run
 from mindwatch.mindspore.reduction import grad_norm
@@ -18,6 +20,7 @@ MindSporeTransformersMonitor = MonitorCallback
 
 __all__ = [
     "DistributedGradReducer",
+    "DynamicBatch",
     "MindSporeTransformersMonitor",
     "MonitorCallback",
     "Run",

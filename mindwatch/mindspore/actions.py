@@ -16,6 +16,11 @@ Example::
   PyNative mode); a ``LearningRateSchedule`` is wrapped at train begin in :class:`ScaledSchedule`,
   whose scale parameter is lowered.
 - ``dump_stacks``: every thread's stack into ``<run_dir>/stacks/``.
+- ``shrink_batch``, ``grow_batch``, ``resize_batch``: a :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`'s size,
+  from a step agreed in advance (:class:`~mindwatch.mindspore.dynamic_batch.BatchChanges`), the learning rate with it
+  when ``dynamic_batch.scale_lr`` says so.
+- ``rewind``: the weights and optimizer state of the newest snapshot before the alert's step, and the next
+  ``rewind.skip`` batches passed over (:mod:`mindwatch.mindspore.rewind`); after ``rewind.max`` rewinds, ``rewind.then``.
 
 Each action done is reported as an ``intervention`` alert (``severity: info``) naming what it
 did: ``lr_before``/``lr_after``, ``checkpoint``/``last_healthy_checkpoint``, ``stacks``.
@@ -38,6 +43,8 @@ from mindwatch.alerts.alert import Alert, Cooldown, make_alert
 from mindwatch.alerts.registry import configured_actions
 from mindwatch.alerts.rules.nonfinite import NonFiniteRule, checked_in_step
 from mindwatch.alerts.skip import SkipRule
+from mindwatch.mindspore.dynamic_batch import BatchChanges
+from mindwatch.mindspore.rewind import Rewinds
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
 
@@ -93,8 +100,10 @@ def _rate_parameter(lr: Any) -> ms.Parameter:
 
 
 def prepare_optimizer(config: Any, optimizer: Any) -> bool:
-    """Before the graph compiles: wrap the optimizer's schedule when a rule may ask for ``lr_backoff``; True if it did."""
-    return optimizer is not None and "lr_backoff" in configured_actions(config) and wrap_schedules(optimizer)
+    """Before the graph compiles: wrap the optimizer's schedule when a rule may ask for ``lr_backoff`` (or the learning
+    rate follows the batch size, ``dynamic_batch.scale_lr``); True if it did."""
+    scaled = "lr_backoff" in configured_actions(config) or config.dynamic_batch.scale_lr != "none"
+    return optimizer is not None and scaled and wrap_schedules(optimizer)
 
 
 def checkpoint_files(callbacks: list[Any] | None, latest: str | None) -> list[Path]:
@@ -170,6 +179,10 @@ class StepBoundary(Protocol):
 
     def checkpoints(self) -> list[Path]: ...
 
+    def rewound(self, to_step: int, from_step: int) -> None:
+        """A rewind at ``from_step`` went back to ``to_step``: the next step is numbered ``to_step + 1``."""
+        ...
+
 
 class Interventions:
     """The MindSpore side of :class:`~mindwatch.monitor.control.Control`. See the module docstring.
@@ -178,8 +191,16 @@ class Interventions:
     ``{name: Parameter}`` (a loop's network and optimizer).
     """
 
-    def __init__(self, session: RunSession, *, optimizer: Any, saved: Any, lr_probe: Any = None, rank: int = 0) -> None:
+    def __init__(
+        self, session: RunSession, *, optimizer: Any, saved: Any, lr_probe: Any = None, rank: int = 0, batch: Any = None
+    ) -> None:
         self.session = session
+        #: The training's :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`, with what changes it; None: none.
+        self.batch = (
+            BatchChanges(batch, session.config.dynamic_batch, report=self.report, schedule=session.control.schedule)
+            if batch is not None
+            else None
+        )
         self.optimizer = optimizer
         self.saved = saved
         self.lr_probe = lr_probe
@@ -200,6 +221,8 @@ class Interventions:
         #: ``skip_steps``: its alerts, raised here so that ``max_consecutive`` skips act on that very step.
         self._skip = SkipRule(skip, rank=rank) if skip.enabled else None
         self._skip_shared = vocab.get(skip.metric).same_on_every_rank  # type: ignore[union-attr]
+        #: The run's snapshots for ``rewind`` (None: it takes none); set by the recorder.
+        self.rewinds: Rewinds | None = None
 
     def prepare(self) -> None:
         """Before the first step: make a schedule scalable when any rule may ask for ``lr_backoff``."""
@@ -243,41 +266,53 @@ class Interventions:
                 session.monitor.alert(alert)
 
     def carry_out(self, step: int, boundary: StepBoundary) -> None:
-        """Do every request due after ``step`` (training thread, at a step boundary). Failures are warnings."""
-        for action, alert in self.session.control.take(step):
-            try:
-                done = getattr(self, f"_{action}")(alert, step, boundary)
-            except Exception as e:
-                log.warning(
-                    "mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e
-                )
-                done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
-            cause = f"{alert.get('rule')}" + (f" on {alert['metric']}" if alert.get("metric") else "")
-            asked_at = f" at step {alert['step']}" if alert.get("step") is not None else ""  # a request before step 1
-            message = f"{done.pop('message')} (requested by the {cause} alert{asked_at}"
-            message += (
-                f" on rank {alert.get('rank')})" if alert.get("rank") is not None and alert.get("rank") != self.rank else ")"
-            )
-            done.update(coordination_fields(alert.get("coordination"), step))
-            if alert.get("request"):  # a person's request: its answer is written when this alert is
-                done["request"] = alert["request"]
-            if done.get("late_steps"):
-                message += f"; {done['late_steps']} steps later than the agreed step {done['at_step']}"
-            elif done.get("alone"):
-                message += f"; this rank alone: {done['alone']}"
-            self.session.monitor.alert(
-                make_alert(
-                    "intervention",
-                    step=step,
-                    rank=self.rank,
-                    message=message,
-                    severity=done.pop("severity", "info"),
-                    actions=[action],
-                    cause=alert.get("rule"),
-                    cause_step=alert.get("step"),
-                    **done,
-                )
-            )
+        """Do every request due after ``step`` (training thread, at a step boundary), and what those file for this very
+        boundary. Failures are warnings."""
+        while due := self.session.control.take(step):
+            for action, alert in due:
+                try:
+                    done = getattr(self, f"_{action}")(alert, step, boundary)
+                except Exception as e:
+                    log.warning(
+                        "mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e
+                    )
+                    done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
+                # None: nothing to do (a rewind that an earlier one covers), or recorded later (a batch size change,
+                # once the ranks agreed its step)
+                if done is not None:
+                    self.report(action, alert, step, done)
+
+    def report(self, action: str, alert: Alert, step: int, done: dict[str, Any]) -> None:
+        """The ``intervention`` alert of ``action`` done at the boundary after ``step`` for ``alert``: ``done`` says what
+        (its ``message``, its ``severity``, what it made)."""
+        action = done.pop("action", action)  # a rewind past rewind.max does rewind.then
+        cause = f"{alert.get('rule')}" + (f" on {alert['metric']}" if alert.get("metric") else "")
+        asked_at = f" at step {alert['step']}" if alert.get("step") is not None else ""  # a request before step 1
+        message = f"{done.pop('message')} (requested by the {cause} alert{asked_at}"
+        message += f" on rank {alert.get('rank')})" if alert.get("rank") is not None and alert.get("rank") != self.rank else ")"
+        done.update(coordination_fields(alert.get("coordination"), step))
+        if alert.get("request"):  # a person's request: its answer is written when this alert is
+            done["request"] = alert["request"]
+        if done.get("late_steps"):
+            message += f"; {done['late_steps']} steps later than the agreed step {done['at_step']}"
+        elif done.get("alone"):
+            message += f"; this rank alone: {done['alone']}"
+        held = done.pop("held", False)
+        record = make_alert(
+            "intervention",
+            step=step,
+            rank=self.rank,
+            message=message,
+            severity=done.pop("severity", "info"),
+            actions=[action],
+            cause=alert.get("rule"),
+            cause_step=alert.get("step"),
+            **done,
+        )
+        if held and self.rewinds is not None:  # out once the batches after the rewind have passed, with their names
+            self.rewinds.hold(record)
+        else:
+            self.session.monitor.alert(record)
 
     # -- actions: each returns what to put in the intervention alert ---------------
     def _stop(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
@@ -324,6 +359,59 @@ class Interventions:
             "message": f"saved {path.name}{last}",
             "checkpoint": os.fspath(path),
             "last_healthy_checkpoint": os.fspath(healthy) if healthy else None,
+        }
+
+    def _shrink_batch(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any] | None:
+        return self._batch_changes().ask("shrink_batch", alert, step)
+
+    def _grow_batch(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any] | None:
+        return self._batch_changes().ask("grow_batch", alert, step)
+
+    def _resize_batch(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any] | None:
+        return self._batch_changes().ask("resize_batch", alert, step)
+
+    def _batch_changes(self) -> Any:
+        if self.batch is None:
+            raise RuntimeError(
+                "this training has no DynamicBatch: build batch = mw.DynamicBatch(32, min=8, max=128), pass it to "
+                "dataset.batch(batch_size=batch) and to MonitorCallback(config, batch=batch) or start_run(..., batch=batch)"
+            )
+        return self.batch
+
+    def _batch_lr(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
+        """``dynamic_batch.scale_lr``: the learning rate follows a batch size change, from its ``from_step``."""
+        done = self._lr_backoff(alert, step, boundary)
+        done["message"] += f" (dynamic_batch.scale_lr, with the batch size from step {alert.get('from_step')})"
+        return done
+
+    def _rewind(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any] | None:
+        rewinds = self.rewinds
+        if rewinds is None:
+            raise RuntimeError("this run takes no snapshots: give it a rewind section (rewind: {every: 100}) to rewind")
+        asked = alert.get("step")
+        asked = asked if isinstance(asked, int) else step  # a person's request without --to: before this step
+        asked = min(asked, int(alert["to_step"]) + 1) if isinstance(alert.get("to_step"), int) else asked
+        if alert.get("rule") != "request" and rewinds.covers(asked, step):
+            log.info("mindwatch: the rewind at step %d already went back past step %d", step, asked)
+            return None
+        if rewinds.exhausted:
+            n = rewinds.count
+            past = {**alert, "message": f"{n} rewind{'s' if n > 1 else ''} did not get past: {alert.get('message')}"}
+            then = rewinds.settings.then
+            return {**getattr(self, f"_{then}")(past, step, boundary), "action": then}
+        snapshot = rewinds.go_back(asked, step)
+        boundary.rewound(snapshot.step, step)
+        self.session.control.forget_after(snapshot.step)
+        if self.lr_probe is not None:
+            self.lr_probe.invalidate()
+        skip = rewinds.passing
+        if self.session.planned:  # the steps taken back, and the batches passed over, are not steps the run makes
+            self.session.plan(self.session.planned - (step - snapshot.step) - skip)
+        return {
+            "message": f"rewound from step {step} to step {snapshot.step} (rewind {rewinds.count} of {rewinds.settings.max})",
+            "to_step": snapshot.step,
+            "skipped_batches": skip,
+            "held": True,
         }
 
     def _dump_stacks(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:

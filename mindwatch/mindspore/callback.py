@@ -21,8 +21,10 @@ from typing import Any
 
 from mindspore.train import Callback
 
+from mindwatch.alerts.registry import configured_actions
 from mindwatch.metrics import LOCAL_GRAD_NORM
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
+from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic, warn_unagreed
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     failure_text,
@@ -35,8 +37,9 @@ from mindwatch.mindspore.front_door import (
 )
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
-from mindwatch.mindspore.recorder import StepRecorder
-from mindwatch.mindspore.train_cell import TrainCell, prepare_cell, switch_skip_steps
+from mindwatch.mindspore.recorder import StepRecorder, StepState
+from mindwatch.mindspore.rewind import snapshots_wanted
+from mindwatch.mindspore.train_cell import TrainCell, prepare_cell, switch_pass_over, switch_skip_steps
 from mindwatch.mindspore.train_params import TrainParams, ids_column
 from mindwatch.session import RunSession
 from mindwatch.store.layout import fallback_run_id
@@ -57,12 +60,18 @@ class MonitorCallback(Callback):
 
     ``config`` is a :class:`~mindwatch.config.MonitorConfig`, a dict, a YAML string or a path
     to a YAML file (a top-level ``monitor_config:`` key is accepted). ``enable: false`` makes
-    the callback a no-op. A loop of your own uses :func:`mindwatch.mindspore.start_run` instead.
+    the callback a no-op. A loop of your own uses :func:`mindwatch.mindspore.start_run` instead. ``batch``: the
+    :class:`~mindwatch.mindspore.DynamicBatch` the dataset is batched by (``dataset.batch(batch_size=batch)``), whose
+    size the ``shrink_batch`` / ``grow_batch`` actions change; each step records its size.
     """
 
-    def __init__(self, config: ConfigLike = None, **overrides: Any) -> None:
+    def __init__(self, config: ConfigLike = None, *, batch: DynamicBatch | None = None, **overrides: Any) -> None:
         super().__init__()
         self.config = merged_config(config, overrides)
+        #: The DynamicBatch of the training (None: a fixed batch size).
+        self.batch = batch
+        #: Whether the train cell's batch axis is still to be made dynamic (before its first step compiles).
+        self._dynamic_pending = False
         self.enabled = self.config.enable
         #: The current (or last) training's recording; None until train begin.
         self.recorder: StepRecorder | None = None
@@ -84,6 +93,8 @@ class MonitorCallback(Callback):
         self._boundary = _Boundary()
         #: The column of the step's batch that holds its sample ids (-1: none).
         self._ids_column = -1
+        #: Our train cell can pass over batches after a rewind (``can_pass_over`` at train begin).
+        self._passes_over = False
 
     # -- public ------------------------------------------------------------
     @property
@@ -114,7 +125,18 @@ class MonitorCallback(Callback):
         self._bins = prepare_cell(self.config, train_network)  # every rank's graph alike, a rank that starts late too
         self._setup_signal(train_network)
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
+        snapshots = snapshots_wanted(self.config, configured_actions(self.config))
+        if snapshots and params.read(run_context.original_args(), "dataset_sink_mode", False):
+            log.warning("mindwatch: in dataset sink mode a rewind passes over no batch (a step end is a whole sink)")
+            snapshots = False
+        self._passes_over = switch_pass_over(train_network, snapshots)
         self._ids_column = ids_column(self.config.callback.sample_ids, params.dataset)
+        self._dynamic_pending = self.batch is not None and self.config.dynamic_batch.compile == "once"
+        if self.batch is not None and self._read(run_context.original_args(), "dataset_sink_mode", False):
+            log.warning(
+                "mindwatch: a DynamicBatch needs dataset_sink_mode=False (a sink runs many batches in one call); "
+                "its size may not change as announced"
+            )
         if self._signal is not None and self._signal.rank > 0:
             # never wait at start for another host's file: learn the run from rank 0's first step
             prepare_optimizer(self.config, params.optimizer)  # before the graph compiles, as on rank 0
@@ -151,13 +173,24 @@ class MonitorCallback(Callback):
             run_id=run_id,
             attempt=attempt,
             collective=self._signal is not None,
+            batch=self.batch,
         )
         self.recorder = recorder = set_up_or_stop(start, self._watch)
         if recorder is None:
             self.enabled = False
             return
+        warn_unagreed(self.batch, discover().world_size, agreed=self._signal is not None)
         if self._signal is not None:
             self._exchange = SignalExchange(self._signal, recorder.session)
+            if recorder.actions.batch is not None:  # every rank agrees each change's step through the step's sum
+                self._exchange.batch = recorder.actions.batch
+                recorder.actions.batch.collective = True
+        self._boundary.state = recorder.state
+        if recorder.rewinds is not None:
+            if self._passes_over:
+                recorder.rewinds.gate = params.train_network.pass_over
+            else:
+                recorder.rewinds.skip = 0
         now = _perf()
         if began is None:
             self._step_begin = self._prev_step_end = now
@@ -178,8 +211,14 @@ class MonitorCallback(Callback):
         if not self.enabled:
             return
         self._step_begin = _perf()
+        if self._dynamic_pending:  # before the first step compiles: one graph for every batch size
+            self._dynamic_pending = False
+            params = self._params
+            assert params is not None
+            batch_axis_dynamic(params.train_network, self._read(run_context.original_args(), "train_dataset_element", None))
         if self._exchange is not None:
-            self._exchange.before_step()
+            state = self.recorder.state  # type: ignore[union-attr]
+            self._exchange.before_step(self._read(run_context.original_args(), "cur_step_num") + state.offset)
         cell = self._cell
         if cell is not None and cell.plans:
             state = self.recorder.state  # type: ignore[union-attr]
@@ -207,20 +246,27 @@ class MonitorCallback(Callback):
             recorder.watchdog.last_beat = now
         recorder.timer.data_wait += waited
         self._prev_step_end = now
+        if recorder.rewinds is not None and recorder.rewinds.passing:  # a batch passed over after a rewind: no record
+            self._passed_over(recorder, cb, step, run_context)
+            return
         n = step - state.recorded
         cell = self._cell
         assert cell is not None
         if not recorder.due(n) and not (cell.skip_output >= 0 and cell.skipped(arg(cb, "net_outputs"))):
+            if recorder.batch is not None:
+                recorder.took(step + state.offset)
             recorder.act(step + state.offset, self._boundary.at(run_context, cb))
             return
         if state.first_pending:
             self._first_step(cb)
+        if recorder.batch is not None:
+            recorder.took(step + state.offset)
         rec: dict[str, Any] = {"step": step + state.offset, "epoch": arg(cb, "cur_epoch_num"), "t": _wall()}
         rec["rank"] = recorder.rank
         params = self._params
         assert params is not None
         if per_epoch := params.steps_per_epoch:
-            rec["batch"] = (step + state.offset - 1) % per_epoch
+            rec["batch"] = (step + state.offset + state.rewound - 1) % per_epoch
         if self._ids_column >= 0:
             rec["sample_ids"] = _batch_ids(arg(cb, "train_dataset_element", None), self._ids_column)
         cell.read(arg(cb, "net_outputs"), rec)
@@ -265,6 +311,20 @@ class MonitorCallback(Callback):
             cell.switching.measure_layers(False)
             cell.switched, cell.graphs_run = (False, False), {True}
 
+    def _passed_over(self, recorder: StepRecorder, cb: Any, step: int, run_context: Any) -> None:
+        """The step that ended passed over its batch (a rewind's ``skip``): named, not recorded, not counted."""
+        state, params = recorder.state, self._params
+        assert params is not None and recorder.rewinds is not None
+        per_epoch = params.steps_per_epoch
+        index = (step + state.offset + state.rewound - 1) % per_epoch if per_epoch else None
+        ids = _batch_ids(self._read(cb, "train_dataset_element", None), self._ids_column) if self._ids_column >= 0 else None
+        state.offset -= 1
+        state.rewound += 1
+        state.recorded = step
+        recorder.timer.restart(_perf())  # the next recorded step is timed from here: no step_time of many batches
+        recorder.rewinds.passed(self._read(cb, "cur_epoch_num"), index, ids)
+        recorder.act(step + state.offset, self._boundary.at(run_context, cb))
+
     def _first_step(self, cb: Any) -> None:
         recorder, params = self.recorder, self._params
         assert recorder is not None and params is not None
@@ -286,12 +346,13 @@ class _Boundary:
     ``run_context``, the checkpoints ``ModelCheckpoint`` wrote. One per callback, pointed at each step's
     ``run_context`` (two stores on the hot path, no object made)."""
 
-    __slots__ = ("cb", "params", "run_context")
+    __slots__ = ("cb", "params", "run_context", "state")
 
     def __init__(self) -> None:
         self.run_context: Any = None
         self.cb: Any = None
         self.params: TrainParams | None = None
+        self.state: StepState | None = None
 
     def at(self, run_context: Any, cb: Any) -> _Boundary:
         self.run_context, self.cb = run_context, cb
@@ -299,6 +360,13 @@ class _Boundary:
 
     def request_stop(self) -> None:
         self.run_context.request_stop()
+
+    def rewound(self, to_step: int, from_step: int) -> None:
+        """The next step is numbered ``to_step + 1`` (``cur_step_num`` goes on: the offset to the global step falls)."""
+        state = self.state
+        assert state is not None
+        state.offset -= from_step - to_step
+        state.rewound += from_step - to_step
 
     def checkpoints(self) -> list[Path]:
         params = self.params

@@ -43,6 +43,7 @@ import numpy as np
 
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.actions import network_and_optimizer
+from mindwatch.mindspore.dynamic_batch import DynamicBatch, warn_unagreed
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     failure_text,
@@ -74,6 +75,7 @@ def start_run(
     optimizer: Any = None,
     total_steps: int | None = None,
     grad_reducer: Any = None,
+    batch: DynamicBatch | None = None,
     **overrides: Any,
 ) -> Run:
     """Start monitoring a training loop of your own; returns the :class:`Run` to call ``step`` on.
@@ -88,7 +90,10 @@ def start_run(
     the parameter names of ``grads`` and what ``lr_backoff`` changes; ``total_steps`` gives progress and ETA.
     ``grad_reducer``: the :class:`~mindwatch.mindspore.DistributedGradReducer` your step reduces its gradients with
     (data parallel): the ranks' signal is then summed in your step, every step, and actions are taken at the very
-    step (else every ``distributed.coordination.loop_every`` calls). Call it before the first compiled step. When
+    step (else every ``distributed.coordination.loop_every`` calls). ``batch``: the
+    :class:`~mindwatch.mindspore.DynamicBatch` your dataset is batched by, whose size ``shrink_batch`` / ``grow_batch``
+    change (compile your step for any batch size: ``@ms.jit(dynamic=1)``, docs/training-loop.md).
+    Call it before the first compiled step. When
     monitoring cannot start (an unwritable ``save_dir``, ...) a warning says why and the run records nothing
     (``strict: true`` raises instead).
     """
@@ -98,13 +103,22 @@ def start_run(
             "build your reducer as mw.DistributedGradReducer(optimizer.parameters, mean=True) (the same arguments)"
         )
     config_ = merged_config(config, overrides)
-    return Run(config_, network=network, optimizer=optimizer, total_steps=total_steps, grad_reducer=grad_reducer)
+    return Run(config_, network=network, optimizer=optimizer, total_steps=total_steps, grad_reducer=grad_reducer, batch=batch)
 
 
 class Run:
     """One monitored run of a training loop; made by :func:`start_run`. Training thread only."""
 
-    def __init__(self, config: Any, *, network: Any, optimizer: Any, total_steps: int | None, grad_reducer: Any = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        *,
+        network: Any,
+        optimizer: Any,
+        total_steps: int | None,
+        grad_reducer: Any = None,
+        batch: DynamicBatch | None = None,
+    ) -> None:
         self.config = config
         self.network = network
         self.optimizer = optimizer
@@ -151,6 +165,7 @@ class Run:
                 run_id=announced.run_id or (fallback_run_id(config.run_name, who.rank) if who.rank > 0 and signal else None),
                 attempt=announced.attempt,
                 collective=signal is not None,
+                batch=batch,
             )
             if self.recorder is not None and who.rank == 0:
                 announced = self._announcement()
@@ -165,8 +180,12 @@ class Run:
         self._step = announced.resumed_step
         if self.recorder is None:
             return
+        warn_unagreed(batch, who.world_size, agreed=signal is not None)
         if signal is not None:
             self._exchange = SignalExchange(signal, self.recorder.session)
+            if self.recorder.actions.batch is not None:  # every rank agrees each change's step through the sum
+                self._exchange.batch = self.recorder.actions.batch
+                self.recorder.actions.batch.collective = True
         if announced.lifeline and who.rank > 0:
             self.recorder.session.join_lifeline(announced.lifeline)
         self.recorder = set_up_or_stop(self.recorder, self._setup)
@@ -230,6 +249,12 @@ class Run:
                 if timer.shape_pending:
                     timer.read_shape(batch)
             self._batch += 1
+            rewinds = self.recorder.rewinds if self.recorder is not None else None
+            if rewinds is not None and rewinds.passing:  # after a rewind: passed over, not trained on
+                rewinds.passed(self._epoch, self._batch)
+                if timer is not None:  # the next step is timed from here: no step_time of many batches
+                    timer.restart(_perf())
+                continue
             yield batch
 
     def step(
@@ -255,6 +280,8 @@ class Run:
         state = recorder.state
         n = number - state.recorded
         try:
+            if recorder.batch is not None:
+                recorder.took(number)
             if self._exchange is not None:
                 self._exchange_signal(self._exchange, number, now, loss, grads)
             if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):
@@ -267,7 +294,7 @@ class Run:
                 recorder.record(rec, number, n, now, self._boundary)
             else:
                 recorder.act(number, self._boundary)
-            self._plan(number + 1)
+            self._plan(self._step + 1)  # after a rewind, the step after the snapshot's
         except Exception as e:  # a bad value or a failed read never ends the training
             if self.config.strict:
                 raise
@@ -286,9 +313,9 @@ class Run:
         _wait_for_the_step(loss, grads)
         if self._summed_in_step is not None:  # summed in the step that ended; this rank's slots go with the next
             exchange.after_step(self._summed_in_step.asnumpy(), number)
-            exchange.before_step()
+            exchange.before_step(number + 1)
         else:  # one small AllReduce on every rank, at the same call
-            exchange.before_step()
+            exchange.before_step(number)
             exchange.after_step(_sum(exchange.signal.tensor()), number)
 
     def log(self, step: int | None = None, **metrics: float) -> None:
@@ -405,6 +432,18 @@ class _LoopBoundary:
 
     def checkpoints(self) -> list[Path]:
         return []
+
+    def rewound(self, to_step: int, from_step: int) -> None:
+        """The next ``run.step`` is step ``to_step + 1``; ``run.batches`` passes over the batches a rewind skips."""
+        run = self.run
+        recorder = run.recorder
+        assert recorder is not None
+        run._step = to_step
+        recorder.state.recorded = to_step
+        recorder.state.rewound += from_step - to_step
+        if run._batch < 0 and recorder.rewinds is not None and recorder.rewinds.passing:
+            log.warning("mindwatch: a rewind passes over batches that run.batches(...) gives; this loop's go on unskipped")
+            recorder.rewinds.passing = 0
 
 
 _ALL_REDUCE: Any = None

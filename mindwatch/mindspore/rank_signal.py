@@ -40,18 +40,21 @@ from mindwatch.monitor.control import ACTIONS
 
 log = logging.getLogger("mindwatch")
 
-#: Slots per rank: the bits of the actions asked, the step of the alert that asked, the step and data time sent, and
-#: the rank's local gradient norm of the step.
-SLOTS = 3 + len(vocab.STRAGGLER_METRICS)
 #: Where a rank's timings are among its slots: the straggler metrics (``step_time``, ``data_time``), in the
 #: vocabulary's order (``metrics.STRAGGLER_METRICS``), in seconds; 0: not sent.
 TIMING = slice(2, 2 + len(vocab.STRAGGLER_METRICS))
 _STEP_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.STEP_TIME)
 _DATA_SLOT = 2 + vocab.STRAGGLER_METRICS.index(vocab.DATA_TIME)
+#: A batch size change being agreed (``dynamic_batch.py``): the first step whose batch this rank has not made yet
+#: (its pipeline holds it back until the change is agreed) and the size it changes to; 0: none sent.
+BATCH_CHANGE = slice(TIMING.stop, TIMING.stop + 2)
 #: Where a rank's ``local_grad_norm`` is among its slots (written inside the step, never by :class:`RankSignal`).
-LOCAL_NORM_SLOT = 2 + len(vocab.STRAGGLER_METRICS)
+LOCAL_NORM_SLOT = BATCH_CHANGE.stop
 #: What a NaN/Inf local norm is sent as (a norm is never negative): NaN x 0 would spread to every slot of the vector.
 NONFINITE_NORM = -1.0
+#: Slots per rank: the bits of the actions asked, the step of the alert that asked, the step and data time sent,
+#: a batch size change, and the rank's local gradient norm of the step.
+SLOTS = LOCAL_NORM_SLOT + 1
 #: Slots for rank 0's :class:`Announcement` (``run_id\nhost:port\nattempt\nresumed_step``), one character code each.
 TOKEN_SLOTS = 160
 #: How long a rank waits, when another rank's request arrives in the vector, for the alert behind it on the lifeline
@@ -160,6 +163,23 @@ class RankSignal:
         own[_STEP_SLOT], own[_DATA_SLOT] = step_secs, data_secs
         self._dirty = True
 
+    def batch_change(self, from_step: int, size: int) -> None:
+        """This rank's side of a batch size change being agreed (sent with the next step): the first step whose batch
+        its pipeline has not made, and the size it understood (0: it does not know it)."""
+        own = self._vector[self._own]
+        own[BATCH_CHANGE] = (from_step, size)
+        self._dirty = True
+
+    def batch_changes(self, reduced: np.ndarray) -> np.ndarray:
+        """After a step: every rank's ``(from_step, size)`` of a batch size change, one row a rank (0: none sent); this
+        rank's own are cleared (they were read)."""
+        rows = np.asarray(reduced[: self.world_size * SLOTS], np.float64).reshape(self.world_size, SLOTS)[:, BATCH_CHANGE]
+        own = self._vector[self._own]
+        if own[BATCH_CHANGE].any():
+            own[BATCH_CHANGE] = 0.0
+            self._dirty = True
+        return np.rint(rows).astype(np.int64)
+
     def send(self) -> None:
         """Before a step: write the vector if it changed (one small assign)."""
         if self._dirty and self.parameter is not None:
@@ -241,19 +261,24 @@ class SignalExchange:
         #: The step whose timings this rank set last, and the one they went out with in the step in flight.
         self._timed_step: int | None = None
         self._sent_step: int | None = None
+        #: A DynamicBatch's changes (``dynamic_batch.BatchChanges``): agreed through this vector; None: none.
+        self.batch: Any = None
 
     def timed(self, step: int, step_secs: float, data_secs: float) -> None:
         """This rank's step and data time at ``step``: they go out with the next sum (rank 0 hears every rank's)."""
         self.signal.time(step_secs, data_secs)
         self._timed_step = step
 
-    def before_step(self) -> None:
-        """Send what this rank's rules asked for since the last step (a lock only when something waits)."""
+    def before_step(self, step: int | None = None) -> None:
+        """Send what this rank's rules asked for since the last step (a lock only when something waits). ``step``: the
+        step whose sum carries the vector (a batch size change is agreed after it, so no batch after it is held back)."""
         control = self.session.control
         if control.outgoing_waiting:
             for action, alert in control.outgoing():
                 self.signal.ask(action, alert)
                 self.session.share_ask(action, alert)
+        if self.batch is not None and self.batch.agreeing and step is not None:
+            self.batch.send(self.signal, carried_by=step)
         self.signal.send()
         self._sent_step = self._timed_step
 
@@ -271,6 +296,8 @@ class SignalExchange:
                 self.watch.local_norms(step, norms)
             if self.sources is not None:
                 self.sources.saw(step, norms)
+        if self.batch is not None and self.batch.sent:  # before this step's requests: they fold into the change
+            self.batch.agree(self.signal.batch_changes(reduced), step)
         for asked in self.signal.read(reduced):
             if asked.rank == self.signal.rank:
                 alert = self.signal.asking.pop(asked.action, None)

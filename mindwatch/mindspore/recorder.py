@@ -34,19 +34,22 @@ from typing import Any
 import mindspore as ms
 
 from mindwatch import metrics as vocab
+from mindwatch.alerts.registry import configured_actions
 from mindwatch.config import MonitorConfig
 from mindwatch.device_peaks import known_device
-from mindwatch.mindspore.actions import Interventions, StepBoundary
+from mindwatch.mindspore.actions import Interventions, StepBoundary, network_and_optimizer
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.attention_watch import AttentionWatch
+from mindwatch.mindspore.dynamic_batch import DynamicBatch
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.layer_watch import LayerWatch
 from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler
 from mindwatch.mindspore.ranks import discover
+from mindwatch.mindspore.rewind import Rewinds, snapshots_wanted
 from mindwatch.mindspore.timing import FlopsBasis, StepTimer
 from mindwatch.session import RunSession
 from mindwatch.store.layerfiles import row_stats
-from mindwatch.system import device_name, device_util_sampler, host_memory_sampler
+from mindwatch.system import device_name, device_util_sampler, host_memory_available_gb, host_memory_sampler
 
 log = logging.getLogger("mindwatch")
 
@@ -63,6 +66,9 @@ class StepState:
     first_pending: bool = True
     #: Set at the step boundary a ``stop`` is carried out at.
     should_stop: bool = False
+    #: Steps numbered again after rewinds, the batches passed over included: the batches consumed are this many more
+    #: than the global step says.
+    rewound: int = 0
     closed: bool = False
 
 
@@ -78,6 +84,8 @@ class StepRecorder:
         rank: int,
         flops: FlopsBasis | None = None,
         weights: Sequence[Any] = (),
+        batch: Any = None,
+        network: Any = None,
     ) -> None:
         cfg = session.config
         self.session = session
@@ -90,8 +98,18 @@ class StepRecorder:
         self.timer = StepTimer(cfg.batch_size, cfg.seq_length, flops, baseline)
         self.lr_probe = LrProbe(optimizer) if vocab.LR in cfg.enabled_metrics else None
         probe = self.lr_probe or LrProbe(optimizer)
-        self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank)
+        self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank, batch=batch)
+        #: The training's DynamicBatch (``batch=``), whose size each step's record and throughput follow; None: none.
+        self.batch: DynamicBatch | None = batch
+        #: The size of the batch the last step took (a DynamicBatch's).
+        self._batch_size = 0
+        if self.actions.batch is not None:
+            self.actions.batch.rewound = lambda: self.state.rewound
         self.actions.prepare()
+        #: The snapshots a ``rewind`` goes back to (None: the config asks for no rewind).
+        self.rewinds: Rewinds | None = None
+        if snapshots_wanted(cfg, configured_actions(cfg)):
+            self.rewinds = self.actions.rewinds = self._rewinds(network, optimizer)
         self.layers: LayerWatch | None = None
         self.attention: AttentionWatch | None = None
         self.entropy: AttentionEntropy | None = None
@@ -115,13 +133,15 @@ class StepRecorder:
         run_id: str | None = None,
         attempt: int | None = None,
         collective: bool = False,
+        batch: DynamicBatch | None = None,
     ) -> StepRecorder:
         """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``).
 
         ``network``: the model, whose trainable parameters count for TFLOPS where ``optimizer`` has none;
         ``run_id``, ``attempt``: the run and attempt to join (a rank > 0 that learnt rank 0's through the train step's
         collective);
-        ``collective``: the ranks agree on actions through that collective (``RunSession.start``).
+        ``collective``: the ranks agree on actions through that collective (``RunSession.start``);
+        ``batch``: the training's :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`.
         """
         who = discover()
         metrics = config.enabled_metrics
@@ -152,18 +172,55 @@ class StepRecorder:
             versions={"mindspore": ms.__version__},
             checks_in_step=True,  # Interventions checks the step's NaN/Inf (``nonfinite.checked_in_step``)
             launch_key=who.launch_key,
-            launch_meta=who.as_meta() | ({"throughput": flops.meta()} if flops is not None else {}),
+            launch_meta=who.as_meta()
+            | ({"throughput": flops.meta()} if flops is not None else {})
+            | ({"dynamic_batch": batch.meta()} if batch is not None else {}),
             run_id=run_id,
             attempt=attempt,
             collective=collective,
         )
         try:
-            recorder = cls(session, optimizer=optimizer, saved=saved, rank=who.rank, flops=flops, weights=weights)
+            recorder = cls(
+                session,
+                optimizer=optimizer,
+                saved=saved,
+                rank=who.rank,
+                flops=flops,
+                weights=weights,
+                network=network,
+                batch=batch,
+            )
             session.plan(total_steps)
         except BaseException:
             session.close("stopped", reason="mindwatch could not start")
             raise
         return recorder
+
+    def _rewinds(self, network: Any, optimizer: Any) -> Rewinds | None:
+        """The run's snapshots of ``network`` and ``optimizer``; their memory goes into ``meta.json``. Our train cell's
+        own Parameters (the signal, the flags, ``skip_steps``' statistics) are no part of the training's state."""
+        kept = {p.name for p in optimizer.get_parameters()} if optimizer is not None else set()  # mindwatch's lr scale
+        mine = {p.name for p in network.get_parameters() if p.name.startswith("mindwatch_")} if network is not None else set()
+        mine -= kept
+        state = {n: p for n, p in (network_and_optimizer(network, optimizer) or {}).items() if n not in mine}
+        if not state:
+            log.warning("mindwatch: rewind needs the network and the optimizer (start_run(network=, optimizer=)); none")
+            return None
+        rewinds = Rewinds(self.config.rewind, state, emit=self.session.monitor.alert)
+        needed, available = rewinds.memory()["bytes"] / 1e9, host_memory_available_gb()
+        if needed > available / 2:
+            log.warning(
+                "mindwatch: rewind's %d snapshots will take %.2f GB of host memory, %.2f GB is available now: lower "
+                "rewind.keep, or give the host more memory",
+                self.config.rewind.keep,
+                needed,
+                available,
+            )
+        session = self.session
+        if session.role.keeps_meta and session.meta:
+            session.meta["rewind"] = rewinds.memory()
+            session.write_meta()
+        return rewinds
 
     # -- what a training measures --------------------------------------------------
     def watch_layers(self, grouping: LayerGrouping, bins: int, *, moments: bool = False) -> LayerWatch:
@@ -218,6 +275,12 @@ class StepRecorder:
         if self.lr_probe is not None and not state.first_pending and self.due(step - state.offset - state.recorded):
             self.lr_probe.before(step)
 
+    def took(self, step: int) -> None:
+        """Global step ``step`` took its batch from the DynamicBatch: its size counts for throughput and is recorded."""
+        size = self.batch.took(step + self.state.rewound)  # type: ignore[union-attr]  # its count never goes back
+        self._batch_size = size
+        self.timer.samples += size
+
     def due(self, steps: int) -> bool:
         """Whether the step that just ended, ``steps`` after the last recorded one, is recorded."""
         return steps >= self._interval or self.state.first_pending or self.measuring
@@ -228,6 +291,8 @@ class StepRecorder:
             lr = self.lr_probe.used(step, applied=not (rec.get(vocab.SKIPPED) or rec.get(vocab.OVERFLOW)))
             if lr is not None:
                 rec[vocab.LR] = lr
+        if self.batch is not None:
+            rec[vocab.BATCH_SIZE] = self._batch_size
         self.timer.add(rec, steps, now)
         if self.entropy is not None and self.entropy.values:
             rec.update(self.entropy.take())
@@ -237,19 +302,25 @@ class StepRecorder:
             self.actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
         if rec.get(vocab.SKIPPED):
             self.actions.skipped(rec)  # skip_steps skipped its update: the skip alert (and actions) on this very step
-        if self._control.pending:  # a rule asked for stop / checkpoint / lr_backoff / dump_stacks
+        if self._control.pending:  # a rule asked for stop / checkpoint / lr_backoff / dump_stacks / rewind
             self.actions.carry_out(step, boundary)
+        if self.rewinds is not None:
+            self.rewinds.after_step(step)
 
     def act(self, step: int, boundary: StepBoundary) -> None:
         """At a step boundary that is not recorded: carry out what is due."""
         if self._control.pending:
             self.actions.carry_out(step, boundary)
+        if self.rewinds is not None:
+            self.rewinds.after_step(step)
 
     def finish(self, state: str, error: str | None = None, reason: str | None = None) -> None:
         """End the run (once): switch the measurements off and close the session."""
         if self.state.closed:
             return
         self.state.closed = True
+        if self.actions.batch is not None:
+            self.actions.batch.close()
         if self.attention is not None:
             self.attention.off()
         if self.entropy is not None:

@@ -53,7 +53,7 @@ class SkipDecision(nn.Cell):
         self.warmup = ms.Parameter(ms.Tensor(int(warmup), ms.int32), name="mindwatch_skip_warmup", requires_grad=False)
         self.slots = ms.Tensor(np.arange(self.window, dtype=np.int32))
 
-    def construct(self, value):
+    def construct(self, value, passing=None):
         value = ops.cast(ops.reduce_mean(value), ms.float32)
         count = self.count
         n = ops.cast(ops.minimum(count, self.window), ms.float32)
@@ -64,6 +64,8 @@ class SkipDecision(nn.Cell):
         above = value > mean + self.sigma * ops.sqrt(var)
         skip = ops.logical_and(ops.logical_and(finite, count >= self.warmup), above)
         keep = ops.logical_and(finite, ops.logical_not(skip))
+        if passing is not None:  # a batch a rewind passes over: its value is not one of the training's
+            keep = ops.logical_and(keep, ops.logical_not(passing))
         put = ops.logical_and(self.slots == count % self.window, keep)
         ops.assign(self.values, ops.select(put, ops.ones_like(self.values) * value, self.values))
         ops.assign(self.count, count + ops.cast(keep, ms.int32))

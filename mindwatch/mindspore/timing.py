@@ -83,11 +83,15 @@ class StepTimer:
         self.last_recorded = 0.0
         #: Seconds waited for data since the last recorded step.
         self.data_wait = 0.0
+        #: Samples the steps since the last recorded one took, counted step by step where the batch size changes (a
+        #: DynamicBatch); 0: every step took ``batch_size``.
+        self.samples = 0
 
     def restart(self, now: float) -> None:
         """Training (or a new ``Model.train`` call) begins at ``now``."""
         self.last_recorded = now
         self.data_wait = 0.0
+        self.samples = 0
 
     def waited(self, secs: float) -> None:
         """The loop waited ``secs`` for a batch."""
@@ -96,22 +100,26 @@ class StepTimer:
     def add(self, rec: dict[str, Any], steps: int, now: float) -> None:
         """Put the timings of the ``steps`` steps since the last recorded one into ``rec``; start counting anew."""
         elapsed = now - self.last_recorded
+        samples = self.samples or (self.batch_size or 0) * steps
         if steps > 0 and elapsed > 0:
             rec["step_time"] = elapsed / steps
             rec["data_time"] = self.data_wait / steps
-            if self.batch_size:
-                rec["samples_per_second"] = samples = self.batch_size * steps / elapsed
+            if samples:
+                rec["samples_per_second"] = samples / elapsed
                 if self._baseline:
-                    rec["throughput_linearity"] = samples / self._baseline
+                    rec["throughput_linearity"] = samples / elapsed / self._baseline
                 if self.seq_length:
-                    rec["tokens_per_second"] = self.batch_size * self.seq_length * steps / elapsed
+                    rec["tokens_per_second"] = samples * self.seq_length / elapsed
             if self.step_flops:
-                tflops = self.step_flops * steps / elapsed / 1e12
+                # a step's FLOPs are of a batch of batch_size samples: steps of other sizes count in proportion
+                flops = self.step_flops * (samples / self.batch_size if self.samples and self.batch_size else steps)
+                tflops = flops / elapsed / 1e12
                 rec["tflops"] = tflops
                 if self._peak:
                     rec["mfu"] = 100.0 * tflops / self._peak
         self.last_recorded = now
         self.data_wait = 0.0
+        self.samples = 0
 
     def read_shape(self, batch: Any) -> None:
         """Learn the batch size (and, for 2-D integer token ids, the sequence length) from a batch: a Tensor or a tuple."""

@@ -64,6 +64,22 @@ def switch_skip_steps(config: MonitorConfig, train_network: Any) -> bool:
     return True
 
 
+def switch_pass_over(train_network: Any, snapshots: bool) -> bool:
+    """A run that takes snapshots (``snapshots``): let our train cell pass over batches after a rewind (before the graph
+    compiles, on every rank); True when it can."""
+    if not snapshots:
+        return False
+    switch = getattr(train_network, "can_pass_over", None)
+    if switch is None:
+        log.warning(
+            "mindwatch: a rewind passes over batches with mindwatch's train cell only (TrainOneStepWithGradNorm or "
+            "TrainOneStepWithGradNormAndLossScale); with this one a rewind restores the state and passes over none"
+        )
+        return False
+    switch()
+    return True
+
+
 class TrainCell:
     """What the callback reads from the train cell's outputs, and the graphs it switches between steps.
 

@@ -49,6 +49,8 @@ class _LayerStatsStep:
         #: ``skip_steps``' decision (a Cell with its statistics in Parameters); None: off, and none of its kernels.
         self.skip_decision: SkipDecision | None = None
         self._skip_by_loss = False
+        #: A rewind's flag: while set, a step passes over its batch without an update; None: off (no kernel of it).
+        self.mindwatch_pass_over: ms.Parameter | None = None
         self.layer_stats = LayerStats(self.weights, optimizer_moments(self.optimizer)) if enabled else None
         self._measure_next = False
         self._flags_on = (False, False)  # what the flag Parameters hold (read without a device sync)
@@ -100,11 +102,28 @@ class _LayerStatsStep:
         self._skip_by_loss = settings.metric == vocab.LOSS
         self._declare_outputs()
 
+    def can_pass_over(self) -> None:
+        """Let a rewind pass over batches (``pass_over``); before compilation. The callback calls it at train begin when
+        the run takes snapshots (``monitor_config.rewind``)."""
+        if self.mindwatch_pass_over is None:
+            flag = ms.Parameter(ms.Tensor(0, ms.int32), name="mindwatch_pass_over", requires_grad=False)
+            self.mindwatch_pass_over = flag
+
+    def pass_over(self, on: bool) -> None:
+        """From the next step on, apply no update (``on``), or apply them again; between steps."""
+        assert self.mindwatch_pass_over is not None, "pass_over needs can_pass_over() before the graph compiled"
+        self.mindwatch_pass_over.set_data(ms.Tensor(int(on), ms.int32))
+
     def _skip(self, loss, norm, skip_update):
-        """``(skip_update or the decision's skip, (skipped,))``; ``(skip_update, ())`` with ``skip_steps`` off."""
+        """``(skip_update or the decision's skip, (skipped,))``; ``(skip_update, ())`` with ``skip_steps`` off. A batch
+        a rewind passes over updates nothing, and its value does not join the decision's statistics."""
+        passing = None
+        if self.mindwatch_pass_over is not None:
+            passing = self.mindwatch_pass_over > 0
+            skip_update = ops.logical_or(skip_update, passing)
         if self.skip_decision is None:
             return skip_update, ()
-        skip = self.skip_decision(loss if self._skip_by_loss else norm)
+        skip = self.skip_decision(loss if self._skip_by_loss else norm, passing)
         return ops.logical_or(skip_update, skip), (ops.cast(skip, ms.float32),)
 
     def _signal(self, local_grads):

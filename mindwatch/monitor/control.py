@@ -23,8 +23,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-#: Actions the MindSpore adapter knows how to carry out.
-ACTIONS = ("stop", "checkpoint", "lr_backoff", "dump_stacks")
+#: Actions the MindSpore adapter knows how to carry out (``resize_batch``: a person's ``mindwatch batch RUN SIZE``).
+ACTIONS = ("stop", "checkpoint", "lr_backoff", "dump_stacks", "rewind", "shrink_batch", "grow_batch", "resize_batch")
 
 Alert = dict[str, Any]
 
@@ -62,6 +62,11 @@ class Control:
                 else:
                     self._due.append((None, action, alert))
             self.pending = bool(self._due)
+
+    def forget_after(self, step: int) -> None:
+        """Steps after ``step`` will run again (a rewind went back to ``step``): their alerts may ask once more."""
+        with self._lock:
+            self._seen = {key for key in self._seen if not (isinstance(key[2], int) and key[2] > step)}
 
     @property
     def outgoing_waiting(self) -> bool:

@@ -1,4 +1,4 @@
-"""A person's requests (``mindwatch stop|checkpoint|lr|set``, the dashboard's buttons) into the training.
+"""A person's requests (``mindwatch stop|checkpoint|lr|set|batch``, the dashboard's buttons) into the training.
 
 Example::
 
@@ -32,7 +32,7 @@ log = logging.getLogger("mindwatch")
 POLL_SECS = 0.3
 
 #: The Control action each request asks for (``set`` is applied by the inbox itself).
-ACTION_OF = {"stop": "stop", "checkpoint": "checkpoint", "lr": "lr_backoff"}
+ACTION_OF = {"stop": "stop", "checkpoint": "checkpoint", "lr": "lr_backoff", "rewind": "rewind", "batch": "resize_batch"}
 
 #: ``set``'s settings: key -> a function that applies the new value (raises ValueError when it cannot).
 LiveSettings = dict[str, Callable[[Any], None]]
@@ -90,6 +90,11 @@ class RequestInbox(BaseSink):
             return
         what = f"lr x {req.get('factor'):g}" if action == "lr" else str(action)
         extra: dict[str, Any] = {"lr_factor": req["factor"]} if action == "lr" else {}
+        if action == "rewind" and isinstance(req.get("to_step"), int):
+            extra["to_step"] = req["to_step"]
+            what = f"rewind to step {req['to_step']} or before"
+        if action == "batch":
+            what, extra = f"batch size {req.get('size')}", {"batch_size": req.get("size")}
         alert = make_alert(
             "request",
             step=step,

@@ -39,6 +39,7 @@ from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import line_points
 from mindwatch.analysis.progress import Progress
+from mindwatch.analysis.rewinds import run_rewinds
 from mindwatch.analysis.state_colours import state_css
 from mindwatch.analysis.state_text import state_sentence
 from mindwatch.analysis.summary import RunSummary, field_label, ordered_metrics, summarize_run
@@ -120,6 +121,7 @@ def render_report(runs: list[Run]) -> str:
             '<div class="grid" id="alerts-chart"></div>',
             _alerts_table(runs, labels),
             _batches_table(runs, labels),
+            _rewinds_table(runs, labels),
             _stacks_section(runs, labels),
             "<h2>Config and tags</h2>",
             *(_config_section(r, lab, len(runs) > 1) for r, lab in zip(runs, labels, strict=True)),
@@ -469,6 +471,29 @@ def _alerts_table(runs: list[Run], labels: list[str]) -> str:
 
 def _record_of(run: Run, rank: int, step: int) -> dict[str, Any] | None:
     return record_at(run.layout.metrics(rank), step)
+
+
+def _rewinds_table(runs: list[Run], labels: list[str]) -> str:
+    """The rewinds: where each acted, the snapshot it went back to, the batches it passed over, what asked for it."""
+    rows = [(lab, r) for run, lab in zip(runs, labels, strict=True) for r in run_rewinds(run.alerts)]
+    if not rows:
+        return ""
+    multi = len(runs) > 1
+    cols = ["at step", "to step", "batches passed over", "asked by", "ranks"]
+    head = ("<th>run</th>" if multi else "") + "".join(f"<th>{c}</th>" for c in cols)
+    out = []
+    for lab, r in rows:
+        cause = (r.cause or "") + (f" at step {r.cause_step}" if r.cause_step is not None else "")
+        cells = [
+            format_number(r.step),
+            format_number(r.to_step),
+            f"{r.skipped_batches}" + (f" ({r.span})" if r.span else ""),
+            cause,
+            ", ".join(map(str, r.ranks)),
+        ]
+        tds = "".join(f"<td>{_e(c)}</td>" for c in cells)
+        out.append("<tr>" + (f"<td>{_e(lab)}</td>" if multi else "") + tds + "</tr>")
+    return f'<h3>Rewinds</h3><table id="rewinds"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>'
 
 
 def _batches_table(runs: list[Run], labels: list[str]) -> str:

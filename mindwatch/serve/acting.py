@@ -1,9 +1,10 @@
-"""The dashboard's side of a person's requests (stop, checkpoint, lr): ``POST /api/request`` files one.
+"""The dashboard's side of a person's requests (stop, checkpoint, lr, batch): ``POST /api/request`` files one.
 
 Example::
 
     control = ControlApi(catalog, allowed=True)       # mindwatch serve --allow-control (a token is always set then)
     POST /api/request?run=proj/run_1  {"action": "stop", "reason": "diverged"}  -> {"id": ..., "requested_by": ...}
+    POST /api/request?run=proj/run_1  {"action": "batch", "size": 64}           -> the same (a DynamicBatch's size)
     GET  /api/request?run=proj/run_1&id=<id>                                    -> the training's answer (or null)
     POST /api/notes?run=proj/run_1    {"name": "baseline", "note": "..."}       -> the run's notes.json
 
@@ -26,11 +27,14 @@ from mindwatch.serve.views import BadRequest, Catalog
 from mindwatch.store.notes import write_notes
 from mindwatch.store.requests import RequestError, file_request, read_answer, requester
 
-#: The requests the dashboard's buttons make (``set`` stays in the CLI): action -> its button (``factor``: a factor field).
+#: The requests the dashboard's buttons make (``set`` stays in the CLI): action -> its button (``factor``: a factor
+#: field; ``size``: a batch size field).
 BUTTONS: dict[str, dict[str, Any]] = {
     "stop": {"label": "Stop"},
     "checkpoint": {"label": "Checkpoint"},
     "lr": {"label": "LR ×", "factor": 0.5, "confirm": "multiply the learning rate by"},
+    "rewind": {"label": "Rewind"},
+    "batch": {"label": "Batch size", "size": True, "confirm": "set the batch size to"},
 }
 
 
@@ -97,6 +101,7 @@ class ControlApi:
                 body["action"],
                 reason=str(reason)[:500] if reason else None,
                 factor=float(factor) if isinstance(factor, (int, float, str)) and str(factor).strip() else None,
+                size=body.get("size"),
                 requested_by=f"{requester()} (dashboard, from {client})",
             )
         except ValueError as e:  # RequestError, or a factor that is no number

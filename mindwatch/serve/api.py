@@ -38,7 +38,7 @@ from mindwatch.analysis.config_diff import MISSING, config_diff
 from mindwatch.analysis.downsample import keep_extremes
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
-from mindwatch.analysis.lines import line_points
+from mindwatch.analysis.lines import branch_points, line_points
 from mindwatch.analysis.progress import run_progress
 from mindwatch.analysis.state_colours import state_css
 from mindwatch.analysis.state_text import error_headline
@@ -267,8 +267,30 @@ def thinned_series(
             "total": total,
             "in_window": int(len(xs)),
             **drawn.wire(),
+            "abandoned": _abandoned(cols, metric, line, x, lo, hi, points) if cols.rewound else [],
             "cursor": cursor_of(view),
         }
+
+
+def _abandoned(cols: Any, metric: str, kept: np.ndarray, x: str, lo: float | None, hi: float | None, points: int) -> list:
+    """The values of ``metric`` that later steps replaced (a rewind's abandoned branch), as gapped points."""
+    raw_line, raw_value = cols.raw_column(metric)
+    gone = np.flatnonzero(~np.isin(raw_line, kept))
+    if not len(gone):
+        return []
+    line = raw_line[gone]
+    xs = cols.steps[line] if x == "step" else cols.time_of_lines(line)
+    inside = np.ones(len(xs), dtype=bool)
+    if lo is not None:
+        inside &= xs >= lo
+    if hi is not None:
+        inside &= xs <= hi
+    gone, xs, value = gone[inside], xs[inside], raw_value[gone][inside]
+    if not len(xs):
+        return []
+    # a branch ends where the next abandoned value is not the next one written, or its step goes back
+    starts = np.flatnonzero(np.r_[True, (np.diff(gone) != 1) | (np.diff(cols.steps[raw_line[gone]]) <= 0)])
+    return branch_points(xs, value, starts, points)
 
 
 def compare_series(views: list[RunView], metric: str, x: str = "step", points: int = 2000) -> dict[str, Any]:

@@ -7,7 +7,9 @@ Example::
     wait_answer(run_dir, req["id"], timeout=30)    # {"state": "taken", "step": 812, ...} (None: no answer yet)
 
 A request is ``control/requests/<id>.json`` (temp + rename): ``id``, ``action`` (one of :data:`REQUESTS`),
-``reason``, ``requested_by`` (user@host), ``t``, and ``factor`` (``lr``) or ``key``/``value`` (``set``). The
+``reason``, ``requested_by`` (user@host), ``t``, and ``factor`` (``lr``), ``key``/``value`` (``set``), ``to_step``
+(``rewind``, optional: the snapshot at or before it; without it, the newest before the step the training is at) or
+``size`` (``batch``: a DynamicBatch's new size, within the bounds its run's meta.json says). The
 training's worker answers in ``control/answers/<id>.json``: ``state`` ``filed`` (it saw the request and filed
 the action), then ``taken`` (with the ``step`` it was carried out after) or ``failed`` (with the ``error``).
 Any process that can write the run directory may file one; nothing here imports the training side.
@@ -29,7 +31,7 @@ from mindwatch.store.layout import read_json, write_json_atomic
 from mindwatch.store.states import rank_states, run_state
 
 #: What a person may ask a live run for.
-REQUESTS = ("stop", "checkpoint", "lr", "set")
+REQUESTS = ("stop", "checkpoint", "lr", "set", "rewind", "batch")
 
 #: The settings ``set`` may change while training (``alerts.<rule>.enabled``: a rule that runs, on or off).
 LIVE_SETTINGS = ("layers.every", "layers.histogram_every", "alerts.<rule>.enabled")
@@ -93,6 +95,25 @@ def setting_value(key: str, value: str) -> int | bool:
     raise RequestError(f"{key} cannot change while training; these can: {', '.join(LIVE_SETTINGS)}")
 
 
+def batch_size_value(run_dir: Path, size: Any) -> int:
+    """A new batch size for the run's DynamicBatch, checked against its bounds (meta.json's ``dynamic_batch``); raises
+    :class:`RequestError` for a size that is no whole number, out of bounds, or a run without a DynamicBatch."""
+    text = str(size).strip() if size is not None else ""
+    if not text.isdigit() or int(text) < 1:
+        raise RequestError(f"batch takes a size, a whole number >= 1, not {size!r}")
+    n = int(text)
+    bounds = (read_json(Path(run_dir) / "meta.json") or {}).get("dynamic_batch")
+    if not isinstance(bounds, dict):
+        raise RequestError(
+            f"run {run_dir} has no batch size that can change: train it with a DynamicBatch "
+            "(mw.DynamicBatch(32, min=8, max=128) passed to dataset.batch and to the callback's batch=)"
+        )
+    low, high = bounds.get("min"), bounds.get("max")
+    if not (isinstance(low, int) and isinstance(high, int) and low <= n <= high):
+        raise RequestError(f"batch size {n} is out of this run's bounds: its DynamicBatch takes {low} to {high}")
+    return n
+
+
 def file_request(
     run_dir: Path,
     action: str,
@@ -101,7 +122,9 @@ def file_request(
     factor: float | None = None,
     key: str | None = None,
     value: str | None = None,
+    size: Any = None,
     requested_by: str | None = None,
+    to_step: int | None = None,
 ) -> dict[str, Any]:
     """File a request for a live run and return it; raises :class:`RequestError` when the run does not run."""
     run_dir = Path(run_dir)
@@ -123,10 +146,16 @@ def file_request(
         if factor is None or not math.isfinite(factor) or factor <= 0:
             raise RequestError(f"lr needs --factor, a number > 0 (not {factor!r})")
         req["factor"] = float(factor)
+    if action == "rewind" and to_step is not None:
+        if to_step < 0:
+            raise RequestError(f"rewind --to takes a step >= 0, not {to_step}")
+        req["to_step"] = int(to_step)
     if action == "set":
         if not key or value is None:
             raise RequestError("set needs KEY=VALUE")
         req["key"], req["value"] = key, setting_value(key, value)
+    if action == "batch":
+        req["size"] = batch_size_value(run_dir, size)
     folder = requests_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder / f"{req['id']}.json", req)

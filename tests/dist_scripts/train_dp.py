@@ -9,13 +9,17 @@ Run by tests/test_distributed.py::
 ``--block-rank R --block-at N``: rank R's data pipeline blocks forever at batch N (a hang; the other
 rank then waits in the gradient AllReduce).
 ``--spike-rank R --spike-at N --spike-secs S``: rank R's batch N alone takes S seconds (a data_time spike).
+The spike waits until the training has taken every batch before it: its queue is empty, so the step waits the whole
+spike for its batch, however far ahead the pipeline had run (on a busy machine a step takes longer than the pace, and
+a full queue hid seconds of the spike).
 ``--pace-secs S``: every batch on every rank takes S seconds (a steady step time). With a spike rank, the others'
 batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue is empty and the spike shows whole
 (the rank that waits in the AllReduce instead has a full queue, which would hide seconds of it).
 ``--late-rank R --late-secs S``: rank R starts training S seconds after the others (a rank that comes back late).
 ``--save-params PATH``: each rank saves its final weights to ``PATH.rank<R>.npz``.
 ``--nan-rank R --nan-at N``: rank R's labels of batch N are NaN (so the all-reduced gradients are NaN on every rank).
-``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch).
+``--scale-rank R --scale-at N --scale-by F``: rank R's inputs of batch N are multiplied by F (one bad batch);
+``--scale-for K``: of K batches from N on (a bad stretch).
 ``--ckpt-dir DIR --ckpt-every K``: a ``ModelCheckpoint`` saves every K steps into ``DIR/rank<R>``.
 ``--max-grad-norm X``: clip the gradients to that global norm (in the train cell).
 ``--loop``: a training loop of its own (value_and_grad, the gradients all-reduced by ``DistributedGradReducer``, a
@@ -24,6 +28,11 @@ batches take 3/4 of that: the spike rank's pipeline sets the pace, so its queue 
 ``--adamw``: ``AdamWeightDecay`` (lr 0.01) in place of ``Momentum``.
 ``--ids``: a third column, ``ids``, each sample's id (``rank * 100000 + index``), named by ``callback.sample_ids``.
 ``--then-per-rank``: after the training, a second one (project ``PROJECT_own``) with each rank in its own folder.
+``--dynamic-batch MIN``: batched by ``mw.DynamicBatch(8, min=MIN)``, given to the callback or ``start_run`` (``batch=``,
+a ``--loop``'s step under ``ms.jit(dynamic=1)``); with
+``--rows PATH`` each rank writes the rows of every step's batch, as its network received them, to ``PATH.rank<R>.json``.
+``--short-prefetch-rank R``: rank R's pipeline prefetches 2 batches, not 16 (``ds.config.set_prefetch_size(2)``): it
+runs 14 batches ahead of the training, the others 84.
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
 ``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
@@ -49,6 +58,33 @@ from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 BATCH = 8
 
 
+class StepsDone:
+    """How many steps this rank's training has finished: what the data pipeline may wait for."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def done(self, step: int) -> None:
+        with self.changed:
+            self.count = step
+            self.changed.notify_all()
+
+    def wait_for(self, step: int, timeout: float = 120.0) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.count >= step, timeout)
+
+
+STEPS_DONE = StepsDone()
+
+
+class CountSteps(ms.train.Callback):
+    """Tells :data:`STEPS_DONE` of every finished step (``Model.train``)."""
+
+    def on_train_step_end(self, run_context) -> None:
+        STEPS_DONE.done(run_context.original_args().cur_step_num)
+
+
 class Batches:
     """Random regression data, different on every rank; slow or stuck on purpose on one rank."""
 
@@ -70,12 +106,15 @@ class Batches:
         if i % BATCH == 0:
             spiking = self.args.spike_rank >= 0
             pace = self.args.pace_secs * (0.75 if spiking and self.rank != self.args.spike_rank else 1.0)
-            time.sleep(pace + (self.args.spike_secs if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at) else 0))
+            if (self.rank, batch) == (self.args.spike_rank, self.args.spike_at):
+                STEPS_DONE.wait_for(batch)  # batches 0..batch-1 taken by steps 1..batch: nothing queued hides the spike
+                pace += self.args.spike_secs
+            time.sleep(pace)
         x = self.rng.standard_normal(16).astype(np.float32)
         y = np.array([x @ self.w], np.float32)
         if (self.rank, batch) == (self.args.nan_rank, self.args.nan_at - 1):
             y[:] = np.nan
-        if (self.rank, batch) == (self.args.scale_rank, self.args.scale_at - 1):
+        if self.rank == self.args.scale_rank and 0 <= batch - (self.args.scale_at - 1) < self.args.scale_for:
             x = x * self.args.scale_by
         return (x, y, np.array(self.rank * 100000 + i, np.int64)) if self.args.ids else (x, y)
 
@@ -89,6 +128,21 @@ class LossWithIds(nn.Cell):
 
     def construct(self, x, y, ids):
         return self.loss(self.net(x), y)
+
+
+class Rows(ms.train.Callback):
+    """The rows of each step's batch (``train_dataset_element``), written to ``path`` as JSON at train end."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.rows = path, {}
+
+    def on_train_step_end(self, run_context) -> None:
+        cb = run_context.original_args()
+        self.rows[cb.cur_step_num] = int(cb.train_dataset_element[0].shape[0])
+
+    def on_train_end(self, run_context) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.rows, f)
 
 
 class PrintSteps(ms.train.Callback):
@@ -116,6 +170,9 @@ def main() -> None:
     p.add_argument("--spike-at", type=int, default=-1)
     p.add_argument("--spike-secs", type=float, default=0.0)
     p.add_argument("--pace-secs", type=float, default=0.0)
+    p.add_argument("--short-prefetch-rank", type=int, default=-1)
+    p.add_argument("--dynamic-batch", type=int, default=0, help="mw.DynamicBatch(8, min=N)")
+    p.add_argument("--rows", default=None)
     p.add_argument("--late-rank", type=int, default=-1)
     p.add_argument("--late-secs", type=float, default=0.0)
     p.add_argument("--save-params", default=None)
@@ -129,6 +186,7 @@ def main() -> None:
     p.add_argument("--scale-rank", type=int, default=-1)
     p.add_argument("--scale-at", type=int, default=-1, help="the step (1-based) whose inputs are scaled")
     p.add_argument("--scale-by", type=float, default=1.0)
+    p.add_argument("--scale-for", type=int, default=1, help="batches scaled from --scale-at on")
     p.add_argument("--ckpt-dir", default=None)
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--max-grad-norm", type=float, default=None)
@@ -161,8 +219,11 @@ def train(rank: int, args: argparse.Namespace) -> None:
     loss_net = LossWithIds(net) if args.ids else nn.WithLossCell(net, nn.MSELoss())
     cell = TrainOneStepWithGradNorm(loss_net, optimizer, layer_stats=args.layer_stats, max_grad_norm=args.max_grad_norm)
     model = Model(cell)
+    if rank == args.short_prefetch_rank:
+        ds.config.set_prefetch_size(2)
+    batch = mw.DynamicBatch(BATCH, min=args.dynamic_batch) if args.dynamic_batch else None
     columns = ["x", "y", "ids"] if args.ids else ["x", "y"]
-    data = ds.GeneratorDataset(Batches(rank, args.steps, args), columns, shuffle=False).batch(BATCH)
+    data = ds.GeneratorDataset(Batches(rank, args.steps, args), columns, shuffle=False).batch(batch or BATCH)
     config = {
         "project": args.project,
         "save_dir": f"{args.save_dir}/rank{rank}" if args.save_dir_per_rank else args.save_dir,
@@ -178,10 +239,13 @@ def train(rank: int, args: argparse.Namespace) -> None:
     if rank == args.late_rank:
         time.sleep(args.late_secs)
     if args.loop:
-        run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer)
+        rows = f"{args.rows}.rank{rank}.json" if args.rows else None
+        run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer, batch=batch, rows=rows)
     else:
-        cb = MonitorCallback(config)
-        callbacks = [cb, PrintSteps(rank)] if args.print_steps else [cb]
+        cb = MonitorCallback(config, batch=batch)
+        callbacks = [cb, CountSteps(), PrintSteps(rank)] if args.print_steps else [cb, CountSteps()]
+        if args.rows:
+            callbacks.append(Rows(f"{args.rows}.rank{rank}.json"))
         if args.ckpt_dir:
             from mindspore.train import CheckpointConfig, ModelCheckpoint
 
@@ -196,15 +260,25 @@ def train(rank: int, args: argparse.Namespace) -> None:
     print(f"train_dp: rank {rank} finished, run dir {run_dir}", flush=True)
 
 
-def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: dict, *, in_reducer: bool) -> object:
+def train_loop(
+    net: nn.Cell,
+    optimizer: nn.Optimizer,
+    data: ds.Dataset,
+    config: dict,
+    *,
+    in_reducer: bool,
+    batch: mw.DynamicBatch | None = None,
+    rows: str | None = None,
+) -> object:
     """The data-parallel functional loop: each rank's gradients all-reduced (mean), then the update; ``in_reducer``:
-    mindwatch's signal rides on that reduction (``mw.DistributedGradReducer``), else the loop sums it itself."""
+    mindwatch's signal rides on that reduction (``mw.DistributedGradReducer``), else the loop sums it itself. With a
+    ``batch``, the step compiles for any batch size and ``rows`` gets each step's rows."""
     loss_net = nn.WithLossCell(net, nn.MSELoss())
     grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
     kind = mw.DistributedGradReducer if in_reducer else nn.DistributedGradReducer
     reducer = kind(optimizer.parameters, mean=True)
 
-    @ms.jit
+    @ms.jit(dynamic=1 if batch is not None else 0)
     def train_step(x, y):
         loss, grads = grad_fn(x, y)
         grads = reducer(grads)
@@ -213,12 +287,19 @@ def train_loop(net: nn.Cell, optimizer: nn.Optimizer, data: ds.Dataset, config: 
 
     total = data.get_dataset_size()
     grad_reducer = reducer if in_reducer else None
-    with mw.start_run(config, network=net, optimizer=optimizer, total_steps=total, grad_reducer=grad_reducer) as run:
-        for x, y in run.batches(data.create_tuple_iterator()):
+    seen: dict[int, int] = {}
+    start = mw.start_run(config, network=net, optimizer=optimizer, total_steps=total, grad_reducer=grad_reducer, batch=batch)
+    with start as run:
+        for step, (x, y) in enumerate(run.batches(data.create_tuple_iterator()), start=1):
+            seen[step] = int(x.shape[0])
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)
+            STEPS_DONE.done(STEPS_DONE.count + 1)
             if run.should_stop:
                 break
+    if rows:
+        with open(rows, "w") as f:
+            json.dump(seen, f)
     return run.run_dir
 
 

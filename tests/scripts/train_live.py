@@ -34,5 +34,6 @@ config = {
     "run_name": "acted",
     "flush_secs": 0.5,
     "layers": {"every": 100_000, "histogram_every": None},
+    "rewind": {"every": 10, "skip": 3},  # snapshots, for the rewind button
 }
 Model(cell).train(1, ds.GeneratorDataset(SlowBatches(), ["x", "y"], shuffle=False), callbacks=[MonitorCallback(config)])

@@ -6,7 +6,8 @@ Example::
 
 The utilization (``device_util``, sampled by :mod:`mindwatch.system` where a GPU or NPU is present)
 is judged like the throughput, with its own rolling median: a device that fell from 90 % to 5 %
-while the loss looked fine is the case this rule exists for.
+while the loss looked fine is the case this rule exists for. A new batch size (``batch_size``, a DynamicBatch's)
+starts both medians anew: fewer samples per step is no drop.
 """
 
 from __future__ import annotations
@@ -57,12 +58,20 @@ class ThroughputDropRule(RuleBase):
         s = settings_from(ThroughputDropSettings, settings, values)
         super().__init__(rank, s.actions)
         self.metric, self.fraction, self.loss_factor = s.metric, s.fraction, loss_factor
-        self.streak = Streak(s.window, s.warmup, s.count)
+        self._streak_settings = (s.window, s.warmup, s.count)
+        self.streak = Streak(*self._streak_settings)
         self.util_metric = s.util_metric
-        self.util_streak = Streak(s.window, s.warmup, s.count)
+        self.util_streak = Streak(*self._streak_settings)
+        #: The batch size of the records judged (a DynamicBatch's ``batch_size``; None: not recorded).
+        self.batch_size: float | None = None
         self.loss = RollingMedian(s.window)
 
     def check(self, rec: Record) -> list[Alert]:
+        size = value_of(rec, "batch_size")
+        if size is not None and size != self.batch_size:
+            if self.batch_size is not None:  # a new batch size: a new baseline, after a new warm-up
+                self.streak, self.util_streak = Streak(*self._streak_settings), Streak(*self._streak_settings)
+            self.batch_size = size
         loss = value_of(rec, "loss")
         loss_normal = loss is None or (
             math.isfinite(loss) and (len(self.loss) == 0 or loss <= self.loss_factor * abs(self.loss.median))

@@ -1,4 +1,5 @@
-// A person's requests to a live run from its page: stop, checkpoint, lr x factor (mindwatch serve --allow-control).
+// A person's requests to a live run from its page: stop, checkpoint, lr x factor, rewind, batch size (mindwatch serve
+// --allow-control).
 // The server files the same request as `mindwatch stop RUN`; without --allow-control it shows no button.
 
 import { getJSON, postJSON } from "./api.js";
@@ -14,17 +15,20 @@ export class RunActions {
     this.state = null;
     this.reason = h("input", { type: "text", class: "run-actions-reason", placeholder: "reason", maxlength: "500" });
     this.factor = h("input", { type: "number", class: "run-actions-factor", value: "0.5", min: "0.01", step: "0.05" });
+    this.size = h("input", { type: "number", class: "run-actions-size", min: "1", step: "1", placeholder: "batch size" });
     this.note = h("span", { class: "run-actions-note", role: "status" });
     this.el = h("div", { class: "run-actions", hidden: true });
     getJSON("/api/control").then((c) => { this.allowed = c.actions || []; this.render(); }).catch(() => {});
   }
 
   render() {
-    const buttons = this.allowed.map((b) =>
-      h("button", { type: "button", "data-action": b.action, onclick: () => this.ask(b) }, b.label));
-    const withFactor = this.allowed.find((b) => b.factor !== undefined);
-    if (withFactor) this.factor.value = String(withFactor.factor);
-    this.el.replaceChildren(this.reason, ...buttons, ...(withFactor ? [this.factor] : []), this.note);
+    // each button, then the field it takes (the factor after LR ×, the size after Batch size)
+    const items = this.allowed.flatMap((b) => {
+      const button = h("button", { type: "button", "data-action": b.action, onclick: () => this.ask(b) }, b.label);
+      if (b.factor !== undefined) this.factor.value = String(b.factor);
+      return b.factor !== undefined ? [button, this.factor] : b.size ? [button, this.size] : [button];
+    });
+    this.el.replaceChildren(this.reason, ...items, this.note);
     this.show(this.state);
   }
 
@@ -36,10 +40,12 @@ export class RunActions {
   async ask(button) {
     const action = button.action;
     const takesFactor = button.factor !== undefined;
-    const what = takesFactor ? `${button.confirm || action} ${this.factor.value}` : action;
+    const field = takesFactor ? this.factor : button.size ? this.size : null;
+    const what = field ? `${button.confirm || action} ${field.value}` : action;
     if (!window.confirm(`${what} on ${this.runId}?`)) return;
     const body = { action, reason: this.reason.value || null };
     if (takesFactor) body.factor = Number(this.factor.value);
+    if (button.size) body.size = this.size.value;
     let filed;
     try { filed = await postJSON(`/api/request?run=${encodeURIComponent(this.runId)}`, body); }
     catch (e) { this.note.textContent = `refused: ${e.message}`; return; }
@@ -49,7 +55,11 @@ export class RunActions {
 
   async follow(action, id, until) {
     const { answer } = await getJSON(`/api/request?run=${encodeURIComponent(this.runId)}&id=${encodeURIComponent(id)}`);
-    if (answer && answer.state === "taken") { this.note.textContent = `${action}: taken at step ${answer.step}`; return; }
+    if (answer && answer.state === "taken") {
+      // the batch size's answer says the step it lands at
+      this.note.textContent = `${action}: taken at step ${answer.step}` + (action === "batch" && answer.message ? `: ${answer.message}` : "");
+      return;
+    }
     if (answer && answer.state === "failed") { this.note.textContent = `${action} failed: ${answer.error || answer.message}`; return; }
     if (Date.now() < until) setTimeout(() => this.follow(action, id, until), 500);
   }

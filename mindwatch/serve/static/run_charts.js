@@ -89,6 +89,7 @@ export class ChartCard {
         d.overview = s.points;
         d.points = s.points.slice();
         d.nonfinite = s.nonfinite;
+        d.abandoned = s.abandoned || [];  // the steps a rewind went back over, drawn faint
       }
     }));
   }

@@ -1,0 +1,311 @@
+"""``rewind``: a run goes back to a snapshot before a bad stretch, passes over the batches after it, and finishes.
+
+Real trainings on CPU: a toy regression (Dense 8-32-1, Momentum 0.02/0.9, batch 8) whose inputs are x 30 for steps
+85-89; without help it diverges to NaN. The reference for the restored state is a ``ModelCheckpoint`` file written at
+step 80 (MindSpore's own), read with ``ms.load_checkpoint``; the state after each step is copied by a callback of the
+test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
+from test_skip_steps import WithIds
+
+import mindwatch
+import mindwatch.mindspore as mw
+from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
+from mindwatch.report.html import render_report
+from mindwatch.serve.api import thinned_series
+from mindwatch.serve.views import RunView
+
+STEPS, BATCH, EVERY, SKIP, PACE = 140, 8, 20, 10, 0.02
+BAD = range(85, 90)  # 1-based steps whose inputs are x 30
+
+
+def samples(bad: range | None = BAD, steps: int = STEPS) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(steps * BATCH, 8)).astype(np.float32)
+    y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
+    if bad is not None:
+        x[(bad.start - 1) * BATCH : (bad.stop - 1) * BATCH] *= 30.0
+    return x, y
+
+
+class Paced:
+    """The samples, a batch every ``PACE`` s at most: mindwatch's rules run on its worker, which takes a batch of records
+    every 0.25 s, so a rule's request comes ~0.25 s after its step; at a realistic pace that is a few steps."""
+
+    def __init__(self, bad: range | None, steps: int, ids: bool = False) -> None:
+        self.x, self.y = samples(bad, steps)
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        if i % BATCH == 0:
+            time.sleep(PACE)
+        return (self.x[i], self.y[i], np.int64(1000 + i)) if self.ids else (self.x[i], self.y[i])
+
+
+def dataset(bad: range | None = BAD, steps: int = STEPS, ids: bool = False) -> ds.Dataset:
+    columns = ["x", "y", "sample_id"] if ids else ["x", "y"]
+    return ds.GeneratorDataset(Paced(bad, steps, ids), columns, shuffle=False).batch(BATCH, drop_remainder=True)
+
+
+def training() -> tuple[nn.Cell, nn.Optimizer, nn.Cell]:
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(8, 32), nn.ReLU(), nn.Dense(32, 1))
+    opt = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
+    return net, opt, TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt)
+
+
+class States(Callback):
+    """The network's and the optimizer's parameters after every step (``cur_step_num``), and the loss; with ``monitor``,
+    the steps of the snapshots mindwatch holds."""
+
+    def __init__(self, net: nn.Cell, opt: nn.Optimizer, monitor: MonitorCallback | None = None) -> None:
+        self.params = {p.name: p for cell in (net, opt) for p in cell.get_parameters()}
+        self.after: dict[int, dict[str, np.ndarray]] = {}
+        self.loss: dict[int, float] = {}
+        self.monitor = monitor
+        self.snapshots: dict[int, list[int]] = {}
+
+    def on_train_step_end(self, run_context) -> None:
+        cb = run_context.original_args()
+        self.after[cb.cur_step_num] = {n: p.asnumpy().copy() for n, p in self.params.items()}
+        if self.monitor is not None and self.monitor.recorder is not None and self.monitor.recorder.rewinds is not None:
+            self.snapshots[cb.cur_step_num] = [s.step for s in self.monitor.recorder.rewinds.snapshots.held]
+        out = cb.net_outputs
+        self.loss[cb.cur_step_num] = float((out[0] if isinstance(out, (tuple, list)) else out).asnumpy())
+
+
+def rewind_config(save_dir: Path, **rewind) -> dict:
+    return {
+        "save_dir": str(save_dir),
+        "alerts": {"spike": {"metrics": ["loss"], "count": 1, "actions": ["rewind"]}},
+        "rewind": {"every": EVERY, "skip": SKIP, **rewind},
+    }
+
+
+def raw_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def clean_losses() -> list[float]:
+    """The last losses of the same training without the bad stretch (no mindwatch)."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net, opt, cell = training()
+    states = States(net, opt)
+    Model(cell).train(1, dataset(bad=None), callbacks=[states], dataset_sink_mode=False)
+    return [states.loss[s] for s in range(STEPS - 9, STEPS + 1)]
+
+
+def interventions(run_dir: Path, action: str) -> list[dict]:
+    return [a for a in raw_records(run_dir / "alerts.jsonl") if a["rule"] == "intervention" and a["actions"] == [action]]
+
+
+def the_rewind(run_dir: Path) -> dict:
+    rewinds = interventions(run_dir, "rewind")
+    assert len(rewinds) == 1, rewinds
+    return rewinds[0]
+
+
+def check_the_rewind(run_dir: Path, states: States, ckpt: Path, clean: list[float]) -> None:
+    rewind = the_rewind(run_dir)
+    at = rewind["step"]
+    assert rewind["to_step"] == 80 and rewind["cause_step"] == BAD.start and at >= BAD.start
+    assert rewind["skipped_batches"] == SKIP
+    assert [b["index"] for b in rewind["batches"]] == list(range(at, at + SKIP)) and rewind["batches"][0]["epoch"] == 1
+    # right after the rewind, the weights and the optimizer's state are those ModelCheckpoint wrote at step 80
+    reference = ms.load_checkpoint(str(ckpt))
+    after = states.after[at]
+    shared = sorted(set(reference) & set(after))
+    assert {"global_step", "moments.0.weight", "moments.2.bias", "0.weight", "2.bias"} <= set(shared)
+    for name in shared:
+        assert np.array_equal(after[name], reference[name].asnumpy()), name
+    # the batches passed over changed nothing
+    for name in shared:
+        assert np.array_equal(states.after[at + SKIP][name], after[name]), name
+    assert not np.array_equal(states.after[at + SKIP + 1]["0.weight"], after["0.weight"])
+    # finite, and near a clean run's loss
+    last = [states.loss[s] for s in range(STEPS - 9, STEPS + 1)]
+    assert np.isfinite(last).all() and np.mean(last) < 2 * np.mean(clean) + 0.05, (last, clean)
+    # one run: the charts continue from the snapshot's step
+    run = mindwatch.open_run(run_dir)
+    assert run.state == "finished"
+    loss = run.series("loss")
+    trained = STEPS - (at - 80) - SKIP
+    assert json.loads((run_dir / "meta.json").read_text())["total_steps"] == trained, "the plan ends where the run does"
+    assert list(loss.step) == list(range(1, trained + 1))
+    step_time = run.series("step_time")
+    after = float(step_time.value[list(step_time.step).index(81)])
+    assert after < 4 * float(np.median(step_time.value[1:])), "the first step after the rewind is timed alone"
+    written = [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
+    assert written[at - 1 : at + 1] == [at, 81], "after the rewind, step 81 again"
+    # the dashboard draws the abandoned branch faint: the values the rewind went back over, steps 81..at
+    view = RunView("default/" + run_dir.name, run_dir, run_dir.parent.parent.resolve())
+    abandoned = thinned_series(view, "loss", points=100_000)["abandoned"]
+    old = [r for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r][80:at]
+    assert [p[0] for p in abandoned] == list(range(81, at + 1))
+    assert [p[1] for p in abandoned] == [r["loss"] if isinstance(r["loss"], float) else None for r in old]
+    table = render_report([run]).split('<table id="rewinds">', 1)[1].split("</table>", 1)[0]
+    assert f"<td>{at}</td><td>80</td><td>{SKIP} (epoch 1, batches {at}-{at + SKIP - 1})</td>" in table
+    assert "<td>spike at step 85</td>" in table
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes(
+    tmp_path: Path, mode: str, clean_losses: list[float]
+) -> None:
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    net, opt, cell = training()
+    mon = MonitorCallback(rewind_config(tmp_path / "out"))
+    states = States(net, opt, mon)
+    ckpt = ModelCheckpoint("ref", str(tmp_path / "ckpt"), CheckpointConfig(save_checkpoint_steps=EVERY, keep_checkpoint_max=20))
+    Model(cell).train(1, dataset(), callbacks=[mon, states, ckpt], dataset_sink_mode=False)
+    check_the_rewind(Path(mon.run_dir), states, tmp_path / "ckpt" / "ref-1_80.ckpt", clean_losses)
+    at = the_rewind(Path(mon.run_dir))["step"]
+    assert states.snapshots[at - 1][-1] <= 100 and states.snapshots[at] == [60, 80], "a rewind drops what came after"
+    assert states.snapshots[at + SKIP] == [60, 80], "and the batches passed over take none"
+    final = STEPS - (at - 80) - SKIP
+    assert states.snapshots[STEPS] == list(range(EVERY, final + 1, EVERY))[-2:]
+    meta = json.loads((Path(mon.run_dir) / "meta.json").read_text())
+    one = sum(a.nbytes for a in states.after[1].values())
+    assert meta["rewind"]["snapshot_bytes"] == one and meta["rewind"]["bytes"] == 2 * one
+
+
+def test_without_help_the_bad_stretch_diverges_to_nan() -> None:
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net, opt, cell = training()
+    states = States(net, opt)
+    Model(cell).train(1, dataset(), callbacks=[states], dataset_sink_mode=False)
+    assert np.isfinite(states.loss[BAD.start - 1]) and not np.isfinite(states.loss[STEPS])
+
+
+def test_a_loop_of_its_own_rewinds_and_run_batches_passes_over_the_batches(tmp_path: Path, clean_losses: list[float]) -> None:
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net, opt, _ = training()
+    loss_fn = nn.MSELoss()
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss, grads
+
+    states = States(net, opt)
+    reference = tmp_path / "step80.ckpt"
+    losses: list[float] = []
+    with mw.start_run(rewind_config(tmp_path / "out"), network=net, optimizer=opt) as run:
+        for x, y in run.batches(dataset().create_tuple_iterator()):
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            losses.append(float(loss.asnumpy()))
+            calls = len(losses)
+            states.after[calls] = {n: p.asnumpy().copy() for n, p in states.params.items()}
+            if calls == 80:  # the test's own checkpoint of the network and the optimizer
+                ms.save_checkpoint([{"name": n, "data": p} for n, p in states.params.items()], str(reference))
+    rewind = the_rewind(run.run_dir)
+    at = rewind["step"]
+    assert rewind["to_step"] == 80 and rewind["cause_step"] == BAD.start and rewind["skipped_batches"] == SKIP
+    assert [b["index"] for b in rewind["batches"]] == list(range(at, at + SKIP))
+    expected = ms.load_checkpoint(str(reference))
+    for name, value in states.after[at].items():
+        assert np.array_equal(value, expected[name].asnumpy()), name
+    assert len(losses) == STEPS - SKIP, "the batches passed over were not given to the loop"
+    assert np.isfinite(losses[-10:]).all() and np.mean(losses[-10:]) < 2 * np.mean(clean_losses) + 0.05
+    loaded = mindwatch.open_run(run.run_dir)
+    assert loaded.state == "finished"
+    assert list(loaded.series("loss").step) == list(range(1, STEPS - SKIP - (at - 80) + 1))
+
+
+def test_a_stream_that_stays_bad_is_rewound_max_times_then_the_run_stops_and_says_why(tmp_path: Path) -> None:
+    ms.set_context(mode=ms.GRAPH_MODE)
+    steps = 200
+    net, opt, _ = training()
+    cell = TrainOneStepWithGradNorm(WithIds(net), opt)
+    config = {
+        "save_dir": str(tmp_path / "out"),
+        "callback": {"sample_ids": "sample_id"},
+        "skip_steps": {"enabled": True, "metric": "loss", "max_consecutive": 3, "actions": ["rewind"]},
+        "rewind": {"every": EVERY, "skip": SKIP, "max": 2},
+    }
+    mon = MonitorCallback(config)
+    data = dataset(bad=range(150, steps + 1), steps=steps, ids=True)
+    Model(cell).train(1, data, callbacks=[mon], dataset_sink_mode=False)
+    run_dir = Path(mon.run_dir)
+    rewinds = interventions(run_dir, "rewind")
+    assert [(r["step"], r["to_step"], r["skipped_batches"]) for r in rewinds] == [(152, 140, SKIP), (143, 140, SKIP)]
+    # the batches passed over, named: the first rewind's are batches 152..161 (0-based), the second's 165..174
+    for rewind, first in zip(rewinds, (152, 165), strict=True):
+        assert [b["index"] for b in rewind["batches"]] == list(range(first, first + SKIP))
+        assert rewind["batches"][0]["sample_ids"] == list(range(1000 + first * BATCH, 1000 + (first + 1) * BATCH))
+    (stop,) = interventions(run_dir, "stop")
+    assert stop["step"] == 143 and stop["cause"] == "skip"
+    status = json.loads((run_dir / "status.rank0.json").read_text())
+    assert status["state"] == "stopped"
+    assert status["reason"].startswith("stopped by mindwatch: 2 rewinds did not get past: 3 steps in a row were skipped")
+    assert [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r][-1] == 143
+
+
+def test_a_person_rewinds_a_live_run_from_a_shell_to_a_step(tmp_path: Path) -> None:
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net, opt, _ = training()
+    loss_fn = nn.MSELoss()
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss, grads
+
+    config = {"save_dir": str(tmp_path / "out"), "rewind": {"every": EVERY, "skip": 5, "keep": 3}}
+    shell = None
+    with mw.start_run(config, network=net, optimizer=opt) as run:
+        for i, (x, y) in enumerate(run.batches(dataset(bad=None).create_tuple_iterator()), 1):
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            if i == 50:
+                command = [
+                    sys.executable,
+                    "-m",
+                    "mindwatch.cli",
+                    "rewind",
+                    str(run.run_dir),
+                    "--to",
+                    "45",
+                    "--reason",
+                    "bad data",
+                ]
+                shell = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert shell is not None and shell.returncode == 0, shell.stderr if shell else None
+    rewind = the_rewind(run.run_dir)
+    assert rewind["to_step"] == 40 and rewind["skipped_batches"] == 5 and rewind["cause"] == "request"
+    request_id = shell.stdout.split("filed request ")[1].split()[0]
+    answer = json.loads((run.run_dir / "control" / "answers" / f"{request_id}.json").read_text())
+    assert answer["state"] == "taken" and answer["step"] == rewind["step"]
+    (asked,) = [a for a in raw_records(run.run_dir / "alerts.jsonl") if a["rule"] == "request"]
+    assert asked["reason"] == "bad data" and asked["to_step"] == 45 and rewind["request"] == request_id
