@@ -352,3 +352,20 @@ def test_a_shared_spike_names_the_rank_whose_own_norm_stood_out_against_its_own_
     (node_1 / "metrics.rank1.jsonl").write_text(json.dumps({"step": 13, "epoch": 1, "batch": 12, "sample_ids": [7, 8]}) + "\n")
     flagged = flagged_batches([nan], lambda rank, step: record_at(node_1 / f"metrics.rank{rank}.jsonl", step))
     assert [(b.rank, b.batch, b.sample_ids, b.note) for b in flagged] == [(1, 12, [7, 8], None)]
+
+
+def test_a_rewind_after_a_shared_spike_lists_the_source_ranks_batches_passed_over() -> None:
+    from mindwatch.analysis.rewinds import run_rewinds
+
+    spike = make_alert("spike", step=60, rank=0, metric="grad_norm", message="grad_norm spiked", source_rank=1)
+
+    def rewind(rank: int) -> dict:
+        batches = [{"epoch": 1, "index": 59, "sample_ids": [rank * 100 + i for i in range(2)]}]
+        return make_alert(
+            "intervention", step=61, rank=rank, message="rewound", actions=["rewind"], to_step=50,
+            cause="spike", cause_step=60, skipped_batches=1, batches=batches,
+        )  # fmt: skip
+
+    for order in ((0, 1), (1, 0)):
+        (found,) = run_rewinds([spike, *(rewind(r) for r in order)])
+        assert found.batches[0]["sample_ids"] == [100, 101] and sorted(found.ranks) == [0, 1], order

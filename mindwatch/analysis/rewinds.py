@@ -26,7 +26,8 @@ class RunRewind:
     step: int
     to_step: int
     skipped_batches: int = 0
-    #: The batches passed over, ``{epoch, index, sample_ids}`` (rank 0's, else the first rank's).
+    #: The batches passed over, ``{epoch, index, sample_ids}``: the source rank's of the alert that asked, when it
+    #: names one (``source_rank``: an alert on a gradient norm every rank shares), else rank 0's, else the first rank's.
     batches: list[dict[str, Any]] = field(default_factory=list)
     #: The alert that asked: its rule and step.
     cause: str | None = None
@@ -41,6 +42,8 @@ class RunRewind:
 
 def run_rewinds(alerts: Iterable[dict[str, Any]]) -> list[RunRewind]:
     """The rewinds in ``alerts``, in the order they happened, one per rewind (not per rank)."""
+    alerts = list(alerts)
+    sources = {(a.get("rule"), a.get("step")): a["source_rank"] for a in alerts if isinstance(a.get("source_rank"), int)}
     found: dict[tuple[int, int, float], RunRewind] = {}
     for a in alerts:
         step, to = a.get("step"), a.get("to_step")
@@ -53,7 +56,8 @@ def run_rewinds(alerts: Iterable[dict[str, Any]]) -> list[RunRewind]:
         key = next((k for k, r in found.items() if k[:2] == (step, to) and rank not in r.ranks), (step, to, len(found)))
         entry = found.setdefault(key, RunRewind(step, to, cause=a.get("cause"), cause_step=a.get("cause_step")))
         entry.ranks.append(rank)
-        if rank == 0 or not entry.batches:
+        named = sources.get((a.get("cause"), a.get("cause_step")), 0)  # whose batches: the rank behind the anomaly
+        if rank == named or not entry.batches:
             entry.skipped_batches = int(a.get("skipped_batches") or 0)
             entry.batches = list(a.get("batches") or [])
     return list(found.values())
