@@ -242,12 +242,6 @@ def test_a_person_grows_the_batch_of_a_live_run_within_its_bounds(tmp_path: Path
     assert dict(zip(sizes.step.tolist(), sizes.value.tolist(), strict=True)) == {s: float(n) for s, n in rows.items()}
 
 
-# A known bug, issue 33 left open for it: with two busy-loop processes beside it this test failed 2 runs of 5 (it
-# passed 6 of 6 on a quiet machine). The first change was given from_step 301 at step 1 although the loop had taken
-# one batch: all 300 calls of get_dataset_size()'s pass were counted as batches made (a source that cannot run ahead
-# failed alike). DynamicBatch tells the counting pass from the training's pipeline by thread (dynamic_batch.py,
-# _next_size), and that guess fails under load. Not strict: it passes where the guess holds.
-@pytest.mark.xfail(reason="DynamicBatch may count get_dataset_size()'s pass under load (issue 33)", strict=False)
 def test_shrink_and_grow_keep_within_the_bounds_and_fold_until_a_change_lands(short_prefetch) -> None:
     """A real pipeline, no training: the pass that counts the dataset's batches is not counted, every batch has the
     size the schedule gives its step, requests before a change lands fold into it, and the factor stops at min, max."""

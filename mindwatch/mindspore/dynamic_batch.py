@@ -145,9 +145,16 @@ class DynamicBatch:
     def took(self, step: int) -> int:
         """The front door: step ``step`` took its batch (the next one the pipeline made); returns that batch's size."""
         with self._lock:
-            if step <= self.last_step:  # a new training counts from 1 again: the newest size from its first step
+            new_training = step <= self.last_step
+            if new_training:  # a new training counts from 1 again: the newest size from its first step
                 self._sizes = [(0, self._sizes[-1][1])]
-            if self._candidate is not None and self._first_took is None:
+            if self._candidate is not None and self._first_took is None and (self._rebase or new_training):
+                # the live pipeline never fed a step (a pass that counted the dataset) or fed another training: the
+                # candidate made this batch, its first. Counted from now on, before it asks again (on a busy machine a
+                # change asked at step 1 came before that, and the counting pass's 300 batches were taken as made).
+                self._live, self._candidate, self._last = self._candidate, None, None
+                self._base, self._made, self._rebase = step, 1, False
+            elif self._candidate is not None and self._first_took is None:
                 self._first_took = step
             if self._rebase:  # the first step of a new pipeline: now its numbering is known
                 self._base, self._rebase = step, False
