@@ -211,12 +211,19 @@ def kill_after_steps(proc: subprocess.Popen, reader: threading.Thread, seen: dic
     return killed_at
 
 
-def wait_for(probe, timeout: float):
-    """``probe()`` once it is truthy, asked every 0.1 s for up to ``timeout`` s."""
+def wait_for(probe, timeout: float, what: str = "the condition", interval: float = 0.1, transient: tuple = ()):  # noqa: ANN001, ANN201
+    """``probe()`` once it is truthy, asked every ``interval`` s for up to ``timeout`` s.
+
+    An exception of a ``transient`` type counts as "not yet" (a page mid-reload); the last one is named if time runs out.
+    """
     deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
     while time.monotonic() < deadline:
-        found = probe()
+        try:
+            found = probe()
+        except transient as error:
+            found, last_error = None, error
         if found:
             return found
-        time.sleep(0.1)
-    raise AssertionError(f"nothing came within {timeout} s")
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last: {last_error})" if last_error else ""))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+import conftest
 import pytest
 from conftest import CHROMIUM
 
@@ -60,13 +61,10 @@ CHART_POINTS = """() => {
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    """conftest's wait_for for a page: an evaluate that meets a chart mid-redraw (a reload, a lazy update) is "not yet"."""
+    from playwright.sync_api import Error as PageError
+
+    return conftest.wait_for(predicate, timeout, what, interval, transient=(PageError,))
 
 
 #: Counts, from the test side, the points the live stream pushes ("points" events) into window.__pushedPoints.
@@ -261,11 +259,13 @@ LAYER_CURVE = """() => {
 
 LAYER_HEAT = """() => {
   const c = echarts.getInstanceByDom(document.querySelector('#chart-layers'));
+  const y = c && c.getModel().getComponent('yAxis', 0);
+  if (!y || !y.axis) return null;  // no axis until a lazy update is drawn
   const o = c.getOption();
   const columns = {};
   for (const v of o.series[0].data) columns[v[0]] = (columns[v[0]] || 0) + 1;
   const outline = o.series.find((s) => s.type === 'custom');
-  const axis = c.getModel().getComponent('yAxis', 0).axis;
+  const axis = y.axis;
   return {steps: o.xAxis[0].data.map(String), columns, outlined: outline ? outline.data : null,
           labels: axis.getViewLabels().map((l) => l.formattedLabel)};
 }"""
