@@ -158,13 +158,13 @@ def msrun(launch: Launch, log_dir: Path, *args: str) -> int:
     return port
 
 
-def msrun_to_the_end(log_dir: Path, *args: str) -> None:
-    """One msrun job of train_dp.py with ``args``, waited for; it must end well."""
+def msrun_to_the_end(log_dir: Path, *args: str, expect_ok: bool = True) -> None:
+    """One msrun job of train_dp.py with ``args``, waited for; it must end well unless not ``expect_ok``."""
     launch = Launch()
     try:
         msrun(launch, log_dir, *args)
         codes = launch.wait(300)
-        assert codes == [0], f"msrun failed ({codes}):\n{(log_dir / 'msrun.out').read_text()[-3000:]}"
+        assert codes == [0] or not expect_ok, f"msrun failed ({codes}):\n{(log_dir / 'msrun.out').read_text()[-3000:]}"
     finally:
         launch.kill()
 

@@ -20,7 +20,16 @@ import pytest
 
 # the msrun launch helpers of the distributed tests (same process-group cleanup)
 from conftest import wait_for
-from test_distributed import SCRIPT, Launch, base_env, free_port, last_printed_step, msrun, only_run_dir, raw_records
+from test_distributed import (
+    SCRIPT,
+    Launch,
+    base_env,
+    free_port,
+    last_printed_step,
+    msrun_to_the_end,
+    only_run_dir,
+    raw_records,
+)
 
 import mindwatch
 from mindwatch.analysis.summary import summarize_run
@@ -46,20 +55,13 @@ def launch_with_actions(
         "alerts": {"thresholds": {"actions": actions}, "stall_timeout": 8.0},
         "distributed": {"coordination": {"poll_secs": 0.05, "margin_secs": 0.5}},
     }
-    launch = Launch()
-    try:
-        msrun(
-            launch,
-            tmp / "logs",
-            *("--save-dir", str(tmp / "out"), "--steps", str(steps), "--mode", mode),
-            *("--pace-secs", pace, "--spike-rank", "1", "--spike-at", spike_at, "--spike-secs", spike_secs),
-            *("--save-params", str(tmp / "params"), "--config", json.dumps(config)),
-            *extra,
-        )
-        codes = launch.wait(300)
-        assert codes == [0], f"msrun failed ({codes}):\n{(tmp / 'logs' / 'msrun.out').read_text()[-3000:]}"
-    finally:
-        launch.kill()
+    msrun_to_the_end(
+        tmp / "logs",
+        *("--save-dir", str(tmp / "out"), "--steps", str(steps), "--mode", mode),
+        *("--pace-secs", pace, "--spike-rank", "1", "--spike-at", spike_at, "--spike-secs", spike_secs),
+        *("--save-params", str(tmp / "params"), "--config", json.dumps(config)),
+        *extra,
+    )
     return only_run_dir(tmp / "out" / "dist")
 
 

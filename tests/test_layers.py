@@ -16,6 +16,7 @@ import mindwatch
 import mindwatch.mindspore
 from mindwatch.demo.model import LanguageModelLoss, TinyGPT
 from mindwatch.demo.train import set_mode
+from mindwatch.demo.tutorial_step import jit_train_step
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
 
 LR = 0.05
@@ -213,13 +214,7 @@ def test_adam_moments_per_layer_in_a_loop_of_its_own(tmp_path: Path) -> None:
     ms.set_seed(7)
     net = LanguageModelLoss(TinyGPT(GPT))
     opt = nn.Adam(net.trainable_params(), learning_rate=1e-2)
-    grad_fn = ms.value_and_grad(net, None, opt.parameters)
-
-    @ms.jit
-    def train_step(ids, targets):
-        loss, grads = grad_fn(ids, targets)
-        opt(grads)
-        return loss, grads
+    train_step = jit_train_step(net, opt)
 
     snaps = MomentSnapshots(opt)
     config = {"save_dir": str(tmp_path), "project": "p", "layers": {"every": 5, "histogram_every": None}, "interval": 60}

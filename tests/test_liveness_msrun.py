@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from aiosmtpd.controller import Controller
-from test_distributed import Launch, msrun, only_run_dir, raw_records
+from test_distributed import Launch, msrun, msrun_to_the_end, only_run_dir, raw_records
 from test_distributed_actions import named_last_step, wait_for
 from test_notify import Hook
 from test_notify_channels import Inbox, free_port
@@ -64,14 +64,7 @@ def channels() -> Iterator[Channels]:
 
 
 def run_job(tmp: Path, name: str, config: dict, *args: str, expect_ok: bool = True) -> None:
-    launch = Launch()
-    try:
-        msrun(launch, tmp / name, "--save-dir", str(tmp / "out"), "--config", json.dumps(config), *args)
-        codes = launch.wait(300)
-        if expect_ok:
-            assert codes == [0], f"msrun failed ({codes}):\n{(tmp / name / 'msrun.out').read_text()[-3000:]}"
-    finally:
-        launch.kill()
+    msrun_to_the_end(tmp / name, "--save-dir", str(tmp / "out"), "--config", json.dumps(config), *args, expect_ok=expect_ok)
 
 
 def lost_alerts(run_dir: Path, since: float = 0.0) -> list[dict]:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_distributed import Launch, msrun, only_run_dir, raw_records
+from test_distributed import msrun_to_the_end, only_run_dir, raw_records
 
 import mindwatch
 
@@ -16,13 +16,7 @@ pytestmark = pytest.mark.slow
 def test_every_rank_of_a_restarted_job_joins_the_same_run(tmp_path: Path) -> None:
     config = json.dumps({"run_name": "llm", "resume": "allow"})
     for attempt in (1, 2):
-        launch = Launch()
-        try:
-            msrun(launch, tmp_path / f"logs{attempt}", "--save-dir", str(tmp_path / "out"), "--steps", "12", "--config", config)
-            codes = launch.wait(300)
-            assert codes == [0], (tmp_path / f"logs{attempt}" / "msrun.out").read_text()[-3000:]
-        finally:
-            launch.kill()
+        msrun_to_the_end(tmp_path / f"logs{attempt}", "--save-dir", str(tmp_path / "out"), "--steps", "12", "--config", config)
     run_dir = only_run_dir(tmp_path / "out" / "dist")
     assert run_dir.name == "llm"
     meta = json.loads((run_dir / "meta.json").read_text())

@@ -24,6 +24,7 @@ from test_skip_steps import WithIds
 
 import mindwatch
 import mindwatch.mindspore as mw
+from mindwatch.demo.tutorial_step import jit_train_step
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 from mindwatch.report.html import render_report
 from mindwatch.serve.api import thinned_series
@@ -203,18 +204,7 @@ def test_without_help_the_bad_stretch_diverges_to_nan() -> None:
 def test_a_loop_of_its_own_rewinds_and_run_batches_passes_over_the_batches(tmp_path: Path, clean_losses: list[float]) -> None:
     ms.set_context(mode=ms.PYNATIVE_MODE)
     net, opt, _ = training()
-    loss_fn = nn.MSELoss()
-
-    def forward(x, y):
-        return loss_fn(net(x), y)
-
-    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
-
-    @ms.jit
-    def train_step(x, y):
-        loss, grads = grad_fn(x, y)
-        opt(grads)
-        return loss, grads
+    train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
 
     states = States(net, opt)
     reference = tmp_path / "step80.ckpt"
@@ -274,18 +264,7 @@ def test_a_stream_that_stays_bad_is_rewound_max_times_then_the_run_stops_and_say
 def test_a_person_rewinds_a_live_run_from_a_shell_to_a_step(tmp_path: Path) -> None:
     ms.set_context(mode=ms.PYNATIVE_MODE)
     net, opt, _ = training()
-    loss_fn = nn.MSELoss()
-
-    def forward(x, y):
-        return loss_fn(net(x), y)
-
-    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
-
-    @ms.jit
-    def train_step(x, y):
-        loss, grads = grad_fn(x, y)
-        opt(grads)
-        return loss, grads
+    train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
 
     config = {"save_dir": str(tmp_path / "out"), "rewind": {"every": EVERY, "skip": 5, "keep": 3}}
     shell = None
