@@ -315,6 +315,86 @@ def test_an_exploding_layer_is_named(tmp_path: Path) -> None:
     assert g.value[g.step.tolist().index(20)] > 1000 * np.median(g.value[:19])
 
 
+class Starved(nn.Cell):
+    """A small MLP whose middle layer (no bias) the test can starve: its input times ``feed``, 1 until the test sets 0.
+    A starved layer's gradient is 0, so Adam's second moment of it falls by ``beta2`` each step; the rest learn on
+    through the skip connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.mid, self.out = nn.Dense(8, 16), nn.Dense(16, 16, has_bias=False), nn.Dense(16, 1)
+        self.act = nn.ReLU()
+        self.feed = ms.Parameter(ms.Tensor(1.0, ms.float32), name="feed", requires_grad=False)
+
+    def construct(self, x):
+        h = self.act(self.inp(x))
+        return self.out(self.act(self.mid(h * self.feed)) + h)
+
+
+class StarveFrom(Callback):
+    """From ``step`` on, the middle layer's input is 0."""
+
+    def __init__(self, net: Starved, step: int) -> None:
+        self.net, self.step = net, step
+
+    def on_train_step_begin(self, run_context) -> None:
+        if run_context.original_args().cur_step_num == self.step:
+            self.net.feed.set_data(ms.Tensor(0.0, ms.float32))
+
+
+def collapses(values: list[float], warmup: int = 5, window: int = 20, factor: float = 10.0) -> int | None:
+    """The index of the first value below the median of the (up to ``window``) values before it / ``factor``, once
+    ``warmup`` are in: layer_collapse's documented defaults, in numpy."""
+    return next((i for i in range(warmup, len(values)) if values[i] < np.median(values[max(0, i - window) : i]) / factor), None)
+
+
+@pytest.mark.parametrize("starve_from", [17, None])
+def test_a_layer_whose_adam_v_collapses_is_named_and_the_same_training_without_it_raises_nothing(
+    tmp_path: Path, starve_from: int | None
+) -> None:
+    """AdamWeightDecay with beta2 0.5, layers.every 2: from step 17 the middle layer's input is 0, its gradient too,
+    and its second moment halves each step. layer_collapse names it, on the measured step numpy's norms of the
+    optimizer's own moment Parameters say, with their value and median; unstarved, the same training raises none."""
+    set_mode("graph")
+    ms.set_seed(3)
+    net = Starved()
+    opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-2, beta2=0.5)
+    cell = TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt, layer_stats=True)
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal(8).astype(np.float32), rng.standard_normal(1).astype(np.float32)) for _ in range(30 * 4)]
+    snaps = MomentSnapshots(opt)
+    callbacks: list[Callback] = [snaps] if starve_from is None else [snaps, StarveFrom(net, starve_from)]
+    layers = {"every": 2, "histogram_every": None}
+    monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "layers": layers, "interval": 60})
+    dataset = ds.GeneratorDataset(data, ["x", "y"], shuffle=False).batch(4)
+    Model(cell).train(1, dataset, callbacks=[*callbacks, monitor], dataset_sink_mode=False)
+    run = mindwatch.open_run(monitor.run_dir)
+
+    measured = run.series("adam_v_norm/mid").step.tolist()
+    assert measured == [1, *range(2, 31, 2)]
+    reference = {}  # each layer's v norm on the measured steps, from the optimizer's own Parameters
+    for layer in ("inp", "mid", "out"):
+        reference[layer] = [float(np.sqrt(by_layer(snaps.after[step][1])[layer])) for step in measured]
+        assert run.series(f"adam_v_norm/{layer}").value == pytest.approx(reference[layer], rel=1e-4), layer
+    expected = {layer: measured[i] for layer, v in reference.items() if (i := collapses(v)) is not None}
+    alerts = fired(run, "layer_collapse")
+    assert {a["layer"]: a["step"] for a in alerts} == expected
+    if starve_from is None:
+        assert alerts == []
+        return
+    (alert,) = alerts
+    assert starve_from < alert["step"] <= starve_from + 4  # halving each step: below a tenth in a few measured steps
+    i, v = measured.index(alert["step"]), reference["mid"]
+    assert (alert["metric"], alert["value"], alert["threshold"]) == (
+        "adam_v_norm/mid",
+        pytest.approx(v[i], rel=1e-4),
+        pytest.approx(np.median(v[max(0, i - 20) : i]) / 10, rel=1e-4),
+    )
+    assert alert["message"].startswith("layer mid: its adam_v norm collapsed to ")
+    g = run.series("grad_norm/mid")
+    assert g.value[g.step >= starve_from].max() == 0.0 < g.value[g.step < starve_from].min()  # the cause, as planted
+
+
 def test_a_nan_in_one_layer_is_named_first(tmp_path: Path) -> None:
     run = planted_run(tmp_path, fault=("gate", 12, float("nan")), steps=14)
     nonfinite = fired(run, "nonfinite")

@@ -6,6 +6,7 @@ import math
 import random
 import re
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,9 +23,12 @@ from mindwatch.alerts.rules import (
     ThroughputDropRule,
     threshold_rules,
 )
+from mindwatch.alerts.rules.layer_collapse import LayerCollapseRule
+from mindwatch.alerts.rules.layer_spike import LayerSpikeRule
 from mindwatch.alerts.rules.nonfinite import checked_in_step
 from mindwatch.config import load_config
 from mindwatch.monitor.control import Control
+from mindwatch.store.layerfiles import LAYER_KEY, LAYER_STATS, LayerRow
 
 
 def records(metric: str, values: list[float], **extra: float) -> list[dict]:
@@ -232,6 +236,56 @@ def test_memory_rule_uses_fraction_of_total() -> None:
     assert rule.check({"step": 3, "device_mem_gb": 60.0})[0]["metric"] == "device_mem_gb"
 
 
+# -- per-layer rules on their arrays ------------------------------------------------------
+
+
+def layer_records(stat: str, values: np.ndarray, layers: tuple[str, ...]) -> list[dict]:
+    """One record a measured step, as the writer gets it: ``values[i, j]`` is layer j's ``stat`` at step i + 1."""
+    out = []
+    for i, row in enumerate(values):
+        stats = np.ones((len(LAYER_STATS), len(layers)), np.float32)
+        stats[LAYER_STATS.index(stat)] = row
+        out.append({"step": i + 1, "t": 1000.0 + i, LAYER_KEY: LayerRow(layers, stats)})
+    return out
+
+
+def test_layer_collapse_fires_once_when_a_moment_falls_below_its_rolling_median_over_factor() -> None:
+    layers = ("steady", "collapses", "dips", "never_moved", "early")
+    v = 1e-4 * np.random.default_rng(0).uniform(0.8, 1.25, (30, len(layers)))  # +-25 %: never 10 x below the median
+    v[19:, 1] = 2e-6  # from step 20 on: ~50 x below its median
+    v[19:, 2] = 2e-5  # ~5 x below: within the factor
+    v[:, 3] = 0.0  # a median of 0 is not judged
+    v[2, 4] = 1e-9  # step 3: before the warm-up (5 measured values)
+    v[10, 0] = math.nan  # the non-finite rule's; it stays out of the median
+    rule = LayerCollapseRule()
+    alerts = [a for rec in layer_records("adam_v_norm", v, layers) for a in rule.check(rec)]
+    assert [(a["step"], a["layer"], a["metric"]) for a in alerts] == [(20, "collapses", "adam_v_norm/collapses")]
+    median = float(np.median(v[:19, 1].astype(np.float32)))  # the 19 measured values before it (window 20)
+    assert alerts[0]["value"] == pytest.approx(2e-6, rel=1e-6)
+    assert alerts[0]["threshold"] == pytest.approx(median / 10, rel=1e-6)
+    assert re.fullmatch(
+        r"layer collapses: its adam_v norm collapsed to 2e-6, [\d.]+ times below its rolling median [\d.e-]+ "
+        r"\(limit: the median / 10\)",
+        alerts[0]["message"],
+    ), alerts[0]["message"]
+    # the same arrays: the first moment is not watched by default, and a spike is not a collapse
+    assert [a for rec in layer_records("adam_m_norm", v, layers) for a in LayerCollapseRule().check(rec)] == []
+    assert [a for rec in layer_records("adam_v_norm", v, layers) for a in LayerSpikeRule(stat="adam_v_norm").check(rec)] == []
+    # a row without the moments (an optimizer not of the Adam family): nothing to judge
+    without = {"step": 31, LAYER_KEY: LayerRow(layers, np.ones((3, len(layers)), np.float32))}
+    assert rule.check(without) == []
+
+
+def test_layer_collapse_watches_the_moments_only_and_each_one_asked() -> None:
+    both = build_rules(load_config({"alerts": {"layer_collapse": {"stats": ["adam_m_norm", "adam_v_norm"]}}}))
+    assert sorted(r.stat for r in both if r.name == "layer_collapse") == ["adam_m_norm", "adam_v_norm"]
+    assert [r.stat for r in build_rules(load_config({})) if r.name == "layer_collapse"] == ["adam_v_norm"]
+    with pytest.raises(ValueError, match="adam_m_norm"):
+        load_config({"alerts": {"layer_collapse": {"stats": ["grad_norm"]}}})
+    with pytest.raises(ValueError, match="factor"):
+        load_config({"alerts": {"layer_collapse": {"factor": 1}}})
+
+
 # -- engine ------------------------------------------------------------------------------
 
 
@@ -258,6 +312,7 @@ def test_default_config_switches_on_the_documented_rules() -> None:
     assert names == [
         "data_wait",
         "divergence",
+        "layer_collapse",
         "layer_frozen",
         "layer_spike",
         "layer_update_large",

@@ -12,6 +12,7 @@ Example::
 from mindwatch.alerts.rules import (
     data_wait,
     divergence,
+    layer_collapse,
     layer_frozen,
     layer_spike,
     layer_update_large,
@@ -38,6 +39,7 @@ SPECS: tuple[RuleSpec, ...] = tuple(
         (
             data_wait.SPEC,
             divergence.SPEC,
+            layer_collapse.SPEC,
             layer_frozen.SPEC,
             layer_spike.SPEC,
             layer_update_large.SPEC,

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
+from pydantic import Field
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert, make_alert
 from mindwatch.schema import RuleSettings
 from mindwatch.store.jsonl import decode_value
@@ -247,3 +249,67 @@ class LayerFloorRule(LayerRule):
     def describe(self, layer: str, value: float, j: int) -> str:
         why = f"{self.stat} {value:.3g}, below {self.floor:g} for {self.count} measured steps"
         return f"layer {layer}: {self.meaning} ({why})"
+
+
+class LayerMedianSettings(RuleSettings):
+    """The settings of a rule that judges each layer against its own rolling median (``layer_spike``, ``layer_collapse``)."""
+
+    #: The limit: ``factor`` x (a spike) or 1/``factor`` of (a collapse) the median of the last ``window`` measured values.
+    factor: float = Field(default=10.0, gt=1)
+    window: int = Field(default=20, ge=3)
+    #: Measured values of a layer before it is judged.
+    warmup: int = Field(default=5, ge=1)
+    count: int = Field(default=1, ge=1)
+
+
+class LayerMedianRule(LayerRule):
+    """``<stat>/<layer>`` above ``factor`` x (``rises``) or below 1/``factor`` of its own rolling median: the median of
+    the layer's last ``window`` measured values, once ``warmup`` of them are in. NaN/Inf belongs to the non-finite rule
+    and stays out of the median; a layer whose median is 0 is not judged."""
+
+    skip_overflow = True
+    #: Whether the rule fires on a rise above the median (a spike) or on a fall below it (a collapse).
+    rises = True
+    #: The rule's settings: its key under ``monitor_config.alerts``, with the statistics it may watch.
+    settings_kind: type[LayerMedianSettings] = LayerMedianSettings
+
+    def __init__(
+        self, settings: LayerMedianSettings | None = None, *, rank: int = 0, stat: str | None = None, **values: Any
+    ) -> None:
+        """``settings`` as the config validated them; keywords (``LayerSpikeRule(factor=8)``) are validated the same
+        way. ``stat``: the statistic this one watches (one of ``settings.stats``; by default the class's ``stat``)."""
+        s = settings_from(self.settings_kind, settings, values)
+        super().__init__(count=s.count, rank=rank, actions=s.actions)
+        self.stat = stat or self.stat
+        self.factor, self.window, self.warmup = s.factor, s.window, s.warmup
+        self.history = np.zeros((0, 0))
+        self.seen = 0
+        self.median = np.zeros(0)
+
+    @property
+    def stat_words(self) -> str:
+        """The statistic in an alert's words: ``gradient norm``, ``adam_v norm``."""
+        return "gradient norm" if self.stat == vocab.GRAD_NORM else f"{self.stat.removesuffix('_norm')} norm"
+
+    def limits(self) -> np.ndarray:
+        """Each layer's limit at this step, from the median of the values before it."""
+        return self.factor * self.median if self.rises else self.median / self.factor
+
+    def judge(self, values: np.ndarray) -> np.ndarray:
+        if self.history.shape[1] != len(values):
+            self.history, self.seen = np.full((self.window, len(values)), np.nan), 0
+        with np.errstate(invalid="ignore"):
+            self.median = np.nanmedian(self.history, axis=0) if self.seen else np.full(len(values), np.nan)
+            beyond = values > self.limits() if self.rises else values < self.limits()
+            bad = (self.seen >= self.warmup) & np.isfinite(values) & beyond & (self.median > 0)
+        self.history[self.seen % self.window] = np.where(np.isfinite(values), values, np.nan)
+        self.seen += 1
+        return bad
+
+    def threshold(self, j: int) -> float:
+        return float(self.limits()[j])
+
+    @classmethod
+    def each_stat(cls, settings: Any, ctx: RuleContext) -> list[LayerMedianRule]:
+        """The rule's factory (its ``RuleSpec.build``): one rule a statistic of ``settings.stats``."""
+        return [cls(settings, rank=ctx.rank, stat=stat) for stat in settings.stats]
