@@ -29,6 +29,7 @@ from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, Model
 
+from bench.bench_overhead import spread
 from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
 from mindwatch.mindspore import DynamicBatch, TrainOneStepWithGradNorm
 from mindwatch.mindspore.dynamic_batch import batch_axis_dynamic
@@ -124,8 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     for arm, base in (("dynamic B", "static B"), ("dynamic B -> B/2", "static B/2")):
         for i, what in ((0, "wall"), (1, "CPU")):
             ratios = [a[i] / s[i] for a, s in zip(out[arm], out[base], strict=True)]
-            low, mid, high = min(ratios), statistics.median(ratios), max(ratios)
-            print(f"  {arm} / {base}, {what:4s}: median {mid:.3f} (min {low:.3f}, max {high:.3f})")
+            print(f"  {arm} / {base}, {what:4s}: {spread(ratios, 3)}")
     default = ds.config.get_prefetch_size()
     print("where a change lands: batches the pipeline made beyond the running step (Model.train, 1 ms steps):")
     for prefetch in (None, 2):

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from bench.bench_overhead import spread
+
 
 class Pattern:
     """Calls ``cell``: measuring every ``every`` steps, or (``switch``) the branch graph with its flag off instead."""
@@ -88,5 +90,5 @@ def main(argv: list[str] | None = None) -> None:
         cpu_ratio = float(np.median([a / b for a, b in zip(cpu[name], cpu[base], strict=True)]))
         print(
             f"  {name:20s} step {np.median(wall[name]):6.2f} ms, process CPU {np.median(cpu[name]):6.2f} ms;"
-            f" against off: wall {np.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}), CPU {cpu_ratio:.3f}"
+            f" against off: wall {spread(ratios, 3)}; CPU median {cpu_ratio:.3f}"
         )

@@ -308,8 +308,13 @@ def idle_cpu(seconds: float) -> dict[str, float]:
     return out
 
 
-def _spread(xs: list[float]) -> str:
-    return f"median {statistics.median(xs):.4f}, min {min(xs):.4f}, max {max(xs):.4f}"
+def spread(xs: list[float], digits: int = 4) -> str:
+    """``median, mean, min, max`` of ``xs`` (ratios of rounds): the mean beside the median shows a skewed round."""
+    xs = list(xs)
+    return ", ".join(
+        f"{k} {v:.{digits}f}"
+        for k, v in (("median", statistics.median(xs)), ("mean", statistics.fmean(xs)), ("min", min(xs)), ("max", max(xs)))
+    )
 
 
 def report_demo(results: dict[str, list[Round]], steps: int, rounds: int, skip: int) -> None:
@@ -324,7 +329,8 @@ def print_rounds(results: dict[str, list[Round]]) -> None:
     for arm, rs in results.items():
         ts = [r.step for r in rs]
         per_round = ", ".join(f"{x * 1e3:.1f}" for x in ts)
-        print(f"  {arm:12s} mean step per round {per_round} ms  (median {statistics.median(ts) * 1e3:.2f} ms)")
+        mid, mean = statistics.median(ts) * 1e3, statistics.fmean(ts) * 1e3
+        print(f"  {arm:12s} mean step per round {per_round} ms  (median {mid:.2f} ms, mean {mean:.2f} ms)")
 
 
 def print_cpu_table(results: dict[str, list[Round]]) -> None:
@@ -349,7 +355,7 @@ def paired_ratios(results: dict[str, list[Round]], pairs: dict[str, tuple[str, s
     """Print ``b / a`` of the mean step time, round by round, for each ``name: (a, b)``."""
     for name, (a, b) in pairs.items():
         xs = [y.step / x.step for x, y in zip(results[a], results[b], strict=True)]
-        print(f"  paired wall ratio {name:26s} {_spread(xs)}")
+        print(f"  paired wall ratio {name:26s} {spread(xs)}")
 
 
 def _demo_ratios(results: dict[str, list[Round]]) -> None:

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.bench_overhead import spread
+
 QUICK = os.environ.get("MINDWATCH_BENCH_QUICK") == "1"
 WORKER = Path(__file__).resolve().parent / "msrun" / "signal_worker.py"
 
@@ -67,10 +69,7 @@ def main(argv: list[str] | None = None) -> None:
                 out[arm]["training"], out[arm]["other"], out[base]["training"], out[base]["other"], strict=True
             )
         ]
-        print(
-            f"  {arm} / {base}: wall median {statistics.median(wall):.4f} (min {min(wall):.4f}, max {max(wall):.4f}); "
-            f"process CPU median {statistics.median(cpu):.4f} (target <= 1.01)"
-        )
+        print(f"  {arm} / {base}: wall {spread(wall)}; process CPU {spread(cpu)} (target <= 1.01)")
 
 
 if __name__ == "__main__":
