@@ -29,7 +29,7 @@ from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, Model
 
-from bench.bench_overhead import spread
+from bench.bench_overhead import call_seconds, spread
 from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
 from mindwatch.mindspore import DynamicBatch, TrainOneStepWithGradNorm
 from mindwatch.mindspore.dynamic_batch import batch_axis_dynamic
@@ -52,12 +52,8 @@ def _inputs(batch: int) -> tuple[ms.Tensor, ms.Tensor]:
 def _median_step(cell: nn.Cell, inputs: tuple[ms.Tensor, ms.Tensor], steps: int) -> tuple[float, float]:
     """The median wall time of a step, and the process's CPU time per step (every thread: MindSpore's runtime too),
     which a machine shared with other work disturbs much less."""
-    times = []
     cpu = time.process_time()
-    for _ in range(steps):
-        began = time.perf_counter()
-        cell(*inputs)[0].asnumpy()  # wait for the step
-        times.append(time.perf_counter() - began)
+    times = call_seconds(lambda: cell(*inputs)[0].asnumpy(), steps)  # asnumpy: wait for the step
     return statistics.median(times), (time.process_time() - cpu) / steps
 
 

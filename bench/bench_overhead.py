@@ -308,6 +308,16 @@ def idle_cpu(seconds: float) -> dict[str, float]:
     return out
 
 
+def call_seconds(fn, times: int) -> list[float]:  # noqa: ANN001
+    """The wall seconds of each of ``times`` calls of ``fn()``."""
+    seconds = []
+    for _ in range(times):
+        began = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - began)
+    return seconds
+
+
 def spread(xs: list[float], digits: int = 4) -> str:
     """``median, mean, min, max`` of ``xs`` (ratios of rounds): the mean beside the median shows a skewed round."""
     xs = list(xs)

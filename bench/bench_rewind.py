@@ -14,19 +14,8 @@ from __future__ import annotations
 
 import logging
 import statistics
-import time
 
-from bench.bench_overhead import paired_ratios, print_rounds, rotating_rounds, round_options
-
-
-def _timed(fn, times: int = 20) -> float:
-    """The median seconds of ``fn()`` over ``times`` calls."""
-    seconds = []
-    for _ in range(times):
-        began = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - began)
-    return statistics.median(seconds)
+from bench.bench_overhead import call_seconds, paired_ratios, print_rounds, rotating_rounds, round_options
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,9 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     state = network_and_optimizer(train_net.network, train_net.optimizer) or {}
     state = {n: p for n, p in state.items() if not n.startswith("mindwatch_") or n == "mindwatch_lr_scale"}
     snapshots = Snapshots(state, keep=2)
-    stall = _timed(lambda: snapshots.take(100))
+    stalls = call_seconds(lambda: snapshots.take(100), 20)
+    stall, stall_mean = statistics.median(stalls), statistics.fmean(stalls)
     snapshot = snapshots.held[-1]
-    rewind = _timed(lambda: snapshots.restore(snapshot))
+    rewinds = call_seconds(lambda: snapshots.restore(snapshot), 20)
+    rewind, rewind_mean = statistics.median(rewinds), statistics.fmean(rewinds)
     step = statistics.median(r.step for r in results["no snapshots"])
 
     head = f"{args.rounds} rotating rounds x {args.steps} steps, from step {args.skip}"
@@ -72,12 +63,12 @@ def main(argv: list[str] | None = None) -> None:
     print_rounds(results)
     paired_ratios(results, {"every=100 / no snapshots": ("no snapshots", "every=100")})
     print(f"  a snapshot: {len(state)} Parameters, {snapshots.nbytes / 2**20:.2f} MiB (x keep in host memory)")
-    print(f"  the training thread's stall per snapshot: {stall * 1e3:.3f} ms (median of 20)")
+    print(f"  the training thread's stall per snapshot: {stall * 1e3:.3f} ms (median of 20; mean {stall_mean * 1e3:.3f} ms)")
     print(
         f"  amortised at every=100: {stall / 100 * 1e3:.4f} ms/step = {stall / 100 / step:.2%} of the "
         f"{step * 1e3:.2f} ms step (ratio {1 + stall / 100 / step:.4f})"
     )
-    print(f"  a rewind (every Parameter assigned back): {rewind * 1e3:.3f} ms (median of 20)")
+    print(f"  a rewind (every Parameter assigned back): {rewind * 1e3:.3f} ms (median of 20; mean {rewind_mean * 1e3:.3f} ms)")
     print("  (between snapshots the step is what it is without them: the wall ratio is noise on a shared machine)")
     if args.state_mib:
         _large_state(args.state_mib)
@@ -92,11 +83,11 @@ def _large_state(mib: int) -> None:
 
     state = {f"p{i}": ms.Parameter(ms.Tensor(np.random.rand(512, 512).astype(np.float32)), name=f"p{i}") for i in range(mib)}
     snapshots = Snapshots(state, keep=2)
-    first = _timed(lambda: Snapshots(state, keep=2).take(1), times=5)  # into new arrays
+    first = statistics.median(call_seconds(lambda: Snapshots(state, keep=2).take(1), 5))  # into new arrays
     snapshots.take(1)
     snapshots.take(2)
-    reused = _timed(lambda: snapshots.take(3), times=10)  # into the oldest snapshot's arrays
-    rewind = _timed(lambda: snapshots.restore(snapshots.held[-1]), times=5)
+    reused = statistics.median(call_seconds(lambda: snapshots.take(3), 10))  # into the oldest snapshot's arrays
+    rewind = statistics.median(call_seconds(lambda: snapshots.restore(snapshots.held[-1]), 5))
     print(f"a state of {mib} MiB ({len(state)} Parameters of 1 MiB):")
     print(f"  snapshot into new arrays {first * 1e3:.1f} ms, into the oldest snapshot's arrays {reused * 1e3:.1f} ms")
     print(f"  ({reused / mib * 1e3:.3f} ms per MiB); a rewind {rewind * 1e3:.1f} ms")
