@@ -27,9 +27,10 @@ import mindwatch
 import mindwatch.mindspore as mw
 from mindwatch.config import DynamicBatchSection
 from mindwatch.demo.train import set_mode
+from mindwatch.demo.tutorial_step import jit_train_step
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 from mindwatch.mindspore.dynamic_batch import BatchChanges
-from mindwatch.store.requests import RequestError, file_request
+from mindwatch.store.requests import RequestError, file_request, read_answer
 
 pytestmark = pytest.mark.slow  # real trainings, each a few seconds
 
@@ -275,3 +276,34 @@ def test_shrink_and_grow_keep_within_the_bounds_and_fold_until_a_change_lands(sh
         assert batch.took(step) == x.shape[0] == 64
         if step == 20:
             break
+
+
+def test_a_loop_that_rewound_changes_the_batch_from_the_announced_step(tmp_path: Path, short_prefetch) -> None:
+    """A rewind passes over ``skip`` batches the pipeline made: the change that follows still lands on the step it
+    announces. The rows are the loop's own batches, numbered as mindwatch renumbers them after the rewind."""
+    set_mode("pynative")
+    batch = mw.DynamicBatch(32, min=8)
+    net = network()
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
+    config = {"save_dir": str(tmp_path), "rewind": {"every": 10, "skip": 5}}
+    sizes: list[int] = []  # every batch the loop trained on, in order
+    resized = None
+    with mw.start_run(config, network=net, optimizer=opt, batch=batch) as run:
+        for x, y in run.batches(dataset(batch).create_tuple_iterator()):
+            sizes.append(int(x.shape[0]))
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            if len(sizes) == 25:
+                rewind_request = file_request(run.run_dir, "rewind")
+            if len(sizes) > 25 and not resized and (read_answer(run.run_dir, rewind_request["id"]) or {}).get("state") == "taken":
+                resized = file_request(run.run_dir, "batch", size="16")  # once the rewind is done
+            time.sleep(0.004)
+    recorded = mindwatch.open_run(run.run_dir)
+    interventions = [a for a in recorded.alerts if a["rule"] == "intervention"]
+    (rewind,) = [a for a in interventions if a["actions"] == ["rewind"]]
+    (change,) = [a for a in interventions if "batch_size_after" in a]
+    assert rewind["skipped_batches"] == 5 and (change["batch_size_before"], change["batch_size_after"]) == (32, 16)
+    back = rewind["step"] - rewind["to_step"]
+    rows = {i if i <= rewind["step"] else i - back: n for i, n in enumerate(sizes, start=1)}
+    assert_rows_switch_at(rows, change["from_step"])

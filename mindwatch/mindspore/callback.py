@@ -319,10 +319,8 @@ class MonitorCallback(Callback):
         index = (step + state.offset + state.rewound - 1) % per_epoch if per_epoch else None
         ids = _batch_ids(self._read(cb, "train_dataset_element", None), self._ids_column) if self._ids_column >= 0 else None
         state.offset -= 1
-        state.rewound += 1
         state.recorded = step
-        recorder.timer.restart(_perf())  # the next recorded step is timed from here: no step_time of many batches
-        recorder.rewinds.passed(self._read(cb, "cur_epoch_num"), index, ids)
+        recorder.passed_over(self._read(cb, "cur_epoch_num"), index, ids, now=_perf())
         recorder.act(step + state.offset, self._boundary.at(run_context, cb))
 
     def _first_step(self, cb: Any) -> None:

@@ -236,6 +236,7 @@ class Run:
         self._batch = -1
         it = iter(iterable)
         timer = self.recorder.timer if self.recorder is not None else None
+        rewinds = self.recorder.rewinds if self.recorder is not None else None
         while True:
             began = _perf()
             try:
@@ -249,11 +250,8 @@ class Run:
                 if timer.shape_pending:
                     timer.read_shape(batch)
             self._batch += 1
-            rewinds = self.recorder.rewinds if self.recorder is not None else None
             if rewinds is not None and rewinds.passing:  # after a rewind: passed over, not trained on
-                rewinds.passed(self._epoch, self._batch)
-                if timer is not None:  # the next step is timed from here: no step_time of many batches
-                    timer.restart(_perf())
+                self.recorder.passed_over(self._epoch, self._batch, now=_perf())  # type: ignore[union-attr]
                 continue
             yield batch
 

@@ -281,6 +281,14 @@ class StepRecorder:
         self._batch_size = size
         self.timer.samples += size
 
+    def passed_over(self, epoch: int | None, index: int | None, ids: list[Any] | None = None, *, now: float) -> None:
+        """A rewind's ``skip`` passed over a batch (not trained on, not a step): it still counts among the batches
+        taken, and the next step is timed from ``now`` (no step_time of many batches)."""
+        assert self.rewinds is not None
+        self.state.rewound += 1
+        self.timer.restart(now)
+        self.rewinds.passed(epoch, index, ids)
+
     def due(self, steps: int) -> bool:
         """Whether the step that just ended, ``steps`` after the last recorded one, is recorded."""
         return steps >= self._interval or self.state.first_pending or self.measuring
