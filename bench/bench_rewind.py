@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mindwatch.demo.train import DemoSettings, build_training
     from mindwatch.mindspore import MonitorCallback
-    from mindwatch.mindspore.actions import network_and_optimizer
+    from mindwatch.mindspore.recorder import rewind_state
     from mindwatch.mindspore.rewind import Snapshots
 
     parser = argparse.ArgumentParser(prog="python -m bench rewind", description=__doc__.splitlines()[0])
@@ -48,8 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     results = rotating_rounds(arms, args.steps, args.rounds, args.skip)
 
     train_net = snapping.train_network
-    state = network_and_optimizer(train_net.network, train_net.optimizer) or {}
-    state = {n: p for n, p in state.items() if not n.startswith("mindwatch_") or n == "mindwatch_lr_scale"}
+    state = rewind_state(train_net.network, train_net.optimizer)
     snapshots = Snapshots(state, keep=2)
     stalls = call_seconds(lambda: snapshots.take(100), 20)
     stall, stall_mean = statistics.median(stalls), statistics.fmean(stalls)

@@ -21,7 +21,6 @@ from typing import Any
 
 from mindspore.train import Callback
 
-from mindwatch.alerts.registry import configured_actions
 from mindwatch.metrics import LOCAL_GRAD_NORM
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
 from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic, warn_unagreed
@@ -125,7 +124,7 @@ class MonitorCallback(Callback):
         self._bins = prepare_cell(self.config, train_network)  # every rank's graph alike, a rank that starts late too
         self._setup_signal(train_network)
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
-        snapshots = snapshots_wanted(self.config, configured_actions(self.config))
+        snapshots = snapshots_wanted(self.config)
         if snapshots and params.read(run_context.original_args(), "dataset_sink_mode", False):
             log.warning("mindwatch: in dataset sink mode a rewind passes over no batch (a step end is a whole sink)")
             snapshots = False

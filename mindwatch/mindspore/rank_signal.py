@@ -269,7 +269,7 @@ class SignalExchange:
         self.signal.time(step_secs, data_secs)
         self._timed_step = step
 
-    def before_step(self, step: int | None = None) -> None:
+    def before_step(self, step: int) -> None:
         """Send what this rank's rules asked for since the last step (a lock only when something waits). ``step``: the
         step whose sum carries the vector (a batch size change is agreed after it, so no batch after it is held back)."""
         control = self.session.control
@@ -277,7 +277,7 @@ class SignalExchange:
             for action, alert in control.outgoing():
                 self.signal.ask(action, alert)
                 self.session.share_ask(action, alert)
-        if self.batch is not None and self.batch.agreeing and step is not None:
+        if self.batch is not None and self.batch.agreeing:
             self.batch.send(self.signal, carried_by=step)
         self.signal.send()
         self._sent_step = self._timed_step

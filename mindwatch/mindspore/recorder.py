@@ -34,7 +34,6 @@ from typing import Any
 import mindspore as ms
 
 from mindwatch import metrics as vocab
-from mindwatch.alerts.registry import configured_actions
 from mindwatch.config import MonitorConfig
 from mindwatch.device_peaks import known_device
 from mindwatch.mindspore.actions import Interventions, StepBoundary, network_and_optimizer
@@ -52,6 +51,15 @@ from mindwatch.store.layerfiles import row_stats
 from mindwatch.system import device_name, device_util_sampler, host_memory_available_gb, host_memory_sampler
 
 log = logging.getLogger("mindwatch")
+
+
+def rewind_state(network: Any, optimizer: Any) -> dict[str, Any]:
+    """What a rewind snapshots and restores: ``network``'s and ``optimizer``'s Parameters by name, but for our train
+    cell's own (the signal, the flags, ``skip_steps``' statistics); mindwatch's lr scale, the optimizer's, is kept."""
+    kept = {p.name for p in optimizer.get_parameters()} if optimizer is not None else set()
+    mine = {p.name for p in network.get_parameters() if p.name.startswith("mindwatch_")} if network is not None else set()
+    mine -= kept
+    return {n: p for n, p in (network_and_optimizer(network, optimizer) or {}).items() if n not in mine}
 
 
 @dataclass(slots=True)
@@ -108,7 +116,7 @@ class StepRecorder:
         self.actions.prepare()
         #: The snapshots a ``rewind`` goes back to (None: the config asks for no rewind).
         self.rewinds: Rewinds | None = None
-        if snapshots_wanted(cfg, configured_actions(cfg)):
+        if snapshots_wanted(cfg):
             self.rewinds = self.actions.rewinds = self._rewinds(network, optimizer)
         self.layers: LayerWatch | None = None
         self.attention: AttentionWatch | None = None
@@ -197,17 +205,15 @@ class StepRecorder:
         return recorder
 
     def _rewinds(self, network: Any, optimizer: Any) -> Rewinds | None:
-        """The run's snapshots of ``network`` and ``optimizer``; their memory goes into ``meta.json``. Our train cell's
-        own Parameters (the signal, the flags, ``skip_steps``' statistics) are no part of the training's state."""
-        kept = {p.name for p in optimizer.get_parameters()} if optimizer is not None else set()  # mindwatch's lr scale
-        mine = {p.name for p in network.get_parameters() if p.name.startswith("mindwatch_")} if network is not None else set()
-        mine -= kept
-        state = {n: p for n, p in (network_and_optimizer(network, optimizer) or {}).items() if n not in mine}
+        """The run's snapshots of ``network`` and ``optimizer`` (:func:`rewind_state`); their memory goes into
+        ``meta.json``."""
+        state = rewind_state(network, optimizer)
         if not state:
             log.warning("mindwatch: rewind needs the network and the optimizer (start_run(network=, optimizer=)); none")
             return None
         rewinds = Rewinds(self.config.rewind, state, emit=self.session.monitor.alert)
-        needed, available = rewinds.memory()["bytes"] / 1e9, host_memory_available_gb()
+        memory = rewinds.memory()
+        needed, available = memory["bytes"] / 1e9, host_memory_available_gb()
         if needed > available / 2:
             log.warning(
                 "mindwatch: rewind's %d snapshots will take %.2f GB of host memory, %.2f GB is available now: lower "
@@ -218,8 +224,7 @@ class StepRecorder:
             )
         session = self.session
         if session.role.keeps_meta and session.meta:
-            session.meta["rewind"] = rewinds.memory()
-            session.write_meta()
+            session.meta["rewind"] = memory  # written with total_steps: start() plans the run next
         return rewinds
 
     # -- what a training measures --------------------------------------------------

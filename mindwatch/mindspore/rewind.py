@@ -29,6 +29,7 @@ import numpy as np
 from mindspore import ops
 
 from mindwatch.alerts.alert import Alert
+from mindwatch.alerts.registry import configured_actions
 from mindwatch.analysis.rewinds import batch_span
 from mindwatch.config import MonitorConfig, RewindSettings
 
@@ -38,9 +39,9 @@ log = logging.getLogger("mindwatch")
 NAMED_BATCHES = 200
 
 
-def snapshots_wanted(config: MonitorConfig, configured: set[str]) -> bool:
-    """Whether this run takes snapshots: a ``rewind`` section is given, or an action (``configured``) lists ``rewind``."""
-    return "rewind" in config.model_fields_set or "rewind" in configured
+def snapshots_wanted(config: MonitorConfig) -> bool:
+    """Whether this run takes snapshots: a ``rewind`` section is given, or some rule's actions list ``rewind``."""
+    return "rewind" in config.model_fields_set or "rewind" in configured_actions(config)
 
 
 @dataclass(frozen=True)

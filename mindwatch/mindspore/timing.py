@@ -105,14 +105,14 @@ class StepTimer:
             rec["step_time"] = elapsed / steps
             rec["data_time"] = self.data_wait / steps
             if samples:
-                rec["samples_per_second"] = samples / elapsed
+                rec["samples_per_second"] = per_second = samples / elapsed
                 if self._baseline:
-                    rec["throughput_linearity"] = samples / elapsed / self._baseline
+                    rec["throughput_linearity"] = per_second / self._baseline
                 if self.seq_length:
                     rec["tokens_per_second"] = samples * self.seq_length / elapsed
             if self.step_flops:
                 # a step's FLOPs are of a batch of batch_size samples: steps of other sizes count in proportion
-                flops = self.step_flops * (samples / self.batch_size if self.samples and self.batch_size else steps)
+                flops = self.step_flops * (samples / self.batch_size if self.batch_size else steps)
                 tflops = flops / elapsed / 1e12
                 rec["tflops"] = tflops
                 if self._peak:

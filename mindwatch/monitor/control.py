@@ -21,10 +21,13 @@ at the same step boundary.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, get_args
 
-#: Actions the MindSpore adapter knows how to carry out (``resize_batch``: a person's ``mindwatch batch RUN SIZE``).
-ACTIONS = ("stop", "checkpoint", "lr_backoff", "dump_stacks", "rewind", "shrink_batch", "grow_batch", "resize_batch")
+from mindwatch.schema import Action
+
+#: Actions the MindSpore adapter knows how to carry out: a rule's (``schema.Action``), then ``resize_batch``, a person's
+#: ``mindwatch batch RUN SIZE``. The order is the signal's bit order (``rank_signal.ACTION_BITS``).
+ACTIONS = (*get_args(Action), "resize_batch")
 
 Alert = dict[str, Any]
 
