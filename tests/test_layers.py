@@ -183,6 +183,7 @@ def assert_moments_recorded(run, snaps: MomentSnapshots, measured: list[int]) ->
                 assert value == pytest.approx(expected, rel=1e-4), (stat, layer, step)
 
 
+@pytest.mark.slow  # 8-18 s a mode here
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_adam_moments_per_layer_equal_the_optimizers_own_parameters(tmp_path: Path, mode: str) -> None:
     """AdamWeightDecay, layers.every 5: on the measured steps (1, 5, 10) the norms of each layer's first and second
@@ -207,6 +208,7 @@ def test_adam_moments_per_layer_equal_the_optimizers_own_parameters(tmp_path: Pa
             assert value == pytest.approx(np.sqrt(by_layer(delta)[layer] / by_layer(before)[layer]), rel=1e-3)
 
 
+@pytest.mark.slow  # 15 s here
 def test_adam_moments_per_layer_in_a_loop_of_its_own(tmp_path: Path) -> None:
     """The same with ``nn.Adam`` in a loop (``start_run`` with a ``layers`` section, a ``ms.jit`` step): read after
     the loop's update."""
