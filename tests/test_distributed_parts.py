@@ -4,6 +4,7 @@ real processes, the cross-rank band, the straggler rule and rank 0's cross-rank 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -24,7 +25,8 @@ from mindwatch.alerts.straggler import StragglerRule
 from mindwatch.analysis.bands import band_of
 from mindwatch.analysis.batches import flagged_batches
 from mindwatch.config import load_config
-from mindwatch.mindspore.ranks import discover
+from mindwatch.mindspore import ranks
+from mindwatch.mindspore.ranks import RankError, discover
 from mindwatch.monitor.role import RankRole
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
@@ -75,7 +77,62 @@ def test_discover_alone_and_from_generic_variables() -> None:
     assert alone.as_meta()["world_size"] == 1
     generic = discover({"RANK": "2", "WORLD_SIZE": "4"}, use_communication=False)
     assert (generic.rank, generic.world_size, generic.launcher) == (2, 4, "env")
-    assert discover({"RANK_ID": "7", "RANK_SIZE": "2"}, use_communication=False).rank == 0  # out of range: ignored
+    assert discover({"RANK_ID": "", "RANK": "1", "WORLD_SIZE": "2"}, use_communication=False).rank == 1  # empty: unset
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({**MSRUN_ENV, "RANK_ID": "5"}, "RANK_ID=5 is not a rank of MS_WORKER_NUM=2"),
+        ({"RANK_ID": "-1", "RANK_SIZE": "2"}, "RANK_ID=-1 is not a rank of RANK_SIZE=2"),
+        ({"RANK": "2"}, "RANK=2 names a rank, but none of MS_WORKER_NUM, RANK_SIZE, WORLD_SIZE says"),
+        ({**MSRUN_ENV, "RANK_ID": "abc"}, "RANK_ID='abc' is not a number"),
+        ({"RANK": "1", "WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not a number"),
+        ({**MSRUN_ENV, "MS_WORKER_NUM": "0"}, "MS_WORKER_NUM=0 is not a number of processes"),
+    ],
+)
+def test_a_rank_the_environment_cannot_mean_stops_the_start_and_says_what_it_read(environ: dict[str, str], said: str) -> None:
+    with pytest.raises(RankError) as raised:
+        discover(environ, use_communication=False)
+    message = str(raised.value)
+    assert message.startswith(said)
+    for key in ("RANK_ID", "RANK", "MS_NODE_ID", "MS_WORKER_NUM", "RANK_SIZE", "WORLD_SIZE"):
+        assert re.search(rf"\b{key}(=| unset)", message), f"{key} missing from: {message}"
+    assert ": set " in message  # and what to do
+
+
+def test_a_worker_named_not_numbered_is_no_error() -> None:
+    named = {"MS_ROLE": "MS_WORKER", "MS_WORKER_NUM": "2", "MS_NODE_ID": "worker-a"}  # MindSpore allows any string
+    assert discover(named, use_communication=False).world_size == 2
+
+
+def test_communication_that_fails_once_initialised_is_told_once_and_the_environment_answers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mindspore.communication import management
+
+    def broken() -> int:
+        raise RuntimeError("the world group is gone")
+
+    monkeypatch.setattr(management.GlobalComm, "INITED", True)
+    monkeypatch.setattr(management, "get_rank", broken)
+    monkeypatch.setattr(ranks, "_told_communication_failed", False)
+    with caplog.at_level(logging.WARNING, "mindwatch"):
+        first, second = discover(MSRUN_ENV), discover(MSRUN_ENV)
+    assert (first.rank, first.world_size) == (second.rank, second.world_size) == (1, 2)
+    (told,) = [r.getMessage() for r in caplog.records]
+    assert "get_rank()/get_group_size() failed" in told and "the world group is gone" in told
+
+
+def test_no_mindspore_and_communication_not_initialised_are_quiet(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(ranks, "_told_communication_failed", False)
+    with caplog.at_level(logging.DEBUG, "mindwatch"):
+        assert discover(MSRUN_ENV).rank == 1  # this process never ran init()
+        monkeypatch.setitem(sys.modules, "mindspore.communication.management", None)  # as if MindSpore were absent
+        assert discover(MSRUN_ENV).rank == 1
+    assert not caplog.records
 
 
 # -- run-id agreement -------------------------------------------------------------------------------------

@@ -18,14 +18,30 @@ Sources, first that answers wins:
    ``MS_ROLE``, ``MS_NODE_ID``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``; a manual dynamic-cluster
    launch sets the ``MS_*`` ones itself; ``RANK``/``WORLD_SIZE`` are read too;
 3. otherwise rank 0 of 1.
+
+An environment that cannot be true (``RANK_ID=5`` with ``MS_WORKER_NUM=2``, a negative rank, ``RANK_ID=abc``) raises
+:class:`RankError` at start, naming what it read: two processes must never both act as rank 0.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger("mindwatch")
+
+
+#: Where a rank is read from, first set wins.
+RANK_VARIABLES = ("RANK_ID", "RANK", "MS_NODE_ID")
+#: Where the world size is read from, first set wins.
+SIZE_VARIABLES = ("MS_WORKER_NUM", "RANK_SIZE", "WORLD_SIZE")
+
+
+class RankError(ValueError):
+    """The launcher's environment says something about this process's rank that cannot be true; the message says what."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +78,11 @@ class RankInfo:
 
 
 def discover(environ: Mapping[str, str] | None = None, *, use_communication: bool = True) -> RankInfo:
-    """This process's :class:`RankInfo` (see the module docstring for the sources, in order)."""
+    """This process's :class:`RankInfo` (see the module docstring for the sources, in order).
+
+    Raises :class:`RankError` when the environment names a rank outside its world, or a rank or world size that is
+    not a number: two processes must never both act as rank 0.
+    """
     env = os.environ if environ is None else environ
     launcher = _launcher(env)
     role = env.get("MS_ROLE", "MS_WORKER") or "MS_WORKER"
@@ -72,25 +92,71 @@ def discover(environ: Mapping[str, str] | None = None, *, use_communication: boo
         comm = _from_communication()
         if comm is not None:
             return RankInfo(comm[0], comm[1], launcher, role, scheduler)
-    rank = _int(env.get("RANK_ID")) if env.get("RANK_ID") is not None else None
-    if rank is None:
-        rank = _int(env.get("RANK"))
-    if rank is None and role == "MS_WORKER":
-        rank = _int(env.get("MS_NODE_ID"))
-    size = _int(env.get("MS_WORKER_NUM")) or _int(env.get("RANK_SIZE")) or _int(env.get("WORLD_SIZE")) or 1
-    rank = rank if rank is not None and 0 <= rank < size else 0
-    return RankInfo(rank, size, launcher, role, scheduler)
+    # the scheduler's MS_NODE_ID names no worker; a worker's is a rank only when it is a number (a name is allowed)
+    rank_keys = RANK_VARIABLES if role == "MS_WORKER" else ("RANK_ID", "RANK")
+    rank_key, rank = _first_number(env, rank_keys, strict=("RANK_ID", "RANK"))
+    size_key, size = _first_number(env, SIZE_VARIABLES, strict=SIZE_VARIABLES)
+    if size is not None and size < 1:
+        raise RankError(f"{size_key}={size} is not a number of processes {_read(env)}: set it to how many the launch starts")
+    if rank is not None and size is None and rank != 0:
+        raise RankError(
+            f"{rank_key}={rank} names a rank, but none of {', '.join(SIZE_VARIABLES)} says how many processes train "
+            f"{_read(env)}: set one of them to the number of processes the launch starts, or unset {rank_key} for a "
+            "training of one process"
+        )
+    world = size or 1
+    if rank is not None and not 0 <= rank < world:
+        raise RankError(
+            f"{rank_key}={rank} is not a rank of {size_key}={size} {_read(env)}: set {rank_key} to a number from 0 "
+            f"to {world - 1}, or {size_key} to the number of processes the launch starts"
+        )
+    return RankInfo(rank or 0, world, launcher, role, scheduler)
+
+
+def _first_number(env: Mapping[str, str], keys: tuple[str, ...], *, strict: tuple[str, ...]) -> tuple[str | None, int | None]:
+    """The first of ``keys`` set (not empty) and its value; a ``strict`` one that is not an integer raises."""
+    for key in keys:
+        value = env.get(key, "").strip()
+        if not value:
+            continue
+        try:
+            return key, int(value)
+        except ValueError:
+            if key in strict:
+                told = f"{key}={env[key]!r} is not a number {_read(env)}: set {key} to an integer, or unset it"
+                raise RankError(told) from None
+    return None, None
+
+
+def _read(env: Mapping[str, str]) -> str:
+    """What discovery read, for an error: every variable, with its value or 'unset'."""
+    seen = [f"{k}={env[k]}" if env.get(k) else f"{k} unset" for k in RANK_VARIABLES + SIZE_VARIABLES]
+    return f"(read {', '.join(seen)})"
+
+
+_told_communication_failed = False
 
 
 def _from_communication() -> tuple[int, int] | None:
+    """Rank and world size from MindSpore's communication layer; None when it is absent or not initialised."""
+    global _told_communication_failed
     try:
         from mindspore.communication.management import GlobalComm, get_group_size, get_rank
-
-        if GlobalComm.INITED:
-            return int(get_rank()), int(get_group_size())
-    except Exception:  # not initialised, no MindSpore, or an old one
-        pass
-    return None
+    except ImportError:  # no MindSpore, or an old one without this layer: the environment answers
+        return None
+    if not GlobalComm.INITED:
+        return None
+    try:
+        return int(get_rank()), int(get_group_size())
+    except Exception as e:  # initialised yet unanswering: say so once, so a wrong rank has a cause in the log
+        if not _told_communication_failed:
+            _told_communication_failed = True
+            log.warning(
+                "mindwatch: MindSpore's communication is initialised but get_rank()/get_group_size() failed (%r); "
+                "this process's rank comes from the launcher's environment instead",
+                e,
+            )
+        return None
 
 
 def _launcher(env: Mapping[str, str]) -> str:
@@ -100,10 +166,3 @@ def _launcher(env: Mapping[str, str]) -> str:
     if env.get("RANK_ID") is not None or env.get("RANK") is not None:
         return "env"
     return "single"
-
-
-def _int(v: str | None) -> int | None:
-    try:
-        return int(v) if v is not None and v != "" else None
-    except ValueError:
-        return None

@@ -118,8 +118,14 @@ def ids_column(name: str | None, dataset: Any) -> int:
         return -1
     try:
         names = list(dataset.get_col_names())
-    except Exception:
-        names = []
+    except Exception as e:  # a dataset that cannot list its columns: no ids, and the reason rather than "no columns"
+        log.warning(
+            "mindwatch: callback.sample_ids names the column %r, but the dataset's column names could not be read "
+            "(get_col_names() raised %r): no sample ids are recorded",
+            name,
+            e,
+        )
+        return -1
     if name not in names:
         log.warning("mindwatch: callback.sample_ids names the column %r, which the dataset lacks (its columns: %s)", name, names)
         return -1
