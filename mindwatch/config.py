@@ -398,8 +398,11 @@ class MonitorConfig(Section):
     #: A training that starts again with the same ``run_name`` (or ``MINDWATCH_RUN_ID``): ``allow`` continues
     #: that run directory (or creates it), ``must`` requires it, ``never`` makes a new one (``_2``). See docs/resume.md.
     resume: Literal["never", "allow", "must"] = "allow"
-    #: Raise instead of warning and falling back when the run directory cannot be created or written.
+    #: Raise instead of warning and falling back: a run directory that cannot be created or written, and a fault of
+    #: mindwatch's own in a step hook (for tests and development).
     strict: bool = False
+    #: After this many failing steps in a row (a fault of mindwatch's own), a rank stops recording (``monitor_failed``).
+    max_failed_steps: int = Field(default=20, ge=1)
 
     @field_validator("project", "run_name")
     @classmethod

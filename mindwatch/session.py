@@ -97,6 +97,8 @@ class RunSession:
         #: The alerts behind other ranks' requests, as they came over the lifeline: ``(asking rank, alert step, action)``.
         self.asked_elsewhere: dict[tuple[int, int, str], Alert] = {}
         self._asked_arrived = threading.Condition()
+        self._closing = threading.Lock()
+        self._closed = False
         #: A person's requests (``mindwatch stop|checkpoint|lr|set``, the dashboard), read on the worker.
         self.inbox = RequestInbox(
             self.run_dir,
@@ -164,8 +166,10 @@ class RunSession:
         launch_meta: dict[str, Any] | None = None,
         collective: bool = False,
         attempt: int | None = None,
+        begin: bool = True,
     ) -> RunSession:
-        """Create (or join, for ranks > 0) the run directory and start the worker.
+        """Create (or join, for ranks > 0) the run directory and start the worker (``begin``: False, the caller
+        sets up what the worker will read first, then calls :meth:`begin`).
 
         ``launch_key``: the same string on every rank of one distributed launch (``RankInfo.launch_key``);
         ranks > 0 then join the directory rank 0 created (:mod:`mindwatch.store.rendezvous`).
@@ -202,11 +206,17 @@ class RunSession:
         session = cls(config, role, writer, monitor, meta=meta, attempt=attempt, checks_in_step=checks_in_step)
         if role.keeps_meta:
             session.write_meta()
-        monitor.start()
-        if session.watchdog is not None:
-            session.watchdog.start()
-        log.info("mindwatch: recording run %s (rank %d of %d) in %s", run_id, rank, world_size, run_dir)
+        if begin:
+            session.begin()
         return session
+
+    def begin(self) -> None:
+        """Start the worker and the watchdog: from here the worker owns the run directory, ``meta.json`` and the
+        sinks; the training thread only hands it records (and :meth:`plan`)."""
+        self.monitor.start()
+        if self.watchdog is not None:
+            self.watchdog.start()
+        log.info("mindwatch: recording run %s (rank %d of %d) in %s", self.run_dir.name, self.rank, self.world_size, self.run_dir)
 
     @property
     def rank(self) -> int:
@@ -234,8 +244,15 @@ class RunSession:
             log.warning("mindwatch: cannot write %s (%s); training continues", self.layout.meta, e)
 
     def plan(self, total_steps: int | None) -> None:
-        """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress."""
+        """The step the training ends at (None: unknown): ``total_steps`` in meta.json and the console's progress;
+        once the worker runs, it writes them (the sinks and ``meta.json`` are its own)."""
         self.planned = total_steps
+        if self.monitor.running:
+            self.monitor.call(partial(self._plan, total_steps))
+        else:
+            self._plan(total_steps)
+
+    def _plan(self, total_steps: int | None) -> None:
         for sink in self.monitor.sinks:
             hook(sink, "plan")(total_steps)  # the console line and the end-of-run message use it
         if self.role.keeps_meta and self.meta:
@@ -365,6 +382,12 @@ class RunSession:
             log.warning("mindwatch: could not reach rank 0's lifeline at %s (%r): liveness by files only", address, e)
 
     def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
+        """End the run once, from whichever thread comes first (the training thread, or ``mindwatch-stop`` when no
+        step boundary comes): the worker stops, then the last ``meta.json`` is written."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
         lifeline = self.lifeline
         if isinstance(lifeline, LifelineServer):  # rank 0: how every rank ended, for the end-of-run message
             lifeline.wait_for_byes(END_WAIT_SECS if state != "failed" else 1.0)  # a failing rank 0: its status first

@@ -166,7 +166,11 @@ def test_one_bad_batch_on_one_rank_is_one_alert_that_names_that_rank_and_its_bat
 @pytest.mark.parametrize("loop", [False, True])
 def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_together(tmp_path: Path, loop: bool) -> None:
     """Each rank records under its own folder (a multi-node job without a shared file system); rank 1's data_time
-    limit alone asks for a stop. Through Model.train with our train cell, and through a loop of its own (``--loop``)."""
+    limit alone asks for a stop. Through Model.train with our train cell, and through a loop of its own (``--loop``).
+
+    A bug of mindwatch's own on rank 1 (its recording raises at steps 20 and 21; in the loop, also the code just before
+    its own sum of the signal at steps 30 and 31) changes none of it: both ranks train every step, their collectives
+    stay in step, they stop together."""
     config = {
         "callback": {"params": {"warn_on_value": {"data_time": 0.5}}},
         "alerts": {"thresholds": {"actions": ["stop"]}},
@@ -176,6 +180,7 @@ def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_togethe
         tmp_path,
         *("--save-dir-per-rank", "--pace-secs", "0.02", "--spike-rank", "1", "--spike-at", "60", "--spike-secs", "1.5"),
         *(("--loop", "--mode", "pynative") if loop else ()),
+        *("--fault-rank", "1", "--fault", "record:20,21", *(("--fault", "sum:30,31") if loop else ())),
         config=config,
         steps=160,
     )
@@ -188,6 +193,12 @@ def test_without_a_shared_save_dir_both_ranks_train_from_step_1_and_stop_togethe
     assert first[0]["t"] - started < config["distributed"]["rendezvous_timeout"], "rank 1 waited at start"
     last = {rank: steps_of(dirs[rank], rank)[-1] for rank in (0, 1)}
     assert last[0] == last[1] < 160, "both ranks stopped at one step, before the data ran out"
+    assert steps_of(dirs[0], 0) == list(range(1, last[0] + 1))
+    assert steps_of(dirs[1], 1) == [s for s in range(1, last[1] + 1) if s not in (20, 21)], "the faults lost 2 records"
+    rank_1 = (tmp_path / "logs" / "worker_1.log").read_text(errors="replace")
+    assert rank_1.count("mindwatch: could not record step") == 1, "said once, then counted"
+    assert "injected fault in the record of step 20" in rank_1 and "Traceback" in rank_1
+    assert ("more steps could not be recorded" if loop else "more step could not be recorded") in rank_1
     for rank in (0, 1):
         status = json.loads((dirs[rank] / f"status.rank{rank}.json").read_text())
         assert status["state"] == "stopped" and status["last_step"] == last[rank]

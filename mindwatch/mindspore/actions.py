@@ -2,8 +2,8 @@
 
 Example::
 
+    prepare_optimizer(config, opt)                  # training begins: before the graph is compiled
     act = Interventions(session, optimizer=opt, saved=train_net, lr_probe=probe)
-    act.prepare()                                   # training begins: before the graph is compiled
     if session.control.pending:                     # at a step boundary
         act.carry_out(step, boundary)               # the front door's StepBoundary: how to stop, its checkpoints
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -192,12 +193,29 @@ class Interventions:
     """
 
     def __init__(
-        self, session: RunSession, *, optimizer: Any, saved: Any, lr_probe: Any = None, rank: int = 0, batch: Any = None
+        self,
+        session: RunSession,
+        *,
+        optimizer: Any,
+        saved: Any,
+        lr_probe: Any = None,
+        rank: int = 0,
+        batch: Any = None,
+        rewinds: Rewinds | None = None,
+        collective: bool = False,
+        rewound: Callable[[], int] = lambda: 0,
     ) -> None:
         self.session = session
         #: The training's :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`, with what changes it; None: none.
         self.batch = (
-            BatchChanges(batch, session.config.dynamic_batch, report=self.report, schedule=session.control.schedule)
+            BatchChanges(
+                batch,
+                session.config.dynamic_batch,
+                report=self.report,
+                schedule=session.control.schedule,
+                collective=collective,
+                rewound=rewound,
+            )
             if batch is not None
             else None
         )
@@ -221,13 +239,8 @@ class Interventions:
         #: ``skip_steps``: its alerts, raised here so that ``max_consecutive`` skips act on that very step.
         self._skip = SkipRule(skip, rank=rank) if skip.enabled else None
         self._skip_shared = vocab.get(skip.metric).same_on_every_rank  # type: ignore[union-attr]
-        #: The run's snapshots for ``rewind`` (None: it takes none); set by the recorder.
-        self.rewinds: Rewinds | None = None
-
-    def prepare(self) -> None:
-        """Before the first step: make a schedule scalable when any rule may ask for ``lr_backoff``."""
-        if prepare_optimizer(self.session.config, self.optimizer) and self.lr_probe is not None:
-            self.lr_probe.invalidate()
+        #: The run's snapshots for ``rewind`` (None: it takes none).
+        self.rewinds = rewinds
 
     def nonfinite(self, rec: dict[str, Any]) -> None:
         """A NaN/Inf in this step's record: raise the non-finite alert and request its actions for this very step.

@@ -23,24 +23,32 @@ from mindspore.train import Callback
 
 from mindwatch.metrics import LOCAL_GRAD_NORM
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
-from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic, warn_unagreed
+from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic
+from mindwatch.mindspore.failures import StepFailures
 from mindwatch.mindspore.front_door import (
     ConfigLike,
+    could_not_start,
     failure_text,
     listed_ids,
     log_metrics,
     merged_config,
-    set_up_or_stop,
     start_recorder,
     stop_reason,
 )
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
-from mindwatch.mindspore.recorder import StepRecorder, StepState
+from mindwatch.mindspore.recorder import StepRecorder, StepState, Training
 from mindwatch.mindspore.rewind import snapshots_wanted
-from mindwatch.mindspore.train_cell import TrainCell, prepare_cell, switch_pass_over, switch_skip_steps
+from mindwatch.mindspore.train_cell import (
+    TrainCell,
+    attention_found,
+    layers_found,
+    prepare_cell,
+    switch_pass_over,
+    switch_skip_steps,
+)
 from mindwatch.mindspore.train_params import TrainParams, ids_column
-from mindwatch.session import RunSession
+from mindwatch.session import ResumeError, RunSession
 from mindwatch.store.layout import fallback_run_id
 
 log = logging.getLogger("mindwatch")
@@ -94,6 +102,10 @@ class MonitorCallback(Callback):
         self._ids_column = -1
         #: Our train cell can pass over batches after a rewind (``can_pass_over`` at train begin).
         self._passes_over = False
+        #: What a fault of ours in a hook does (``strict``, ``max_failed_steps``): caught, said, counted.
+        self._failures = StepFailures(self.config)
+        #: ``cur_step_num`` of the last step end (what a fault at the next step begin is said at).
+        self._last_step = 0
 
     # -- public ------------------------------------------------------------
     @property
@@ -114,24 +126,33 @@ class MonitorCallback(Callback):
     def on_train_begin(self, run_context: Any) -> None:
         if not self.enabled:
             return
-        self.recorder = None
-        self._exchange = self._signal = None
+        try:
+            self._train_begin(run_context.original_args())
+        except Exception as e:  # a fault of ours at start: this training goes on without mindwatch
+            if self.config.strict or isinstance(e, ResumeError):  # resume: must asks to stop here
+                raise
+            could_not_start(e, self.recorder)
+            self.enabled = False
+
+    def _train_begin(self, cb: Any) -> None:
+        self.recorder = self._exchange = self._signal = self._cell = None
         self._deferred = False
-        params = self._params = TrainParams(run_context.original_args())
+        params = self._params = TrainParams(cb)
         self._read = params.read
         self._boundary.params = params
         train_network = params.train_network
         self._bins = prepare_cell(self.config, train_network)  # every rank's graph alike, a rank that starts late too
         self._setup_signal(train_network)
         switch_skip_steps(self.config, train_network)  # before the graph compiles, on every rank
+        sink = bool(params.read(cb, "dataset_sink_mode", False))
         snapshots = snapshots_wanted(self.config)
-        if snapshots and params.read(run_context.original_args(), "dataset_sink_mode", False):
+        if snapshots and sink:
             log.warning("mindwatch: in dataset sink mode a rewind passes over no batch (a step end is a whole sink)")
             snapshots = False
         self._passes_over = switch_pass_over(train_network, snapshots)
         self._ids_column = ids_column(self.config.callback.sample_ids, params.dataset)
         self._dynamic_pending = self.batch is not None and self.config.dynamic_batch.compile == "once"
-        if self.batch is not None and self._read(run_context.original_args(), "dataset_sink_mode", False):
+        if self.batch is not None and sink:
             log.warning(
                 "mindwatch: a DynamicBatch needs dataset_sink_mode=False (a sink runs many batches in one call); "
                 "its size may not change as announced"
@@ -144,7 +165,7 @@ class MonitorCallback(Callback):
             self._deferred = True
             self._step_begin = self._prev_step_end = _perf()
             return
-        self._begin(run_id=None)
+        self._begin(Announcement())
         if self._signal is not None and self.recorder is not None:
             session = self.recorder.session
             lifeline = getattr(session.lifeline, "address", None)
@@ -160,106 +181,132 @@ class MonitorCallback(Callback):
             self._signal = RankSignal(param, rank=who.rank, world_size=who.world_size)
             self._signal_output = declared.index("signal")
 
-    def _begin(self, run_id: str | None, began: float | None = None, attempt: int | None = None) -> None:
+    def _training(self, announced: Announcement, began: float | None) -> Training:
+        """What this ``Model.train`` call is, for the recorder: the train cell's outputs, the signal, the batch."""
         params = self._params
         assert params is not None
-        start = start_recorder(
-            self.config,
+        train_network = params.train_network
+        return Training(
             optimizer=params.optimizer,
-            saved=params.train_network,
+            saved=train_network,
             network=params.network,
             total_steps=params.planned,
-            run_id=run_id,
-            attempt=attempt,
-            collective=self._signal is not None,
+            run_id=announced.run_id,
+            attempt=announced.attempt,
+            lifeline=announced.lifeline,
+            signal=self._signal,
             batch=self.batch,
+            layers=layers_found(self.config, train_network, self._bins),
+            attention=attention_found(train_network),
+            entropy_hooks=params.network,
+            pass_over=train_network.pass_over if self._passes_over else False,
+            recorded=params.first_step if began is None else 0,
+            began=began,
         )
-        self.recorder = recorder = set_up_or_stop(start, self._watch)
+
+    def _begin(self, announced: Announcement, began: float | None = None) -> None:
+        """Start recording (``began``: a rank > 0 after its first step, from that step's end)."""
+        params = self._params
+        assert params is not None
+        self.recorder = recorder = start_recorder(self.config, self._training(announced, began))
         if recorder is None:
             self.enabled = False
             return
-        warn_unagreed(self.batch, discover().world_size, agreed=self._signal is not None)
-        if self._signal is not None:
-            self._exchange = SignalExchange(self._signal, recorder.session)
-            if recorder.actions.batch is not None:  # every rank agrees each change's step through the step's sum
-                self._exchange.batch = recorder.actions.batch
-                recorder.actions.batch.collective = True
+        self._exchange = recorder.exchange
+        self._failures.attach(recorder.rank, recorder.session.monitor.alert)
         self._boundary.state = recorder.state
-        if recorder.rewinds is not None:
-            if self._passes_over:
-                recorder.rewinds.gate = params.train_network.pass_over
-            else:
-                recorder.rewinds.skip = 0
-        now = _perf()
+        self._cell = TrainCell(recorder, params.train_network)
         if began is None:
-            self._step_begin = self._prev_step_end = now
-        recorder.timer.restart(now if began is None else began)
-        recorder.state.recorded = params.first_step if began is None else 0
-        if recorder.watchdog is not None:
-            recorder.watchdog.started = now  # from here, compilation and the first batch have first_step_timeout
-
-    def _watch(self, recorder: StepRecorder) -> None:
-        """What this training measures: the train cell's outputs, else attention entropy through forward hooks."""
-        params = self._params
-        assert params is not None
-        self._cell = TrainCell(recorder, params.train_network, self._bins)
-        if recorder.attention is None:  # PyNative forward hooks, for models without AttentionStats
-            recorder.watch_entropy_hooks(params.network)
+            self._step_begin = self._prev_step_end = recorder.timer.last_recorded
 
     def on_train_step_begin(self, run_context: Any) -> None:
         if not self.enabled:
             return
         self._step_begin = _perf()
+        try:
+            self._step_starts(run_context.original_args())
+        except Exception as e:
+            self._failures.failed(e, step=self._last_step + 1, where="on_train_step_begin")
+
+    def _step_starts(self, cb: Any) -> None:
         if self._dynamic_pending:  # before the first step compiles: one graph for every batch size
             self._dynamic_pending = False
             params = self._params
             assert params is not None
-            batch_axis_dynamic(params.train_network, self._read(run_context.original_args(), "train_dataset_element", None))
+            batch_axis_dynamic(params.train_network, self._read(cb, "train_dataset_element", None))
+        if self._deferred:
+            return
+        step = self._read(cb, "cur_step_num") + self.recorder.state.offset  # type: ignore[union-attr]
         if self._exchange is not None:
-            state = self.recorder.state  # type: ignore[union-attr]
-            self._exchange.before_step(self._read(run_context.original_args(), "cur_step_num") + state.offset)
+            self._exchange.before_step(step)
         cell = self._cell
-        if cell is not None and cell.plans:
-            state = self.recorder.state  # type: ignore[union-attr]
-            cell.plan(self._read(run_context.original_args(), "cur_step_num") + state.offset, self._step_begin)
+        if cell is not None and cell.plans and not self._failures.given_up:
+            cell.plan(step, self._step_begin)
 
     def on_train_step_end(self, run_context: Any) -> None:
+        """Three parts, each a fault of its own: what the other ranks and the watchdog count on (the beat, the signal,
+        the batch taken), the record (none once ``max_failed_steps`` in a row failed), the actions due."""
         if not self.enabled:
             return
         now = _perf()
-        if self._deferred:
-            self._start_deferred(run_context.original_args())
-            if not self.enabled:
-                return
-        recorder = self.recorder
-        assert recorder is not None
-        state = recorder.state
         cb = run_context.original_args()
-        arg = self._read
-        step = arg(cb, "cur_step_num")
-        waited = self._step_begin - self._prev_step_end
-        if self._exchange is not None:  # what every rank asked for, the same vector on every rank
-            self._exchange.after_step(arg(cb, "net_outputs")[self._signal_output].asnumpy(), step + state.offset)
-            self._exchange.timed(step + state.offset, now - self._prev_step_end, waited)  # out with the next step
+        failures = self._failures
+        step = None
+        try:
+            step = self._read(cb, "cur_step_num")
+            self._last_step = step
+            if self._deferred:
+                self._start_deferred(cb)
+                if not self.enabled:
+                    return
+            recorder = self.recorder
+            assert recorder is not None
+            self._keep_up(recorder, cb, step, now)
+            if failures.given_up:
+                pass
+            elif recorder.rewinds is not None and recorder.rewinds.passing:  # passed over after a rewind: no record
+                self._passed_over(recorder, cb, step)
+            else:
+                self._record(recorder, cb, step, now)
+        except Exception as e:
+            failures.failed(e, step=step, where="on_train_step_end")
+            self._gave_up()
+        recorder = self.recorder
+        if recorder is None or step is None:
+            return
+        try:
+            recorder.act(step + recorder.state.offset, self._boundary.at(run_context, cb))
+        except Exception as e:
+            failures.failed(e, step=step, where="on_train_step_end (actions)")
+            self._gave_up()
+        else:
+            failures.ok(step)
+
+    def _keep_up(self, recorder: StepRecorder, cb: Any, step: int, now: float) -> None:
+        """What goes on whatever the recording does: the watchdog's beat, every rank's requests and timings from the
+        step's signal, the data wait, the batch the step took."""
         if recorder.watchdog is not None:
             recorder.watchdog.last_beat = now
-        recorder.timer.data_wait += waited
+        state = recorder.state
+        waited = self._step_begin - self._prev_step_end
+        if self._exchange is not None:  # what every rank asked for, the same vector on every rank
+            self._exchange.after_step(self._read(cb, "net_outputs")[self._signal_output].asnumpy(), step + state.offset)
+            self._exchange.timed(step + state.offset, now - self._prev_step_end, waited)  # out with the next step
+        recorder.timer.waited(waited)
         self._prev_step_end = now
-        if recorder.rewinds is not None and recorder.rewinds.passing:  # a batch passed over after a rewind: no record
-            self._passed_over(recorder, cb, step, run_context)
-            return
+        if state.first_pending:
+            self._first_step(cb)
+        if recorder.batch is not None and not (recorder.rewinds is not None and recorder.rewinds.passing):
+            recorder.took(step + state.offset)
+
+    def _record(self, recorder: StepRecorder, cb: Any, step: int, now: float) -> None:
+        """The step's record, when it is due (or the step was skipped)."""
+        state, arg = recorder.state, self._read
         n = step - state.recorded
         cell = self._cell
         assert cell is not None
         if not recorder.due(n) and not (cell.skip_output >= 0 and cell.skipped(arg(cb, "net_outputs"))):
-            if recorder.batch is not None:
-                recorder.took(step + state.offset)
-            recorder.act(step + state.offset, self._boundary.at(run_context, cb))
             return
-        if state.first_pending:
-            self._first_step(cb)
-        if recorder.batch is not None:
-            recorder.took(step + state.offset)
         rec: dict[str, Any] = {"step": step + state.offset, "epoch": arg(cb, "cur_epoch_num"), "t": _wall()}
         rec["rank"] = recorder.rank
         params = self._params
@@ -274,7 +321,16 @@ class MonitorCallback(Callback):
         if recorder.timer.shape_pending:
             recorder.timer.read_shape(arg(cb, "train_dataset_element", None))
         state.recorded = step
-        recorder.record(rec, step + state.offset, n, now, self._boundary.at(run_context, cb))
+        recorder.record(rec, step + state.offset, n, now)
+
+    def _gave_up(self) -> None:
+        """After ``max_failed_steps`` failing steps in a row: the cell measures nothing more (its graph stays the
+        plain one)."""
+        if self._failures.given_up and self._cell is not None and self._cell.switching is not None:
+            try:
+                self._cell.off()
+            except Exception as e:  # noqa: BLE001  # said with the others: nothing more to do
+                self._failures.failed(e, step=self._last_step, where="TrainCell.off")
 
     def on_train_end(self, run_context: Any) -> None:
         if not self.enabled or self.recorder is None:
@@ -294,15 +350,13 @@ class MonitorCallback(Callback):
         signal, params = self._signal, self._params
         assert signal is not None and params is not None
         announced = signal.announced(self._read(cb, "net_outputs")[self._signal_output].asnumpy())
-        run_id = announced.run_id
-        if run_id is None:  # rank 0 records nothing (no callback there): a run of this rank's own
+        if announced.run_id is None:  # rank 0 records nothing (no callback there): a run of this rank's own
             run_id = fallback_run_id(self.config.run_name, signal.rank)
             log.warning("mindwatch: rank 0 announced no run; rank %d records into %s", signal.rank, run_id)
+            announced = Announcement(run_id, None, announced.attempt, announced.resumed_step)
         began = self._step_begin
-        self._begin(run_id=run_id, began=self._prev_step_end, attempt=announced.attempt)
+        self._begin(announced, began=self._prev_step_end)
         self._step_begin = began
-        if announced.lifeline and self.recorder is not None:
-            self.recorder.session.join_lifeline(announced.lifeline)
         cell = self._cell
         if self.recorder is not None and cell is not None and cell.switching is not None:
             # the step that ran measured (set at train begin): the recorder reads it so; the next step plans afresh
@@ -310,7 +364,7 @@ class MonitorCallback(Callback):
             cell.switching.measure_layers(False)
             cell.switched, cell.graphs_run = (False, False), {True}
 
-    def _passed_over(self, recorder: StepRecorder, cb: Any, step: int, run_context: Any) -> None:
+    def _passed_over(self, recorder: StepRecorder, cb: Any, step: int) -> None:
         """The step that ended passed over its batch (a rewind's ``skip``): named, not recorded, not counted."""
         state, params = recorder.state, self._params
         assert params is not None and recorder.rewinds is not None
@@ -320,7 +374,6 @@ class MonitorCallback(Callback):
         state.offset -= 1
         state.recorded = step
         recorder.passed_over(self._read(cb, "cur_epoch_num"), index, ids, now=_perf())
-        recorder.act(step + state.offset, self._boundary.at(run_context, cb))
 
     def _first_step(self, cb: Any) -> None:
         recorder, params = self.recorder, self._params
@@ -333,9 +386,12 @@ class MonitorCallback(Callback):
     def _finish(self, state: str, error: str | None = None) -> None:
         recorder = self.recorder
         assert recorder is not None
-        if self._cell is not None:  # the cell may train again without us
-            self._cell.off()
-        recorder.finish(state, error=error, reason=stop_reason(recorder, state, "stop requested by a callback"))
+        self._failures.close()
+        try:
+            if self._cell is not None:  # the cell may train again without us
+                self._cell.off()
+        finally:
+            recorder.finish(state, error=error, reason=stop_reason(recorder, state, "stop requested by a callback"))
 
 
 class _Boundary:

@@ -257,7 +257,9 @@ class BatchChanges:
 
     ``settings``: ``dynamic_batch`` (the factor; ``scale_lr``: the learning rate follows, through a ``batch_lr``
     action filed for the boundary before ``from_step``); ``report`` records a change once its step is known (the
-    intervention alert); ``schedule`` files an action for a later step boundary (``Control.schedule``).
+    intervention alert); ``schedule`` files an action for a later step boundary (``Control.schedule``);
+    ``collective``: the ranks agree each change's step through the step's signal; ``rewound``: the batches consumed
+    beyond the global step so far (a rewind's steps numbered again, its batches passed over).
     """
 
     def __init__(
@@ -267,6 +269,8 @@ class BatchChanges:
         *,
         report: Report,
         schedule: Callable[[str, dict[str, Any], int], None],
+        collective: bool = False,
+        rewound: Callable[[], int] = lambda: 0,
     ) -> None:
         self.batch = batch
         self.factor = settings.factor
@@ -274,7 +278,7 @@ class BatchChanges:
         self.report = report
         self.schedule = schedule
         #: Changes are agreed with the other ranks through the step's collective (``SignalExchange.batch``).
-        self.collective = False
+        self.collective = collective
         #: A change asked for whose step the ranks are agreeing; whether this rank's side went out.
         self._asked: _Asked | None = None
         self.sent = False
@@ -282,7 +286,7 @@ class BatchChanges:
         self._landing: tuple[int, int] | None = None
         #: The batches consumed beyond the global step (a rewind's steps numbered again, its batches passed over): a
         #: step's batch is number ``step + rewound()`` of the DynamicBatch's count, which never goes back.
-        self.rewound: Callable[[], int] = lambda: 0
+        self.rewound = rewound
 
     @property
     def agreeing(self) -> bool:

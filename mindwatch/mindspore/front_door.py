@@ -3,8 +3,7 @@
 Example::
 
     config = merged_config("monitor.yaml", {"interval": 10})        # every form the config takes, keywords on top
-    recorder = start_recorder(config, optimizer=opt, saved=net)     # None (a warning said why): train without us
-    recorder = set_up_or_stop(recorder, set_up)                     # None when set_up(recorder) failed
+    recorder = start_recorder(config, Training(opt, saved=net))     # None (a warning said why): train without us
     log_metrics(recorder, step, {"accuracy": 0.9})                  # a user's own metrics at a step
     recorder.finish("stopped", reason=stop_reason(recorder, "stopped", "stopped by the training loop"))
 
@@ -19,14 +18,14 @@ import logging
 import os
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 import mindspore as ms
 import numpy as np
 
 from mindwatch.config import MonitorConfig, load_config
-from mindwatch.mindspore.recorder import StepRecorder
+from mindwatch.mindspore.ranks import RankError
+from mindwatch.mindspore.recorder import StepRecorder, Training
 from mindwatch.session import ResumeError, SaveDirUnavailable
 
 log = logging.getLogger("mindwatch")
@@ -46,15 +45,15 @@ def merged_config(config: ConfigLike, overrides: dict[str, Any]) -> MonitorConfi
     return cfg
 
 
-def start_recorder(config: MonitorConfig, **start: Any) -> StepRecorder | None:
-    """The recorder of a training that begins (``start``: :meth:`StepRecorder.start`'s keywords); None (with a
-    warning) when monitoring cannot start, unless ``strict``.
+def start_recorder(config: MonitorConfig, training: Training) -> StepRecorder | None:
+    """The recorder of ``training``, which begins; None (with a warning) when monitoring cannot start, unless
+    ``strict``.
 
     The monitor never takes the training down at start: only ``strict: true`` and ``resume: must`` (a request to
     stop here when the run is missing) raise.
     """
     try:
-        return StepRecorder.start(config, **start)
+        return StepRecorder.start(config, training)
     except SaveDirUnavailable as e:
         if config.strict:
             raise
@@ -62,25 +61,19 @@ def start_recorder(config: MonitorConfig, **start: Any) -> StepRecorder | None:
     except Exception as e:
         if config.strict or isinstance(e, ResumeError):
             raise
-        log.warning(_COULD_NOT_START, e)
+        could_not_start(e)
     return None
 
 
-def set_up_or_stop(recorder: StepRecorder | None, set_up: Callable[[StepRecorder], None]) -> StepRecorder | None:
-    """``recorder`` once the front door's own ``set_up`` of it (what it measures) ran; None when there is no recorder
-    or ``set_up`` failed: then the run ends ``stopped`` (with a warning), and the training goes on without
-    mindwatch, unless ``strict``."""
-    if recorder is None:
-        return None
-    try:
-        set_up(recorder)
-    except Exception as e:
-        if recorder.config.strict:
-            raise
-        log.warning(_COULD_NOT_START, e)
-        recorder.finish("stopped", reason=f"mindwatch could not start: {e!r}")
-        return None
-    return recorder
+def could_not_start(error: Exception, recorder: StepRecorder | None = None) -> None:
+    """Monitoring cannot start (``error``): say why, end ``recorder``'s run ``stopped`` if it began; the training
+    goes on without mindwatch."""
+    if isinstance(error, RankError):
+        log.error("mindwatch: %s; this training goes on without mindwatch", error)
+    else:
+        log.warning(_COULD_NOT_START, error, exc_info=error)
+    if recorder is not None:
+        recorder.finish("stopped", reason=f"mindwatch could not start: {error!r}")
 
 
 def log_metrics(recorder: StepRecorder | None, step: int, metrics: dict[str, Any]) -> None:

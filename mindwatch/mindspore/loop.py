@@ -43,21 +43,22 @@ import numpy as np
 
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.actions import network_and_optimizer
-from mindwatch.mindspore.dynamic_batch import DynamicBatch, warn_unagreed
+from mindwatch.mindspore.dynamic_batch import DynamicBatch
+from mindwatch.mindspore.failures import StepFailures
 from mindwatch.mindspore.front_door import (
     ConfigLike,
+    could_not_start,
     failure_text,
     listed_ids,
     log_metrics,
     merged_config,
-    set_up_or_stop,
     start_recorder,
     stop_reason,
 )
 from mindwatch.mindspore.layer_stats import LayerGrouping, optimizer_moments
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
-from mindwatch.mindspore.ranks import discover
-from mindwatch.mindspore.recorder import StepRecorder
+from mindwatch.mindspore.ranks import RankError, RankInfo, discover
+from mindwatch.mindspore.recorder import LayersFound, StepRecorder, Training, trained_weights
 from mindwatch.mindspore.reduction import LoopLayerStats, StepReduction
 from mindwatch.store.attempts import resumed_step
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
@@ -127,7 +128,6 @@ class Run:
         #: The index within its epoch of the batch ``batches`` gave last (-1: none yet, or not iterated through it).
         self._batch = -1
         self._reduce = StepReduction()
-        self._signal: RankSignal | None = None
         self._sum_every = config.distributed.coordination.loop_every
         #: ``step`` calls in this attempt: when the signal is summed (never a step number, which a resume may set
         #: apart on one rank: every rank calls ``step`` alike, so every rank joins every sum).
@@ -135,38 +135,40 @@ class Run:
         self._layer_stats: LoopLayerStats | None = None
         self._boundary = _LoopBoundary(self)
         self.recorder: StepRecorder | None = None
-        #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py).
+        #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py). Kept
+        #: even when this rank records nothing: every rank must take part in every sum.
+        self._signal: RankSignal | None = None
+        #: The step's own sum of the signal (``grad_reducer``), read after each step; None: the loop sums it itself.
+        self._summed_in_step: Any = None
         self._exchange: SignalExchange | None = None
         #: Since the last sum: when it was (perf_counter), at which call, and the seconds waited for batches.
         self._summed_at, self._summed_calls = 0.0, 0
         self._waited = 0.0
-        if not config.enable:
+        #: What a fault of ours in ``step`` or ``batches`` does (``strict``, ``max_failed_steps``): caught, said, counted.
+        self._failures = StepFailures(config)
+        if config.enable:
+            self._start(total_steps, grad_reducer, batch)
+
+    def _start(self, total_steps: int | None, grad_reducer: Any, batch: DynamicBatch | None) -> None:
+        """Begin recording: every rank learns rank 0's run through the signal's first sum (rank 0 announces it)."""
+        try:
+            who = discover()
+        except RankError as e:
+            if self.config.strict:
+                raise
+            could_not_start(e)
             return
-        who = discover()
-        signal = None
-        #: The step's own sum of the signal (``grad_reducer``), read after each step; None: the loop sums it itself.
-        self._summed_in_step = None
-        if who.world_size > 1 and config.distributed.coordination.enabled:
+        if who.world_size > 1 and self.config.distributed.coordination.enabled:
             if grad_reducer is not None:
                 self._summed_in_step = grad_reducer.mindwatch_signal_sum
             parameter = grad_reducer.mindwatch_signal if grad_reducer is not None else None
-            signal = RankSignal(parameter, rank=who.rank, world_size=who.world_size)
+            self._signal = RankSignal(parameter, rank=who.rank, world_size=who.world_size)
+        signal = self._signal
         announced = Announcement()
         if signal is not None and who.rank > 0:  # never wait for another host's file: rank 0 says which run
             announced = signal.announced(_sum(signal.tensor()))
-        saved = network_and_optimizer(network, optimizer)
         try:
-            self.recorder = start_recorder(
-                config,
-                optimizer=optimizer,
-                saved=saved,
-                network=network,
-                total_steps=total_steps,
-                run_id=announced.run_id or (fallback_run_id(config.run_name, who.rank) if who.rank > 0 and signal else None),
-                attempt=announced.attempt,
-                collective=signal is not None,
-                batch=batch,
-            )
+            self.recorder = start_recorder(self.config, self._training(who, announced, total_steps, batch))
             if self.recorder is not None and who.rank == 0:
                 announced = self._announcement()
         finally:
@@ -174,39 +176,49 @@ class Run:
                 signal.announce(announced)
                 _sum(signal.tensor())
                 signal.announce(None)
-        #: Kept even when this rank records nothing: every rank must take part in every step's sum.
-        self._signal = signal
         #: The step the run resumes after: rank 0's (from meta.json), announced to every rank, so they number alike.
         self._step = announced.resumed_step
-        if self.recorder is None:
+        recorder = self.recorder
+        if recorder is None:
             return
-        warn_unagreed(batch, who.world_size, agreed=signal is not None)
-        if signal is not None:
-            self._exchange = SignalExchange(signal, self.recorder.session)
-            if self.recorder.actions.batch is not None:  # every rank agrees each change's step through the sum
-                self._exchange.batch = self.recorder.actions.batch
-                self.recorder.actions.batch.collective = True
-        if announced.lifeline and who.rank > 0:
-            self.recorder.session.join_lifeline(announced.lifeline)
-        self.recorder = set_up_or_stop(self.recorder, self._setup)
+        self._exchange = recorder.exchange
+        self._failures.attach(recorder.rank, recorder.session.monitor.alert)
+        self._summed_at = recorder.timer.last_recorded
+        try:
+            self._plan(self._step + 1)
+        except Exception as e:
+            if self.config.strict:
+                raise
+            could_not_start(e, recorder)
+            self.recorder = None
 
-    def _setup(self, recorder: StepRecorder) -> None:
-        recorder.state.recorded = self._step
-        weights = recorder.weights
+    def _training(self, who: RankInfo, announced: Announcement, total_steps: int | None, batch: Any) -> Training:
+        """What this loop is, for the recorder: its network and optimizer, the layers it measures, the signal."""
+        network, optimizer, signal = self.network, self.optimizer, self._signal
         layers = self.config.layers
-        if "layers" in self.config.model_fields_set and layers.enabled and weights:  # a loop has no layer_stats=True cell
+        weights = trained_weights(optimizer, network)
+        found = None
+        if "layers" in self.config.model_fields_set and layers.enabled and weights:  # a loop has no layer_stats cell
             grouping = LayerGrouping([w.name for w in weights], layers.group)
             bins = HISTOGRAM_BINS if layers.histogram_every else 0
-            moments = optimizer_moments(self.optimizer)
+            moments = optimizer_moments(optimizer)
             self._layer_stats = LoopLayerStats(weights, grouping.groups, bins, moments)
-            recorder.watch_layers(grouping, bins, moments=moments is not None)
-        recorder.watch_attention(self.network)
-        now = _perf()
-        recorder.timer.restart(now)
-        self._summed_at, self._summed_calls = now, 0
-        if recorder.watchdog is not None:
-            recorder.watchdog.started = now  # compilation and the first batch have first_step_timeout
-        self._plan(self._step + 1)
+            found = LayersFound(grouping, bins, moments is not None)
+        fallback = fallback_run_id(self.config.run_name, who.rank) if who.rank > 0 and signal else None
+        return Training(
+            optimizer=optimizer,
+            saved=network_and_optimizer(network, optimizer),
+            network=network,
+            total_steps=total_steps,
+            run_id=announced.run_id or fallback,
+            attempt=announced.attempt,
+            lifeline=announced.lifeline,
+            signal=signal,
+            batch=batch,
+            layers=found,
+            attention=network,
+            recorded=None if who.rank == 0 else announced.resumed_step,
+        )
 
     # -- public ------------------------------------------------------------
     @property
@@ -235,25 +247,36 @@ class Run:
         self._epoch += 1
         self._batch = -1
         it = iter(iterable)
-        timer = self.recorder.timer if self.recorder is not None else None
-        rewinds = self.recorder.rewinds if self.recorder is not None else None
         while True:
             began = _perf()
             try:
                 batch = next(it)
             except StopIteration:
                 return
-            if timer is not None:
-                waited = _perf() - began
-                timer.data_wait += waited
-                self._waited += waited
-                if timer.shape_pending:
-                    timer.read_shape(batch)
-            self._batch += 1
-            if rewinds is not None and rewinds.passing:  # after a rewind: passed over, not trained on
-                self.recorder.passed_over(self._epoch, self._batch, now=_perf())  # type: ignore[union-attr]
-                continue
-            yield batch
+            try:
+                passed = self._took_batch(batch, began)
+            except Exception as e:  # a fault of ours never holds a batch back
+                self._failures.failed(e, step=self._step + 1, where="run.batches")
+                passed = False
+            if not passed:
+                yield batch
+
+    def _took_batch(self, batch: Any, began: float) -> bool:
+        """``batch`` came after a wait since ``began``: time it; True when a rewind passes over it (not trained on)."""
+        self._batch += 1
+        recorder = self.recorder
+        if recorder is None:
+            return False
+        waited = _perf() - began
+        timer = recorder.timer
+        timer.waited(waited)
+        self._waited += waited
+        if timer.shape_pending:
+            timer.read_shape(batch)
+        if recorder.rewinds is not None and recorder.rewinds.passing:
+            recorder.passed_over(self._epoch, self._batch, now=_perf())
+            return True
+        return False
 
     def step(
         self, loss: Any = None, grads: Any = None, *, step: int | None = None, sample_ids: Any = None, **metrics: Any
@@ -262,59 +285,89 @@ class Run:
         in the order of ``optimizer.parameters``) and scalars of your own (``tokens=...``). ``step``: the global
         step (default: one more than the last, counting from 1 or from the resumed run's last step).
         ``sample_ids``: the ids of the step's batch (a Tensor or a list), named by its anomaly alerts;
-        ``skipped``: what :class:`~mindwatch.mindspore.SkipStep` returned (a step it skipped is always recorded)."""
-        recorder = self.recorder
+        ``skipped``: what :class:`~mindwatch.mindspore.SkipStep` returned (a step it skipped is always recorded).
+
+        Three parts, each a fault of its own: what the other ranks and the watchdog count on (the beat, the ranks'
+        sum, the batch taken), the record (none once ``max_failed_steps`` in a row failed), the actions due."""
         self._calls += 1
+        number = self._step + 1
+        recorder, failures = self.recorder, self._failures
+        if step is not None:
+            try:
+                number = int(step)
+            except (TypeError, ValueError) as e:
+                failures.failed(e, step=number, where="run.step(step=...)")
+        self._step = number
         if recorder is None or recorder.state.closed:
-            self._step = self._step + 1 if step is None else int(step)
             if self._signal is not None and self._summed_in_step is None and self._calls % self._sum_every == 0:
                 _sum(self._signal.tensor())  # the other ranks sum it at this call: take part
             return
         now = _perf()
-        if recorder.watchdog is not None:
-            recorder.watchdog.last_beat = now
-        number = self._step + 1 if step is None else int(step)
-        self._step = number
-        state = recorder.state
-        n = number - state.recorded
         try:
+            if recorder.watchdog is not None:
+                recorder.watchdog.last_beat = now
             if recorder.batch is not None:
                 recorder.took(number)
             if self._exchange is not None:
                 self._exchange_signal(self._exchange, number, now, loss, grads)
-            if recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED)):
-                rec = self._read(number, loss, grads, metrics)
-                if self._exchange is not None and self._exchange.local_norm is not None:
-                    rec[vocab.LOCAL_GRAD_NORM] = self._exchange.local_norm  # summed in grad_reducer, before the reduction
-                if sample_ids is not None:
-                    rec["sample_ids"] = listed_ids(sample_ids)
-                state.recorded = number
-                recorder.record(rec, number, n, now, self._boundary)
-            else:
-                recorder.act(number, self._boundary)
-            self._plan(self._step + 1)  # after a rewind, the step after the snapshot's
-        except Exception as e:  # a bad value or a failed read never ends the training
-            if self.config.strict:
-                raise
-            log.warning("mindwatch: could not record step %d (%r); training continues", number, e)
+            if not failures.given_up:
+                self._record(recorder, number, now, loss, grads, sample_ids, metrics)
+        except Exception as e:  # a bad value or a fault of ours never ends the training
+            failures.failed(e, step=number, where="run.step")
+        try:
+            recorder.act(number, self._boundary)
+            if not failures.given_up:
+                self._plan(self._step + 1)  # after a rewind, the step after the snapshot's
+        except Exception as e:
+            failures.failed(e, step=number, where="run.step (actions)")
+        else:
+            failures.ok(number)
+
+    def _record(
+        self,
+        recorder: StepRecorder,
+        number: int,
+        now: float,
+        loss: Any,
+        grads: Any,
+        sample_ids: Any,
+        metrics: dict[str, Any],
+    ) -> None:
+        """Step ``number``'s record, when it is due (or the step was skipped)."""
+        n = number - recorder.state.recorded
+        if not (recorder.due(n) or _skipped(metrics.get(vocab.SKIPPED))):
+            return
+        rec = self._read(number, loss, grads, metrics)
+        if self._exchange is not None and self._exchange.local_norm is not None:
+            rec[vocab.LOCAL_GRAD_NORM] = self._exchange.local_norm  # summed in grad_reducer, before the reduction
+        if sample_ids is not None:
+            rec["sample_ids"] = listed_ids(sample_ids)
+        recorder.state.recorded = number
+        recorder.record(rec, number, n, now)
 
     def _exchange_signal(self, exchange: SignalExchange, number: int, now: float, loss: Any, grads: Any) -> None:
         """Every rank's requests and timings, at the same ``run.step`` call on every rank: summed in the step that ended
         (``grad_reducer``), or by the loop's own ``AllReduce`` every ``loop_every`` calls, once the step has ended (an
         ``AllReduce`` issued to run behind the step and read a call later costs more: its read then spins until the
-        slower rank gets there)."""
-        if self._summed_in_step is None and self._calls % self._sum_every:
+        slower rank gets there). The loop's own sum is made whatever fails before it: the ranks' sums stay in step."""
+        in_step = self._summed_in_step
+        if in_step is None and self._calls % self._sum_every:
             return
-        k = max(1, self._calls - self._summed_calls)  # the step and data time per step since the last sum
-        exchange.timed(number, (now - self._summed_at) / k, self._waited / k)
-        self._summed_at, self._summed_calls, self._waited = now, self._calls, 0.0
-        _wait_for_the_step(loss, grads)
-        if self._summed_in_step is not None:  # summed in the step that ended; this rank's slots go with the next
-            exchange.after_step(self._summed_in_step.asnumpy(), number)
-            exchange.before_step(number + 1)
-        else:  # one small AllReduce on every rank, at the same call
+        try:
+            k = max(1, self._calls - self._summed_calls)  # the step and data time per step since the last sum
+            exchange.timed(number, (now - self._summed_at) / k, self._waited / k)
+            self._summed_at, self._summed_calls, self._waited = now, self._calls, 0.0
+            _wait_for_the_step(loss, grads)
+            if in_step is not None:  # summed in the step that ended; this rank's slots go with the next
+                exchange.after_step(in_step.asnumpy(), number)
+                exchange.before_step(number + 1)
+                return
             exchange.before_step(number)
-            exchange.after_step(_sum(exchange.signal.tensor()), number)
+        except Exception as e:
+            if in_step is not None:
+                raise
+            self._failures.failed(e, step=number, where="run.step (before the ranks' sum)")
+        exchange.after_step(_sum(exchange.signal.tensor()), number)  # one small AllReduce on every rank, at this call
 
     def log(self, step: int | None = None, **metrics: float) -> None:
         """Record scalars of your own at ``step`` (default: the last step), without counting a step."""
@@ -325,6 +378,7 @@ class Run:
         recorder = self.recorder
         if recorder is None or recorder.state.closed:
             return
+        self._failures.close()
         if state is None:
             state = "failed" if error else "stopped" if self.should_stop else "finished"
         recorder.finish(state, error=error, reason=stop_reason(recorder, state, "stopped by the training loop"))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
 import numpy as np
@@ -37,6 +37,9 @@ from mindspore import ops
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.layer_stats import squares
 from mindwatch.monitor.control import ACTIONS
+
+if TYPE_CHECKING:
+    from mindwatch.mindspore.dynamic_batch import BatchChanges
 
 log = logging.getLogger("mindwatch")
 
@@ -247,7 +250,8 @@ class SignalExchange:
     """The Control's side of the signal: this rank's requests go out with the next step, and what every rank asked
     comes back after it, filed on the Control for this very step boundary (the same on every rank)."""
 
-    def __init__(self, signal: RankSignal, session: Any) -> None:
+    def __init__(self, signal: RankSignal, session: Any, *, batch: BatchChanges | None = None) -> None:
+        """``batch``: a DynamicBatch's changes (``dynamic_batch.BatchChanges``), agreed through this vector."""
         self.signal = signal
         self.session = session
         #: Rank 0: its cross-rank watch, which takes every rank's timings (``CrossRankWatch.from_signal``).
@@ -261,8 +265,8 @@ class SignalExchange:
         #: The step whose timings this rank set last, and the one they went out with in the step in flight.
         self._timed_step: int | None = None
         self._sent_step: int | None = None
-        #: A DynamicBatch's changes (``dynamic_batch.BatchChanges``): agreed through this vector; None: none.
-        self.batch: Any = None
+        #: A DynamicBatch's changes: agreed through this vector; None: none.
+        self.batch = batch
 
     def timed(self, step: int, step_secs: float, data_secs: float) -> None:
         """This rank's step and data time at ``step``: they go out with the next sum (rank 0 hears every rank's)."""

@@ -2,19 +2,21 @@
 
 Example::
 
-    recorder = StepRecorder.start(config, network=net, optimizer=opt)    # None: monitoring is off (a warning said why)
+    recorder = StepRecorder.start(config, Training(opt, saved=net, network=net))   # every part, from what was found
     recorder.plan(step)                       # before a step: what it measures (layers, attention), its global_step
     if recorder.due(steps_since_recorded):    # after it
         rec = {"step": step, "epoch": 1, "t": time.time(), "rank": recorder.rank, "loss": 2.3}
-        recorder.record(rec, step, steps_since_recorded, time.perf_counter(), boundary)
-    else:
-        recorder.act(step, boundary)          # requested actions still happen at this boundary
+        recorder.record(rec, step, steps_since_recorded, time.perf_counter())   # rec is the worker's from here
+    recorder.act(step, boundary)              # recorded or not: the actions due at this boundary
     recorder.finish("finished")
 
 ``MonitorCallback`` (``Model.train``) and ``Run`` (:func:`mindwatch.mindspore.start_run`, a loop of your
 own) are two thin front doors over this: each reads its step's values its own way (the train cell's
 outputs, or one compiled reduction of the loop's tensors) and hands the record here; what else both follow
-(starting, ending, a user's own metrics) is :mod:`~mindwatch.mindspore.front_door`'s. The pieces, one
+(starting, ending, a user's own metrics) is :mod:`~mindwatch.mindspore.front_door`'s, and what a fault of ours in a
+step hook does is :mod:`~mindwatch.mindspore.failures`'. How a recording begins reads in one place: each door states
+what it found as one :class:`Training`, and :meth:`StepRecorder.start` builds every part from it before the worker
+starts. The pieces, one
 concern each: :class:`~mindwatch.mindspore.timing.StepTimer` (timing, throughput; TFLOPS and MFU from :func:`flops_basis`,
 the trainable parameters counted once here at start),
 :class:`~mindwatch.mindspore.layer_watch.LayerWatch` (per-layer statistics),
@@ -27,7 +29,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,21 +39,25 @@ import mindspore as ms
 from mindwatch import metrics as vocab
 from mindwatch.config import MonitorConfig
 from mindwatch.device_peaks import known_device
-from mindwatch.mindspore.actions import Interventions, StepBoundary, network_and_optimizer
+from mindwatch.mindspore.actions import Interventions, StepBoundary, network_and_optimizer, prepare_optimizer
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.attention_watch import AttentionWatch
-from mindwatch.mindspore.dynamic_batch import DynamicBatch
+from mindwatch.mindspore.dynamic_batch import DynamicBatch, warn_unagreed
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.layer_watch import LayerWatch
 from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler
+from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.rewind import Rewinds, snapshots_wanted
 from mindwatch.mindspore.timing import FlopsBasis, StepTimer
+from mindwatch.monitor.worker import Sampler
 from mindwatch.session import RunSession
+from mindwatch.store.attempts import resumed_step
 from mindwatch.store.layerfiles import row_stats
 from mindwatch.system import device_name, device_util_sampler, host_memory_available_gb, host_memory_sampler
 
 log = logging.getLogger("mindwatch")
+_perf = time.perf_counter
 
 
 def rewind_state(network: Any, optimizer: Any) -> dict[str, Any]:
@@ -60,6 +67,50 @@ def rewind_state(network: Any, optimizer: Any) -> dict[str, Any]:
     mine = {p.name for p in network.get_parameters() if p.name.startswith("mindwatch_")} if network is not None else set()
     mine -= kept
     return {n: p for n, p in (network_and_optimizer(network, optimizer) or {}).items() if n not in mine}
+
+
+@dataclass(frozen=True)
+class LayersFound:
+    """The layers a training can measure: their grouping, the histograms' bins (0: none), and whether the optimizer's
+    moments are measured too (``adam_m_norm``, ``adam_v_norm``)."""
+
+    grouping: LayerGrouping
+    bins: int = 0
+    moments: bool = False
+
+
+@dataclass(frozen=True)
+class Training:
+    """What a front door found about the training it records, stated once: the recorder builds every part from it
+    before the worker starts, and no door writes into the recorder's parts afterwards."""
+
+    optimizer: Any
+    #: What a ``checkpoint`` saves: the train network, or a loop's ``{name: Parameter}``.
+    saved: Any
+    network: Any = None
+    total_steps: int | None = None
+    #: The run and attempt to join (a rank > 0 that learnt rank 0's through the step's signal); None: its own.
+    run_id: str | None = None
+    attempt: int | None = None
+    #: Rank 0's lifeline (``host:port``) to join, as the signal announced it (ranks > 0).
+    lifeline: str | None = None
+    #: The cross-rank signal the step (or the loop) sums: the ranks agree on actions through it; None: none.
+    signal: RankSignal | None = None
+    #: The training's DynamicBatch, whose size each step's record and throughput follow; None: a fixed batch size.
+    batch: DynamicBatch | None = None
+    #: The layers measured (None: none).
+    layers: LayersFound | None = None
+    #: The model whose ``AttentionStats`` cells are recorded (None: none).
+    attention: Any = None
+    #: The model whose attention softmax cells PyNative forward hooks sample, where it has no ``AttentionStats``.
+    entropy_hooks: Any = None
+    #: How a rewind passes over batches (``Rewinds``' ``pass_over``): the train cell's switch, True (the front door
+    #: does, ``run.batches``) or False (it cannot).
+    pass_over: Callable[[bool], None] | bool = True
+    #: The front door's count of the last step before recording begins; None: the run's own (a resumed run's last).
+    recorded: int | None = 0
+    #: ``perf_counter()`` recording begins at (the first step's time, the watchdog's first-step limit); None: now.
+    began: float | None = None
 
 
 @dataclass(slots=True)
@@ -84,43 +135,49 @@ class StepRecorder:
     """One training's recording. Build it with :meth:`start`; see the module docstring."""
 
     def __init__(
-        self,
-        session: RunSession,
-        *,
-        optimizer: Any,
-        saved: Any,
-        rank: int,
-        flops: FlopsBasis | None = None,
-        weights: Sequence[Any] = (),
-        batch: Any = None,
-        network: Any = None,
+        self, session: RunSession, training: Training, *, flops: FlopsBasis | None = None, weights: Sequence[Any] = ()
     ) -> None:
+        """Every part from ``training`` (the worker has not started: what it reads first is set here)."""
         cfg = session.config
         self.session = session
         #: The Parameters the training updates (:func:`trained_weights`, listed once at start).
         self.weights = list(weights)
         self.config = cfg
-        self.rank = rank
-        self.state = StepState()
+        self.rank = rank = session.rank
+        self.state = StepState(recorded=resumed_step(session.meta) if training.recorded is None else training.recorded)
+        began = _perf() if training.began is None else training.began
         baseline = cfg.throughput.baseline if vocab.THROUGHPUT_LINEARITY in cfg.enabled_metrics else None
         self.timer = StepTimer(cfg.batch_size, cfg.seq_length, flops, baseline)
+        self.timer.restart(began)
+        optimizer = training.optimizer
         self.lr_probe = LrProbe(optimizer) if vocab.LR in cfg.enabled_metrics else None
         probe = self.lr_probe or LrProbe(optimizer)
-        self.actions = Interventions(session, optimizer=optimizer, saved=saved, lr_probe=probe, rank=rank, batch=batch)
+        if prepare_optimizer(cfg, optimizer):  # before the graph compiles: a schedule that lr_backoff can scale
+            probe.invalidate()
+        #: The snapshots a ``rewind`` goes back to (None: the config asks for no rewind).
+        self.rewinds = self._rewinds(training) if snapshots_wanted(cfg) else None
+        collective = training.signal is not None
+        self.actions = Interventions(
+            session,
+            optimizer=optimizer,
+            saved=training.saved,
+            lr_probe=probe,
+            rank=rank,
+            batch=training.batch,
+            rewinds=self.rewinds,
+            collective=collective,
+            rewound=lambda: self.state.rewound,
+        )
         #: The training's DynamicBatch (``batch=``), whose size each step's record and throughput follow; None: none.
-        self.batch: DynamicBatch | None = batch
+        self.batch: DynamicBatch | None = training.batch
+        warn_unagreed(training.batch, session.world_size, agreed=collective)
         #: The size of the batch the last step took (a DynamicBatch's).
         self._batch_size = 0
-        if self.actions.batch is not None:
-            self.actions.batch.rewound = lambda: self.state.rewound
-        self.actions.prepare()
-        #: The snapshots a ``rewind`` goes back to (None: the config asks for no rewind).
-        self.rewinds: Rewinds | None = None
-        if snapshots_wanted(cfg):
-            self.rewinds = self.actions.rewinds = self._rewinds(network, optimizer)
-        self.layers: LayerWatch | None = None
-        self.attention: AttentionWatch | None = None
-        self.entropy: AttentionEntropy | None = None
+        #: The ranks' signal: what every rank asked for, filed for the step boundary every rank reads it at.
+        self.exchange = SignalExchange(training.signal, session, batch=self.actions.batch) if training.signal else None
+        self.layers = self._layers(training.layers)
+        self.attention = _attention(training.attention, cfg)
+        self.entropy = _entropy_hooks(training.entropy_hooks, cfg) if self.attention is None else None
         #: Whether the step being run measures something in the graph (such a step is always recorded).
         self.measuring = False
         self._interval = cfg.step_interval
@@ -128,90 +185,58 @@ class StepRecorder:
         self._submit = session.monitor.record
         self._guard_nonfinite = self.actions.guard_nonfinite
         self.watchdog = session.watchdog
+        if self.watchdog is not None:
+            self.watchdog.started = began  # from here, compilation and the first batch have first_step_timeout
+        if training.lifeline and rank > 0:
+            session.join_lifeline(training.lifeline)
 
     @classmethod
-    def start(
-        cls,
-        config: MonitorConfig,
-        *,
-        optimizer: Any,
-        saved: Any,
-        network: Any = None,
-        total_steps: int | None = None,
-        run_id: str | None = None,
-        attempt: int | None = None,
-        collective: bool = False,
-        batch: DynamicBatch | None = None,
-    ) -> StepRecorder:
-        """Start the run's session for this process's rank (raises ``SaveDirUnavailable``, ``ResumeError``).
-
-        ``network``: the model, whose trainable parameters count for TFLOPS where ``optimizer`` has none;
-        ``run_id``, ``attempt``: the run and attempt to join (a rank > 0 that learnt rank 0's through the train step's
-        collective);
-        ``collective``: the ranks agree on actions through that collective (``RunSession.start``);
-        ``batch``: the training's :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`.
-        """
+    def start(cls, config: MonitorConfig, training: Training) -> StepRecorder:
+        """Start the run's session for this process's rank and the recording of ``training`` (raises
+        ``SaveDirUnavailable``, ``ResumeError``, ``RankError``)."""
         who = discover()
-        metrics = config.enabled_metrics
         target, device_id = str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0)
+        weights = trained_weights(training.optimizer, training.network)
         flops = None
-        weights = trained_weights(optimizer, network)
-        if vocab.TFLOPS in metrics:
+        if vocab.TFLOPS in config.enabled_metrics:
             try:
                 flops = flops_basis(config, weights, device_name(target, device_id))
             except Exception as e:  # weights of no shape, a device probe that fails: no TFLOPS, the rest is recorded
                 log.warning("mindwatch: no TFLOPS for this run (%r)", e)
-        samplers = []
-        if vocab.HOST_RSS_GB in metrics:
-            samplers.append(host_memory_sampler())
-        if metrics & {vocab.DEVICE_MEM_GB, vocab.DEVICE_MEM_PEAK_GB}:
-            dev = device_memory_sampler()
-            if dev is not None:
-                samplers.append(dev)
-        if metrics & set(vocab.in_group("device_util")):
-            util = device_util_sampler(target, device_id)
-            if util is not None:
-                samplers.append(util)
+        batch = training.batch
         session = RunSession.start(
             config,
             rank=who.rank,
             world_size=who.world_size,
-            samplers=samplers,
+            samplers=_samplers(config.enabled_metrics, target, device_id),
             versions={"mindspore": ms.__version__},
             checks_in_step=True,  # Interventions checks the step's NaN/Inf (``nonfinite.checked_in_step``)
             launch_key=who.launch_key,
             launch_meta=who.as_meta()
             | ({"throughput": flops.meta()} if flops is not None else {})
             | ({"dynamic_batch": batch.meta()} if batch is not None else {}),
-            run_id=run_id,
-            attempt=attempt,
-            collective=collective,
+            run_id=training.run_id,
+            attempt=training.attempt,
+            collective=training.signal is not None,
+            begin=False,
         )
         try:
-            recorder = cls(
-                session,
-                optimizer=optimizer,
-                saved=saved,
-                rank=who.rank,
-                flops=flops,
-                weights=weights,
-                network=network,
-                batch=batch,
-            )
-            session.plan(total_steps)
+            recorder = cls(session, training, flops=flops, weights=weights)
+            session.plan(training.total_steps)
+            session.begin()
         except BaseException:
             session.close("stopped", reason="mindwatch could not start")
             raise
         return recorder
 
-    def _rewinds(self, network: Any, optimizer: Any) -> Rewinds | None:
-        """The run's snapshots of ``network`` and ``optimizer`` (:func:`rewind_state`); their memory goes into
+    def _rewinds(self, training: Training) -> Rewinds | None:
+        """The run's snapshots of the network and the optimizer (:func:`rewind_state`); their memory goes into
         ``meta.json``."""
-        state = rewind_state(network, optimizer)
+        state = rewind_state(training.network, training.optimizer)
         if not state:
             log.warning("mindwatch: rewind needs the network and the optimizer (start_run(network=, optimizer=)); none")
             return None
-        rewinds = Rewinds(self.config.rewind, state, emit=self.session.monitor.alert)
+        rewinds = Rewinds(self.config.rewind, state, emit=self.session.monitor.alert, pass_over=training.pass_over)
         memory = rewinds.memory()
         needed, available = memory["bytes"] / 1e9, host_memory_available_gb()
         if needed > available / 2:
@@ -227,39 +252,16 @@ class StepRecorder:
             session.meta["rewind"] = memory  # written with total_steps: start() plans the run next
         return rewinds
 
-    # -- what a training measures --------------------------------------------------
-    def watch_layers(self, grouping: LayerGrouping, bins: int, *, moments: bool = False) -> LayerWatch:
-        """Record per-layer statistics of ``grouping``'s layers (with ``bins``-bin histograms; 0: none; ``moments``:
-        and the norms of the optimizer's moments, ``adam_m_norm`` and ``adam_v_norm``)."""
+    def _layers(self, found: LayersFound | None) -> LayerWatch | None:
+        """Per-layer statistics of ``found``'s layers: the writer's layer files and the inbox's live settings."""
+        if found is None:
+            return None
         layers = self.config.layers
-        self.layers = LayerWatch(grouping, every=layers.every, histogram_every=layers.histogram_every, bins=bins)
-        self.session.writer.set_layers(list(self.layers.layers), bins, row_stats(moments))
-        if self.session.inbox is not None:  # mindwatch set RUN layers.every=N (an attribute store from the worker)
-            self.session.inbox.settings.update(self.layers.live_settings())
-        return self.layers
-
-    def watch_attention(self, network: Any) -> None:
-        """Record the attention statistics of the model's :class:`~mindwatch.mindspore.attention.AttentionStats` cells."""
-        cells = attention_stats_cells(network) if network is not None else []
-        if cells:
-            self.attention = AttentionWatch(cells, every=self.config.attention_entropy.every)
-
-    def watch_entropy_hooks(self, network: Any) -> None:
-        """Attention entropy through PyNative forward hooks, for models without AttentionStats."""
-        if self.attention is not None or vocab.ATTENTION_ENTROPY not in self.config.enabled_metrics or network is None:
-            return
-        if ms.get_context("mode") == ms.GRAPH_MODE:
-            log.warning(
-                "mindwatch: attention_entropy is off in GRAPH mode: forward hooks with Python side effects "
-                "cannot run inside a compiled graph. Give the attention cell an AttentionStats "
-                "(mindwatch.mindspore.attention, docs/layers.md), or train in PyNative mode to record it."
-            )
-            return
-        cells = attention_cells(network, self.config.attention_entropy.cells)
-        if not cells:
-            log.warning("mindwatch: attention_entropy found no attention softmax cells; set attention_entropy.cells")
-            return
-        self.entropy = AttentionEntropy(cells)
+        watch = LayerWatch(found.grouping, every=layers.every, histogram_every=layers.histogram_every, bins=found.bins)
+        self.session.writer.set_layers(list(watch.layers), found.bins, row_stats(found.moments))
+        if self.session.inbox is not None:  # mindwatch set RUN layers.every=N
+            self.session.inbox.settings.update(watch.live_settings())
+        return watch
 
     # -- per step ----------------------------------------------------------------
     def plan(self, step: int) -> None:
@@ -298,8 +300,9 @@ class StepRecorder:
         """Whether the step that just ended, ``steps`` after the last recorded one, is recorded."""
         return steps >= self._interval or self.state.first_pending or self.measuring
 
-    def record(self, rec: dict[str, Any], step: int, steps: int, now: float, boundary: StepBoundary) -> None:
-        """Complete ``rec`` (global step ``step``, ``steps`` since the last recorded) and queue it; then act."""
+    def record(self, rec: dict[str, Any], step: int, steps: int, now: float) -> None:
+        """Complete ``rec`` (global step ``step``, ``steps`` since the last recorded), ask for what must act on this
+        very step, and hand it to the worker: from there it is the worker's, never touched here again."""
         if self.lr_probe is not None and vocab.LR not in rec:  # a train cell that returns the lr gives it itself
             lr = self.lr_probe.used(step, applied=not (rec.get(vocab.SKIPPED) or rec.get(vocab.OVERFLOW)))
             if lr is not None:
@@ -309,19 +312,16 @@ class StepRecorder:
         self.timer.add(rec, steps, now)
         if self.entropy is not None and self.entropy.values:
             rec.update(self.entropy.take())
-        self._submit(rec)
         self.state.first_pending = False
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
             self.actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
         if rec.get(vocab.SKIPPED):
             self.actions.skipped(rec)  # skip_steps skipped its update: the skip alert (and actions) on this very step
-        if self._control.pending:  # a rule asked for stop / checkpoint / lr_backoff / dump_stacks / rewind
-            self.actions.carry_out(step, boundary)
-        if self.rewinds is not None:
-            self.rewinds.after_step(step)
+        self._submit(rec)
 
     def act(self, step: int, boundary: StepBoundary) -> None:
-        """At a step boundary that is not recorded: carry out what is due."""
+        """At the boundary after global step ``step``, recorded or not: carry out what is due (a rule asked for
+        stop / checkpoint / lr_backoff / dump_stacks / rewind ...), then a snapshot when one is due."""
         if self._control.pending:
             self.actions.carry_out(step, boundary)
         if self.rewinds is not None:
@@ -341,6 +341,42 @@ class StepRecorder:
             self.entropy = None
         self.measuring = False
         self.session.close(state, error=error, reason=reason)
+
+
+def _samplers(metrics: frozenset[str], target: str, device_id: int) -> list[Sampler]:
+    """What the worker samples into the newest record: the host's memory, the device's memory and utilization."""
+    samplers: list[Sampler | None] = []
+    if vocab.HOST_RSS_GB in metrics:
+        samplers.append(host_memory_sampler())
+    if metrics & {vocab.DEVICE_MEM_GB, vocab.DEVICE_MEM_PEAK_GB}:
+        samplers.append(device_memory_sampler())
+    if metrics & set(vocab.in_group("device_util")):
+        samplers.append(device_util_sampler(target, device_id))
+    return [s for s in samplers if s is not None]
+
+
+def _attention(network: Any, config: MonitorConfig) -> AttentionWatch | None:
+    """The attention statistics of ``network``'s :class:`~mindwatch.mindspore.attention.AttentionStats` cells."""
+    cells = attention_stats_cells(network) if network is not None else []
+    return AttentionWatch(cells, every=config.attention_entropy.every) if cells else None
+
+
+def _entropy_hooks(network: Any, config: MonitorConfig) -> AttentionEntropy | None:
+    """Attention entropy through PyNative forward hooks, for models without AttentionStats."""
+    if vocab.ATTENTION_ENTROPY not in config.enabled_metrics or network is None:
+        return None
+    if ms.get_context("mode") == ms.GRAPH_MODE:
+        log.warning(
+            "mindwatch: attention_entropy is off in GRAPH mode: forward hooks with Python side effects "
+            "cannot run inside a compiled graph. Give the attention cell an AttentionStats "
+            "(mindwatch.mindspore.attention, docs/layers.md), or train in PyNative mode to record it."
+        )
+        return None
+    cells = attention_cells(network, config.attention_entropy.cells)
+    if not cells:
+        log.warning("mindwatch: attention_entropy found no attention softmax cells; set attention_entropy.cells")
+        return None
+    return AttentionEntropy(cells)
 
 
 def trained_weights(optimizer: Any, network: Any) -> list[Any]:

@@ -104,17 +104,25 @@ class Rewinds:
         rewinds.go_back(alert_step=230, step=233).step   # 200; rewinds.passing == 50
 
     ``emit``: how the intervention alert of a rewind goes out, once the batches after it have passed (their names are
-    in it). ``gate``: the train cell's switch that makes a step pass over its batch without an update (``Model.train``);
-    None where the front door passes over batches itself (a loop's ``run.batches``).
+    in it). ``pass_over``: how the front door passes over a batch: the train cell's switch that makes a step pass over
+    its batch without an update (``Model.train``), True where the front door passes over batches itself (a loop's
+    ``run.batches``), False where it cannot (a rewind then restores the state and passes over none).
     """
 
-    def __init__(self, settings: RewindSettings, state: dict[str, ms.Parameter], emit: Callable[[Alert], None]) -> None:
+    def __init__(
+        self,
+        settings: RewindSettings,
+        state: dict[str, ms.Parameter],
+        emit: Callable[[Alert], None],
+        *,
+        pass_over: Callable[[bool], None] | bool = True,
+    ) -> None:
         self.settings = settings
         self.snapshots = Snapshots(state, settings.keep)
         self.emit = emit
-        self.gate: Callable[[bool], None] | None = None
+        self.gate: Callable[[bool], None] | None = None if isinstance(pass_over, bool) else pass_over
         #: Batches passed over after a rewind: ``skip``, or 0 where the front door cannot pass over any.
-        self.skip = settings.skip
+        self.skip = settings.skip if pass_over is not False else 0
         #: Rewinds done in this run.
         self.count = 0
         #: Batches still to pass over after the last rewind.

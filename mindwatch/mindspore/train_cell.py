@@ -4,7 +4,8 @@ Example::
 
     bins = prepare_cell(config, train_network)       # train begin, before the graph compiles, on every rank
     switch_skip_steps(config, train_network)
-    cell = TrainCell(recorder, train_network, bins)  # once the run started
+    found = layers_found(config, train_network, bins)  # what it measures: the recorder starts from it
+    cell = TrainCell(recorder, train_network)        # once the run started
     cell.plan(step, time.perf_counter())             # before a step: the graph that measures what the step wants
     cell.read(net_outputs, rec)                      # after it: the step's values into its record
     cell.off()                                       # train end: the cell may train again without us
@@ -25,7 +26,7 @@ from mindwatch import metrics as vocab
 from mindwatch.config import MonitorConfig
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.outputs import MINDFORMERS_LAYOUTS, decode_outputs, output_layout
-from mindwatch.mindspore.recorder import StepRecorder
+from mindwatch.mindspore.recorder import LayersFound, StepRecorder
 from mindwatch.store.layerfiles import HISTOGRAM_BINS
 
 log = logging.getLogger("mindwatch")
@@ -80,6 +81,31 @@ def switch_pass_over(train_network: Any, snapshots: bool) -> bool:
     return True
 
 
+def layers_found(config: MonitorConfig, net: Any, bins: int) -> LayersFound | None:
+    """The layers ``net``'s outputs measure (``bins``: its histograms', :func:`prepare_cell`): our cell's
+    ``layer_stats``, or MindFormers' ``local_norm`` (gradient norms only); None: none, or ``layers`` is off."""
+    if not config.layers.enabled:
+        return None
+    params = getattr(net, "mindwatch_layer_params", None)
+    group = config.layers.group
+    if _mindformers_local_norm(net):
+        names = [p.name for p in getattr(net, "weights", ())]
+        return LayersFound(LayerGrouping(names, group)) if names else None
+    if not params or "layer_stats" not in (getattr(net, "mindwatch_outputs", None) or ()):
+        return None
+    return LayersFound(LayerGrouping(params, group), bins, bool(getattr(net, "mindwatch_layer_moments", False)))
+
+
+def attention_found(net: Any) -> Any:
+    """The model whose ``AttentionStats`` cells ``net``'s outputs carry (None: it declares no attention output)."""
+    return net.network if "attention" in (getattr(net, "mindwatch_outputs", None) or ()) else None
+
+
+def _mindformers_local_norm(net: Any) -> bool:
+    """MindFormers' wrapper with ``local_norm``: 7 outputs, the gradients' squared sums per parameter among them."""
+    return getattr(net, "local_norm", False) is True and not getattr(net, "mindwatch_layer_params", None)
+
+
 class TrainCell:
     """What the callback reads from the train cell's outputs, and the graphs it switches between steps.
 
@@ -87,10 +113,13 @@ class TrainCell:
     on, the per-layer statistics, histograms and attention statistics; MindFormers' are known by length.
     """
 
-    def __init__(self, recorder: StepRecorder, train_network: Any, bins: int) -> None:
+    def __init__(self, recorder: StepRecorder, train_network: Any) -> None:
+        """The outputs of ``train_network`` that ``recorder`` reads (its layers and attention, from :func:`layers_found`
+        and :func:`attention_found` at start)."""
         self.recorder = recorder
         self.network = train_network
         self.declared: tuple[str, ...] | None = getattr(train_network, "mindwatch_outputs", None)
+        declared = self.declared or ()
         self.layout: tuple[tuple[int, str], ...] | None = None
         #: Our train cell with ``layer_stats=True`` (its ``measure_layers`` picks a graph); None: no switching.
         self.switching: Any = None
@@ -101,39 +130,25 @@ class TrainCell:
         self.layer_output = self.hist_output = self.attention_output = -1
         #: The statistics come from MindFormers' ``local_norm`` output (gradient norms only), not from our cell.
         self.local_norm = False
-        if recorder.config.layers.enabled:
-            self._setup_layers(bins)
-        if "attention" in (self.declared or ()):  # the model author's AttentionStats cells are the opt-in
-            recorder.watch_attention(train_network.network)
-            self.attention_output = self.declared.index("attention")  # type: ignore[union-attr]
+        if recorder.layers is not None:
+            if _mindformers_local_norm(train_network):
+                self.layer_output = MINDFORMERS_LAYOUTS[7].index("local_norm")
+                self.local_norm = True
+            else:
+                self.switching = train_network
+                self.layer_output = declared.index("layer_stats")
+                if recorder.layers.bins:
+                    self.hist_output = declared.index("layer_histograms")
+        if recorder.attention is not None:
+            self.attention_output = declared.index("attention")
         #: Whether anything is planned per step (layers or attention statistics, hooks).
         self.plans = recorder.layers is not None or recorder.attention is not None
         #: Our cell with ``skip_steps`` on: the output that says the step was skipped (read every step), else -1.
-        declared = self.declared or ()
         self.skip_output = declared.index(vocab.SKIPPED) if vocab.SKIPPED in declared else -1
 
     def skipped(self, outputs: Any) -> bool:
         """Whether ``skip_steps`` skipped this step (a step not otherwise recorded is recorded when it was)."""
         return bool(outputs[self.skip_output].asnumpy())
-
-    def _setup_layers(self, bins: int) -> None:
-        net, recorder = self.network, self.recorder
-        params = getattr(net, "mindwatch_layer_params", None)
-        if getattr(net, "local_norm", False) is True and not params:  # MindFormers' wrapper: 7 outputs
-            names = [p.name for p in getattr(net, "weights", ())]
-            if names:
-                recorder.watch_layers(LayerGrouping(names, recorder.config.layers.group), 0)
-                self.layer_output = MINDFORMERS_LAYOUTS[7].index("local_norm")
-                self.local_norm = True
-            return
-        if not params or "layer_stats" not in (self.declared or ()):
-            return
-        moments = bool(getattr(net, "mindwatch_layer_moments", False))
-        recorder.watch_layers(LayerGrouping(params, recorder.config.layers.group), bins, moments=moments)
-        self.switching = net
-        self.layer_output = self.declared.index("layer_stats")  # type: ignore[union-attr]
-        if bins:
-            self.hist_output = self.declared.index("layer_histograms")  # type: ignore[union-attr]
 
     def plan(self, step: int, now: float) -> None:
         """Before global step ``step``: its measurements, and the cell's graph for them."""

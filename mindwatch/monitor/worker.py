@@ -73,6 +73,7 @@ class Monitor:
         self.state = "running"
         self._queue: deque[Record] = deque()
         self._alerts: deque[Record] = deque()
+        self._calls: deque[Callable[[], None]] = deque()
         self._capacity = queue_size
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -101,6 +102,11 @@ class Monitor:
         self._alerts.append(alert)
         self._wake.set()
 
+    def call(self, work: Callable[[], None]) -> None:
+        """From any thread: run ``work`` on the worker (before its next batch), where the sinks' state is its own."""
+        self._calls.append(work)
+        self._wake.set()
+
     def wake(self) -> None:
         """From any thread: run the worker's loop (its tickers) now, not at its next batch or tick."""
         self._wake.set()
@@ -121,6 +127,7 @@ class Monitor:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._run_calls()
         self._drain()
         self._deliver_alerts()
         if self.retired():
@@ -157,16 +164,25 @@ class Monitor:
                 self._wake.clear()
             else:
                 self._idle = True  # set before looking at the queue: a record appended after the look sees it
-                if not self._queue and not self._alerts:
+                if not self._queue and not self._alerts and not self._calls:
                     self._wake.wait(min(next_flush - now, TICK_SECS) if self.tickers else next_flush - now)
                 self._idle = False
                 self._wake.clear()
+            self._run_calls()
             self._deliver_alerts()
             if self._queue:
                 self._drain()
                 busy_until = time.monotonic() + PAUSE_SECS
             for ticker in self.tickers:
                 self._call(ticker, "tick")
+
+    def _run_calls(self) -> None:
+        while self._calls:
+            work = self._calls.popleft()
+            try:
+                work()
+            except Exception as e:
+                self._warn_once(id(work), f"mindwatch: {work!r} failed on the worker: {e!r}; training continues")
 
     def _drain(self) -> None:
         batch: list[Record] = []

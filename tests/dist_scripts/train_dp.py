@@ -33,6 +33,9 @@ a ``--loop``'s step under ``ms.jit(dynamic=1)``); with
 ``--rows PATH`` each rank writes the rows of every step's batch, as its network received them, to ``PATH.rank<R>.json``.
 ``--short-prefetch-rank R``: rank R's pipeline prefetches 2 batches, not 16 (``ds.config.set_prefetch_size(2)``): it
 runs 14 batches ahead of the training, the others 84.
+``--fault-rank R --fault WHERE:S1,S2``: a bug of mindwatch's own on rank R, at steps S1, S2 (repeatable): ``record``,
+the step's timing (``StepTimer.add``) raises; ``sum``, the code just before a loop's own sum of the signal
+(``SignalExchange.timed``) raises.
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
 ``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
@@ -195,6 +198,8 @@ def main() -> None:
     p.add_argument("--ids", action="store_true", help="an ids column, named by callback.sample_ids")
     p.add_argument("--adamw", action="store_true", help="AdamWeightDecay in place of Momentum")
     p.add_argument("--then-per-rank", action="store_true", help="then train again, each rank in its own folder")
+    p.add_argument("--fault-rank", type=int, default=-1)
+    p.add_argument("--fault", action="append", default=[], help="WHERE:S1,S2 (record | sum) on --fault-rank")
     args = p.parse_args()
 
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
@@ -202,10 +207,41 @@ def main() -> None:
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     ms.set_seed(0)
     rank = get_rank()
+    if rank == args.fault_rank:
+        for fault in args.fault:
+            where, steps = fault.split(":")
+            inject_fault(where, {int(step) for step in steps.split(",")})
     train(rank, args)
     if args.then_per_rank:
         args.project, args.save_dir_per_rank = f"{args.project}_own", True
         train(rank, args)
+
+
+def inject_fault(where: str, steps: set[int]) -> None:
+    """A bug of mindwatch's own at ``steps``: in the step's timing (``record``) or just before a loop's sum (``sum``)."""
+    from mindwatch.mindspore.rank_signal import SignalExchange
+    from mindwatch.mindspore.timing import StepTimer
+
+    if where == "record":
+        add = StepTimer.add
+
+        def faulty_add(self, rec, n, now):  # noqa: ANN001, ANN202
+            if rec["step"] in steps:
+                raise RuntimeError(f"injected fault in the record of step {rec['step']}")
+            add(self, rec, n, now)
+
+        StepTimer.add = faulty_add
+    elif where == "sum":
+        timed = SignalExchange.timed
+
+        def faulty_timed(self, step, step_secs, data_secs):  # noqa: ANN001, ANN202
+            if step in steps:
+                raise RuntimeError(f"injected fault before the sum of step {step}")
+            timed(self, step, step_secs, data_secs)
+
+        SignalExchange.timed = faulty_timed
+    else:
+        raise SystemExit(f"--fault {where}: record or sum")
 
 
 def train(rank: int, args: argparse.Namespace) -> None:
