@@ -88,7 +88,7 @@ def device_name(device: str, device_id: int = 0) -> str | None:
     NVML's (``NVIDIA A100-SXM4-80GB``) on ``GPU``, ``npu-smi info``'s chip name (``910B3``) on ``Ascend``; None
     where neither answers (CPU, no driver tools). Runs a subprocess on Ascend: call it once, at start."""
     if device == "GPU":
-        found = _nvml_handle(device_id)
+        found = nvml_handle(device_id)
         if found is None:
             return None
         pynvml, handle = found
@@ -108,8 +108,10 @@ def device_name(device: str, device_id: int = 0) -> str | None:
     return None
 
 
-def _nvml_handle(device_id: int) -> tuple[Any, Any] | None:
-    """``(pynvml, the device's handle)`` for the ``device_id``-th visible GPU; None without nvidia-ml-py or a driver."""
+def nvml_handle(device_id: int) -> tuple[Any, Any] | None:
+    """``(pynvml, the device's handle)`` for the ``device_id``-th GPU this process sees (``CUDA_VISIBLE_DEVICES`` maps it
+    to the driver's index or UUID); None without nvidia-ml-py or a driver. The one NVML lookup: utilization, the
+    device's name and the device memory sampler (``mindspore/probes.py``) all read this device."""
     try:
         import pynvml  # type: ignore[import-not-found,unused-ignore]
 
@@ -122,7 +124,7 @@ def _nvml_handle(device_id: int) -> tuple[Any, Any] | None:
 
 
 def _nvml_sampler(device_id: int) -> Callable[[], dict[str, float]] | None:
-    found = _nvml_handle(device_id)
+    found = nvml_handle(device_id)
     if found is None:  # nothing to sample
         return None
     pynvml, handle = found

@@ -112,6 +112,28 @@ def test_nvml_reads_the_gpu_this_process_sees_as_device_id(monkeypatch: pytest.M
     assert device_util_sampler("GPU", device_id=0) is not None and handles[-1] == "GPU-8f2c"
 
 
+def test_device_memory_reads_the_same_gpu_as_utilization(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MindSpore's allocator says nothing (as on a GPU whose allocator reports 0): NVML's memory of the GPU this process
+    sees as MindSpore's ``device_id`` 1 under ``CUDA_VISIBLE_DEVICES=2,3``, the driver's GPU 3, as utilization reads."""
+    pytest.importorskip("mindspore")
+    from mindwatch.mindspore import probes
+
+    handles = []
+    used = {"gpu3": 30 * 2**30, "gpu1": 70 * 2**30}
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: handles.append(i) or f"gpu{i}",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=used[h], total=80 * 2**30, free=0),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    context = {"device_target": "GPU", "device_id": 1}
+    monkeypatch.setattr(probes.ms, "get_context", lambda key: context[key])
+    sample = probes.device_memory_sampler()
+    assert sample is not None and handles == [3], "the driver's index of the second visible GPU"
+    assert sample() == {"device_mem_gb": 30 * 2**30 / 1e9, "device_mem_peak_gb": 30 * 2**30 / 1e9}
+
+
 def test_a_utilization_drop_while_the_loss_looks_fine_is_fake_training() -> None:
     util = [90.0] * 40 + [5.0] * 5
     recs = [{"step": i + 1, "samples_per_second": 100.0, "loss": 2.0, "device_util": u} for i, u in enumerate(util)]

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from test_metrics import js_strings
 
 from mindwatch import metrics
-from mindwatch.analysis.state_colours import STATE_COLOURS, state_css, terminal_style
+from mindwatch.analysis.state_colours import SEVERITY_COLOURS, STATE_COLOURS, severity_style, state_css, terminal_style
 from mindwatch.analysis.summary import LABELS, RunSummary, field_label
 from mindwatch.checks.listing import COLUMN_LABELS, SUMMARY_COLUMNS, run_columns
 from mindwatch.report.html import render_report
@@ -40,6 +40,12 @@ _SENTENCE = re.compile(
 )
 #: A page's colour rule of one state: ``.state-failed``, ``.banner-stale``, ``.banner.running``.
 _STATE_RULE = re.compile(r"\.(state|banner)[-.](" + "|".join(sorted(STATES)) + r")\b")
+#: A severity's colour written down: a page's rule that colours ``.sev-<severity>``, or a colour keyed by a severity.
+_SEVERITY_COLOUR = re.compile(
+    r"\.sev-\w+[^{}]*\{[^}]*\bcolor\s*:(?!\s*var\(--sev-)"  # a page's rule
+    r"|[\"']?\b(error|warning|info)[\"']?\s*:\s*"  # a map: a severity, then
+    r"[\"'](#[0-9a-fA-F]{3,6}|(bold )?(red|yellow|cyan)\b)"  # a colour
+)
 #: Code that reads a tags value's shape (a list or a mapping).
 _TAGS_SHAPE_PY = re.compile(r"isinstance\(\s*[\w.]*tags\b")
 _TAGS_SHAPE_JS = re.compile(r"(Array\.isArray|Object\.(entries|keys|values))\(\s*[\w.]*tags\b")
@@ -138,6 +144,30 @@ def test_the_dashboard_the_report_and_the_terminal_colour_a_state_alike(tmp_path
     for state, colour in STATE_COLOURS.items():
         assert f".state-{state} {{ background: {colour.strong}; }}" in served
         assert terminal_style(state) == f"bold {colour.strong}"
+
+
+# -- a severity's colour: analysis/state_colours.py ------------------------------------------------------------------
+def test_no_file_but_state_colours_holds_a_severitys_colour() -> None:
+    files = [p for p in PACKAGE.rglob("*") if p.suffix in (".css", ".html", ".js", ".py") and not p.name.endswith(".min.js")]
+    owner = PACKAGE / "analysis" / "state_colours.py"
+    found = [
+        f"{p.relative_to(PACKAGE)}: {m.group()}" for p in files if p != owner for m in _SEVERITY_COLOUR.finditer(p.read_text())
+    ]
+    assert not found, "a severity's colour outside analysis/state_colours.py:\n" + "\n".join(found)
+    seen = [m.group() for m in _SEVERITY_COLOUR.finditer('.alert-list .sev-error { color: #8a1c2b; }\nS = {error: "#c62828"}')]
+    assert len(seen) == 2, "the check sees a page's rule and a script's map"
+
+
+def test_the_dashboard_the_report_and_the_terminal_colour_a_severity_alike(tmp_path: Path) -> None:
+    assert set(SEVERITY_COLOURS) == {"info", "warning", "error"}
+    run_dir = write_run(tmp_path / "logs" / "p" / "one", state="failed")
+    with TestClient(create_app(tmp_path / "logs")) as c:  # type: ignore[arg-type]
+        served = c.get("/api/vocabulary").json()["state_css"]
+    page = render_report([open_run(run_dir)])
+    for severity, colour in SEVERITY_COLOURS.items():
+        assert f"--sev-{severity}: {colour};" in served and f".sev-{severity} {{ color: var(--sev-{severity}); }}" in served
+        assert severity_style(severity) == f"bold {colour}"
+    assert served in page
 
 
 # -- a summary field's label: analysis/summary.py --------------------------------------------------------------------

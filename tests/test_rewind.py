@@ -17,6 +17,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import wait_for
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
@@ -24,6 +25,7 @@ from test_skip_steps import WithIds
 
 import mindwatch
 import mindwatch.mindspore as mw
+from mindwatch.analysis.summary import list_run, summarize_run
 from mindwatch.demo.tutorial_step import jit_train_step
 from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 from mindwatch.report.html import render_report
@@ -293,3 +295,36 @@ def test_a_person_rewinds_a_live_run_from_a_shell_to_a_step(tmp_path: Path) -> N
     assert answer["state"] == "taken" and answer["step"] == rewind["step"]
     (asked,) = [a for a in raw_records(run.run_dir / "alerts.jsonl") if a["rule"] == "request"]
     assert asked["reason"] == "bad data" and asked["to_step"] == 45 and rewind["request"] == request_id
+
+
+def read_request(run_dir: Path) -> bool:
+    alerts = run_dir / "alerts.jsonl"
+    return alerts.exists() and any(a["rule"] == "request" for a in raw_records(alerts))
+
+
+def test_the_runs_page_and_the_report_agree_on_the_best_loss_across_a_rewind(tmp_path: Path) -> None:
+    """A person rewinds a run from step 70 back to step 20 and passes over 20 batches: the kept line ends before the abandoned
+    branch's last steps, which hold the lowest losses written; neither the runs page (the status file's running best)
+    nor the report counts them."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net, opt, _ = training()
+    train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
+    config = {"save_dir": str(tmp_path / "out"), "rewind": {"every": EVERY, "skip": 20, "keep": 3}}
+    with mw.start_run(config, network=net, optimizer=opt) as run:
+        for i, (x, y) in enumerate(run.batches(dataset(bad=None, steps=100).create_tuple_iterator()), 1):
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            if i == 70:
+                command = [sys.executable, "-m", "mindwatch.cli", "rewind", str(run.run_dir), "--to", "20"]
+                subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+                wait_for(lambda: read_request(run.run_dir), 30, "the request read")  # the next step boundary takes it
+    assert the_rewind(run.run_dir)["to_step"] == 20
+    line: dict[int, float] = {}  # the line the training kept: a step going back drops every step from it on
+    written = [r for r in raw_records(run.run_dir / "metrics.rank0.jsonl") if "loss" in r]
+    for r in written:
+        line = {s: v for s, v in line.items() if s < r["step"]}
+        line[r["step"]] = r["loss"]
+    best_step = min(line, key=line.__getitem__)
+    assert min(r["loss"] for r in written) < line[best_step], "the abandoned branch went lower than the kept line"
+    listed, full = list_run(run.run_dir), summarize_run(mindwatch.open_run(run.run_dir))
+    assert listed.best_loss == full.best_loss == line[best_step] and full.best_loss_step == best_step

@@ -97,7 +97,9 @@ def test_a_hung_data_pipeline_is_a_stall_with_stacks_then_resumed(tmp_path: Path
     text = dump.read_text()
     assert "wait_for_the_disk_that_never_answers" in text and "batches" in text  # the generator, named
     assert (dump.parent / (dump.stem + ".faulthandler.txt")).read_text().strip()
-    assert resumed["severity"] == "info" and resumed["value"] >= STALL_SECS - 0.5
+    # the gap runs from the last step before the hang to the first after it: longer than the idle time the stall was
+    # seen at, and no longer than the hang (the steps before it may have eaten into it, from batches prefetched)
+    assert resumed["severity"] == "info" and stall["value"] < resumed["value"] < STALL_SECS + NAMED_WITHIN
     assert states[:3] == ["running", "stalled", "running"] and states[-1] == "finished"
     assert run.state == "finished"
 

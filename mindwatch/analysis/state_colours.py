@@ -1,4 +1,5 @@
-"""What colour a run's state is, wherever a person sees it: the dashboard, the report and the terminal.
+"""What colour a run's state and an alert's severity are, wherever a person sees them: the dashboard, the report and
+the terminal.
 
 Example::
 
@@ -10,13 +11,17 @@ Example::
 
 The report puts :func:`state_css` in its page's style; the dashboard gets the same text with the vocabulary
 (``GET /api/vocabulary``'s ``state_css``) and adds it to the page. A badge is ``<span class="state state-<state>">``,
-a banner ``<div class="banner banner-<state>">``; their shapes are each page's own. No other file holds a state's
-colour (``tests/test_one_owner.py``).
+a banner ``<div class="banner banner-<state>">``; their shapes are each page's own. A severity's word is
+``<span class="sev-<severity>">``, and a chart's mark of an alert takes the CSS variable ``--sev-<severity>``
+(``assets/charts.js``' ``severityColour``). No other file holds a state's or a severity's colour
+(``tests/test_one_owner.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from mindwatch.alerts.alert import SEVERITIES
 
 
 @dataclass(frozen=True)
@@ -44,15 +49,30 @@ STATE_COLOURS: dict[str, StateColour] = {
 }
 
 
+#: One colour per alert severity (:data:`mindwatch.alerts.alert.SEVERITIES`): its word in an alert list, its mark on a
+#: chart, its word in ``mindwatch tail``. An error reads like a failed run.
+SEVERITY_COLOURS: dict[str, str] = {"error": _FAILED.strong, "warning": "#e09100", "info": "#1e88e5"}
+assert set(SEVERITY_COLOURS) == set(SEVERITIES), "a colour for every severity"
+
+
 def state_css() -> str:
     """The colour rules of a badge (``.state``, white on :data:`NEUTRAL`), each state's badge (``.state-<state>``) and
-    banner (``.banner-<state>``), one per line."""
+    banner (``.banner-<state>``), each severity's variable (``--sev-<severity>``, for the charts) and word
+    (``.sev-<severity>``), one per line."""
     badges = [f".state-{name} {{ background: {c.strong}; }}" for name, c in STATE_COLOURS.items()]
     banners = [f".banner-{name} {{ background: {c.soft}; color: {c.ink}; }}" for name, c in STATE_COLOURS.items()]
-    return "\n".join([f".state {{ color: #fff; background: {NEUTRAL}; }}", *badges, *banners])
+    variables = " ".join(f"--sev-{name}: {colour};" for name, colour in SEVERITY_COLOURS.items())
+    words = [f".sev-{name} {{ color: var(--sev-{name}); }}" for name in SEVERITY_COLOURS]
+    return "\n".join([f".state {{ color: #fff; background: {NEUTRAL}; }}", *badges, *banners, f":root {{ {variables} }}", *words])
 
 
 def terminal_style(state: str) -> str:
     """The rich style of ``state``'s word in ``mindwatch runs`` and ``mindwatch tail``."""
     colour = STATE_COLOURS.get(state)
     return f"bold {colour.strong if colour else NEUTRAL}"
+
+
+def severity_style(severity: str) -> str:
+    """The rich style of an alert's ``severity`` in ``mindwatch tail``."""
+    colour = SEVERITY_COLOURS.get(severity)
+    return f"bold {colour}" if colour else ""

@@ -17,7 +17,8 @@ form (:func:`summarize_run`) adds what needs the series. Definitions (docs/repor
 - ``last_step``/``last_time``: the newest of the status files and the last records
   (:func:`mindwatch.store.catalog.last_step`);
 - ``final_loss``: the lowest rank's last ``loss``; ``best_loss``: the smallest finite ``loss`` of the
-  lowest rank that has one (the status file's running ``best_loss`` in a listing, the series in full);
+  lowest rank that has one, on the line the training kept (a rewind's abandoned steps do not count:
+  :mod:`mindwatch.store.best_loss`; the status file's running ``best_loss`` in a listing, the series in full);
 - ``ranks``: the ranks that wrote a file, ``world_size`` meta.json's (:func:`rank_count` says both);
 - ``state``: :func:`mindwatch.store.states.run_state`; ``error`` a lost rank's message, else the first error;
   ``reason`` why it stopped (the lowest rank's: the rule's alert, or who asked and why), from the status files;
@@ -43,6 +44,7 @@ from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.analysis.progress import total_steps_of
 from mindwatch.analysis.state_text import lost_sentence
 from mindwatch.store.attempts import time_lost
+from mindwatch.store.best_loss import kept_best
 from mindwatch.store.catalog import RunHead, last_step, last_time
 from mindwatch.store.reader import Run
 from mindwatch.store.states import rank_states, run_state
@@ -265,11 +267,11 @@ def summarize_run(run: Run) -> RunSummary:
     if loss_rank is not None:
         loss = run.series("loss", rank=loss_rank)
         s.final_loss = float(loss.value[-1])
+        cols = run.columns[loss_rank]
+        line, value = cols.raw_column("loss")  # in the order written: a rewind's abandoned steps are not the best
+        best = kept_best(cols.steps[line], value)
+        s.best_loss, s.best_loss_step = best if best is not None else (None, None)
         finite = np.isfinite(loss.value)
-        s.best_loss = None
-        if finite.any():
-            i = int(np.argmin(np.where(finite, loss.value, np.inf)))
-            s.best_loss, s.best_loss_step = float(loss.value[i]), int(loss.step[i])
         if not finite.all():
             s.first_nonfinite_loss_step = int(loss.step[np.argmin(finite)])
     s.max_grad_norm, s.max_grad_norm_step = _max_with_step(run, "grad_norm")

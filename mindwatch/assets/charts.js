@@ -86,13 +86,20 @@ function xScale(o) {
   return { to: (x) => x, from: (v) => v };
 }
 
+/** An alert severity's colour: the page's ``--sev-<severity>`` variable (mindwatch/analysis/state_colours.py, in the
+ * page's style: the dashboard's vocabulary, the report's template); grey where the page has none. */
+export function severityColour(severity) {
+  const v = getComputedStyle(document.documentElement).getPropertyValue(`--sev-${severity || "warning"}`).trim();
+  return v || "#777";
+}
+
 function alertMarks(alerts, metric, o, px) {
   const pts = [], lines = [];
   for (const a of alerts || []) {
     const x = o.x === "step" ? a.step : a.t;
     if (x === undefined || x === null) continue;
     const label = `${a.rule || "alert"}${a.rank !== undefined ? " r" + a.rank : ""}: ${a.message || ""}`;
-    const color = a.severity === "error" ? "#d7263d" : "#f4a259";
+    const color = severityColour(a.severity);
     if (metric && a.metric === metric && typeof a.value === "number") {
       pts.push({ coord: [px(x), a.value], value: "!", name: label, itemStyle: { color } });
     } else if (!metric) {
@@ -282,7 +289,7 @@ function lineOption(o, win) {
     const color = s.color || PALETTE[i % PALETTE.length];
     const marks = alertMarks(o.alerts, s.metric, o, px);
     const nonfinite = (s.nonfinite || []).slice(0, 50).map(([x, v]) => ({
-      xAxis: px(x), name: `${s.name} = ${v}`, lineStyle: { color: "#d7263d", type: "dotted" }, label: { formatter: v },
+      xAxis: px(x), name: `${s.name} = ${v}`, lineStyle: { color: severityColour("error"), type: "dotted" }, label: { formatter: v },
     }));
     // alerts of no metric, restarts and events: once per chart
     const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o, px), eventMarks(o.events, o, px)) : []).concat(nonfinite);

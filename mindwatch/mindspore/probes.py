@@ -12,6 +12,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from mindwatch import metrics as vocab
+from mindwatch.system import nvml_handle
 
 log = logging.getLogger("mindwatch")
 
@@ -126,7 +127,7 @@ def device_memory_sampler() -> Callable[[], dict[str, float]] | None:
         return None
     from mindspore import runtime
 
-    nvml = _nvml_handle() if target == "GPU" else None
+    nvml = nvml_handle(int(ms.get_context("device_id") or 0)) if target == "GPU" else None
     peak = 0.0
 
     def sample() -> dict[str, float]:
@@ -141,16 +142,6 @@ def device_memory_sampler() -> Callable[[], dict[str, float]] | None:
         return {}
 
     return sample
-
-
-def _nvml_handle() -> tuple[Any, Any] | None:
-    try:
-        import pynvml  # type: ignore[import-not-found]
-
-        pynvml.nvmlInit()
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(int(ms.get_context("device_id") or 0))
-    except Exception:  # no NVML library or no NVIDIA device: report what MindSpore reports
-        return None
 
 
 def attention_cells(network: nn.Cell, patterns: list[str]) -> list[tuple[str, nn.Cell]]:

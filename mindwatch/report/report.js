@@ -2,10 +2,9 @@
 // mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
-import { PALETTE, esc, heatmap, line, titleOption, unitAxis } from "../assets/charts.js";
+import { PALETTE, esc, heatmap, line, severityColour, titleOption, unitAxis } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
-const SEV_COLORS = { error: "#c62828", warning: "#e09100", info: "#1e88e5" };
 const drawn = [];
 const curveCharts = [];
 // On paper (mindwatch/report/pdf.py opens the page as report.html#print; a browser's print dialog fires beforeprint)
@@ -128,7 +127,7 @@ if (DATA.alerts && DATA.alerts.series.length) {
     yAxis: { type: "category", data: al.severities },
     series: al.series.map((s) => ({
       name: s.label, type: "scatter", symbolSize: 11, symbol: s.symbol,
-      data: s.points.map((p) => ({ value: [p.step, p.severity], tip: p.tip, itemStyle: { color: SEV_COLORS[p.severity] || "#777" } })),
+      data: s.points.map((p) => ({ value: [p.step, p.severity], tip: p.tip, itemStyle: { color: severityColour(p.severity) } })),
     })),
   }));
 }

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import socket
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from mindwatch.store.attempts import this_attempt
+from mindwatch.store.best_loss import BestLoss
 from mindwatch.store.columnfiles import ColumnFilesWriter
+from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import encode_line
 from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerFilesWriter, layers_dir
 from mindwatch.store.layout import RunLayout, read_json, write_json_atomic
@@ -62,7 +64,8 @@ class RunWriter(BaseSink):
         self.reason: str | None = None
         self.last_step: int | None = None
         self.last_step_time: float | None = None
-        self.best_loss: float | None = None  # the lowest finite loss written: the runs page's "best loss" without a scan
+        #: The best loss of the line kept so far (``store/best_loss.py``): the runs page's "best loss" without a scan.
+        self.best = BestLoss()
         self.records_written = 0
         self.records_lost = 0
         self.dropped = 0  # records the Monitor's full queue turned away (records_dropped)
@@ -75,9 +78,8 @@ class RunWriter(BaseSink):
         self.lost_ranks: dict[str, dict[str, Any]] = {}
         self.layout.root.mkdir(parents=True, exist_ok=True)
         self._end_torn_line()
-        previous = read_json(self.layout.status(rank)) or {}  # a resumed run keeps the best loss of its earlier attempts
-        if isinstance(previous.get("best_loss"), (int, float)):
-            self.best_loss = float(previous["best_loss"])
+        if self.layout.metrics(rank).exists():  # a resumed run: its earlier attempts' line, which this one may go back on
+            self.best = BestLoss(_written_losses(self.layout.metrics(rank)))
         self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files, every_secs=columns_every_secs)
         self.layers: LayerFilesWriter | None = None
         self._valid_lines: int | None = None  # lines with an integer step in the JSONL, once layer rows need it
@@ -120,9 +122,8 @@ class RunWriter(BaseSink):
                 f"{self.records_lost} records lost so far, training continues"
             )
         for r in records:
-            loss = r.get("loss")
-            if isinstance(loss, (int, float)) and math.isfinite(loss) and (self.best_loss is None or loss < self.best_loss):
-                self.best_loss = loss
+            if "loss" in r and type(step := r.get("step")) is int:
+                self.best.add(step, r["loss"])
         last = records[-1]
         self.last_step = last.get("step", self.last_step)
         self.last_step_time = last.get("t", self.last_step_time)
@@ -199,7 +200,7 @@ class RunWriter(BaseSink):
             "state": self.state,
             "last_step": self.last_step,
             "last_step_time": self.last_step_time,
-            "best_loss": self.best_loss,
+            "best_loss": self.best.value,
             "updated_at": time.time(),
             "started_at": self.started_at,
             "heartbeat_secs": self.flush_secs,
@@ -259,3 +260,11 @@ class RunWriter(BaseSink):
         if now - self._last_warning > 60:
             self._last_warning = now
             log.warning(msg)
+
+
+def _written_losses(path: Path) -> Iterable[tuple[int, float]]:
+    """Every ``(step, loss)`` an earlier attempt wrote to ``path``, in the order written."""
+    cols = RankColumns(path)
+    cols.refresh()
+    line, value = cols.raw_column("loss")
+    return zip(cols.steps[line].tolist(), value.tolist(), strict=True)

@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mindwatch.analysis.progress import run_progress
-from mindwatch.analysis.state_colours import terminal_style
+from mindwatch.analysis.state_colours import severity_style, terminal_style
 from mindwatch.analysis.state_text import ended_line
 from mindwatch.analysis.summary import list_run, ordered_metrics
 from mindwatch.store.catalog import find_runs
@@ -38,7 +38,6 @@ from mindwatch.store.reader import Run, open_run
 from mindwatch.units import format_duration, format_number
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
-_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def sparkline(values: list[float], width: int = 40) -> Text:
@@ -114,7 +113,7 @@ def render(run: Run, rank: int | None = None, width: int = 40, max_alerts: int =
         for a in run.alerts[-max_alerts:]:
             sev = str(a.get("severity", "warning"))
             line = Text(f"  step {a.get('step', '-')}  ")
-            line.append(sev, style=_SEVERITY_STYLE.get(sev, ""))
+            line.append(sev, style=severity_style(sev))
             line.append(f"  {a.get('rule', '')}: {a.get('message', '')}")
             parts.append(line)
     return Group(*parts)
