@@ -144,6 +144,18 @@ def device_memory_sampler() -> Callable[[], dict[str, float]] | None:
     return sample
 
 
+def model_seq_length(network: Any) -> int | None:
+    """The sequence length the model trains on, where its config says it (MindFormers' models:
+    ``config.seq_length``): its ``input_ids`` hold one more token, the labels' shift, which is not trained on."""
+    if not isinstance(network, nn.Cell):
+        return None
+    for _, cell in network.cells_and_names():
+        seq = getattr(getattr(cell, "config", None), "seq_length", None)
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            return seq
+    return None
+
+
 def attention_cells(network: nn.Cell, patterns: list[str]) -> list[tuple[str, nn.Cell]]:
     """Cells whose output is attention probabilities: by name pattern, or by default every
     ``Softmax`` cell under a cell whose name mentions attention."""

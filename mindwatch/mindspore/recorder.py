@@ -45,7 +45,7 @@ from mindwatch.mindspore.attention_watch import AttentionWatch
 from mindwatch.mindspore.dynamic_batch import DynamicBatch, warn_unagreed
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.layer_watch import LayerWatch
-from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler
+from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler, model_seq_length
 from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.rewind import Rewinds, snapshots_wanted
@@ -147,7 +147,7 @@ class StepRecorder:
         self.state = StepState(recorded=resumed_step(session.meta) if training.recorded is None else training.recorded)
         began = _perf() if training.began is None else training.began
         baseline = cfg.throughput.baseline if vocab.THROUGHPUT_LINEARITY in cfg.enabled_metrics else None
-        self.timer = StepTimer(cfg.batch_size, cfg.seq_length, flops, baseline)
+        self.timer = StepTimer(cfg.batch_size, cfg.seq_length or model_seq_length(training.network), flops, baseline)
         self.timer.restart(began)
         optimizer = training.optimizer
         self.lr_probe = LrProbe(optimizer) if vocab.LR in cfg.enabled_metrics else None
