@@ -42,11 +42,12 @@ _MF_LINE = re.compile(
 
 
 def _train(
-    way: str, workdir: Path, *extra: str, launcher: tuple[str, ...] = ()
+    way: str, workdir: Path, *extra: str, launcher: tuple[str, ...] = (), steps: int = STEPS
 ) -> tuple[mindwatch.Run, dict[int, dict[str, str]]]:
+    """Train (``steps`` an epoch); MFLossMonitor's printed lines by their step in the epoch."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOG_v": "3"}
-    script = [str(SCRIPT), "--way", way, "--save-dir", str(workdir / "monitor_output"), "--steps", str(STEPS)]
+    script = [str(SCRIPT), "--way", way, "--save-dir", str(workdir / "monitor_output"), "--steps", str(steps)]
     cmd = [str(MF_PYTHON), *launcher, *script]
     proc = subprocess.run([*cmd, *extra], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"MindFormers training failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -56,7 +57,7 @@ def _train(
         m = _MF_LINE.search(line)
         if m:
             printed[int(m["step"])] = m.groupdict()
-    assert sorted(printed) == list(range(1, STEPS + 1)), f"MFLossMonitor lines not found in {result['log']}"
+    assert sorted(printed) == list(range(1, steps + 1)), f"MFLossMonitor lines not found in {result['log']}"
     return mindwatch.open_run(result["run_dir"]), printed
 
 
@@ -116,6 +117,38 @@ def test_launcher_seed_name_config_file_and_no_clipping(tmp_path: Path) -> None:
     for i in range(STEPS):
         assert (per_step[:, i] ** 2).sum() == pytest.approx(logged[i].sum(), rel=1e-4)
     assert (tmp_path / "monitor.yaml").is_file() and run.meta["config"]["interval"] == 1
+
+
+def test_checkpoint_action_names_checkpoint_monitors_last_file_before_the_anomaly(tmp_path: Path) -> None:
+    """CheckpointMonitor saves every 4 steps over three epochs of 6; the lr, warming up linearly from 0 over 18 steps
+    (step s uses 1e-3 x (s - 1) / 18), first passes 4.7e-4 at step 10: the rule's checkpoint action names the file of
+    step 8, the second epoch's step 2 (each step pauses 0.1 s: time for the monitor to act before the training ends)."""
+    limit, anomaly, every, per_epoch, epochs = 4.7e-4, 10, 4, 6, 3
+    monitor = {
+        "callback": {"params": {"warn_on_value": {"lr": {"above": limit}}}},
+        "alerts": {"thresholds": {"actions": ["checkpoint"]}},
+    }
+    args = ("--epochs", str(epochs), "--warmup", str(epochs * per_epoch), "--save-every", str(every), "--pause", "0.1")
+    args += ("--monitor", json.dumps(monitor))
+    run, _ = _train("yaml", tmp_path, *args, steps=per_epoch)
+
+    assert run.state == "finished"
+    lr = run.series("lr")
+    assert list(lr.step) == list(range(1, epochs * per_epoch + 1))  # global steps across the epochs
+    assert [s for s, v in zip(lr.step, lr.value, strict=True) if v > limit][0] == anomaly
+    (cause,) = [a for a in run.alerts if a["rule"] == "threshold"]
+    assert cause["step"] == anomaly and cause["metric"] == "lr"
+    (done,) = [a for a in run.alerts if a["rule"] == "intervention"]
+    assert done["actions"] == ["checkpoint"] and done["cause_step"] == anomaly
+
+    last_save = (anomaly - 1) // every * every  # 8: the last save before the anomaly's step
+    epoch, in_epoch = (last_save - 1) // per_epoch + 1, (last_save - 1) % per_epoch + 1
+    expected = tmp_path / "output" / "checkpoint" / "rank_0" / f"llama_tiny_rank_0-{epoch}_{in_epoch}.ckpt"
+    assert expected.name == "llama_tiny_rank_0-2_2.ckpt" and expected.is_file()
+    healthy = done["last_healthy_checkpoint"]
+    assert healthy is not None and Path(healthy).resolve() == expected.resolve(), done["message"]
+    assert f"last checkpoint saved while healthy: {healthy}" in done["message"]
+    assert Path(done["checkpoint"]).is_file()  # mindwatch's own save of the weights at the action's step
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mindformers") is not None, reason="MindFormers is installed in this environment")

@@ -10,7 +10,8 @@ Example::
 - ``stop``: ``run_context.request_stop()`` (a loop's ``should_stop``); the run ends ``stopped`` with the alert as the reason.
 - ``checkpoint``: ``ms.save_checkpoint`` of the train network (a loop's network and optimizer) into
   ``<run_dir>/checkpoints/``, and
-  the newest checkpoint a ``ModelCheckpoint`` wrote *before* the anomaly (the last healthy one).
+  the newest checkpoint a ``ModelCheckpoint`` (MindFormers' ``CheckpointMonitor`` is one) wrote *before* the anomaly
+  (the last healthy one).
 - ``lr_backoff``: multiply the learning rate by ``alerts.lr_backoff_factor`` from the next step on:
   a fixed rate or a per-step list is rewritten in place (``ops.assign``, works in GRAPH and
   PyNative mode); a ``LearningRateSchedule`` is wrapped at train begin in :class:`ScaledSchedule`,
@@ -38,6 +39,7 @@ from typing import Any, Protocol
 import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+from mindspore.train import ModelCheckpoint
 
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert, Cooldown, make_alert
@@ -107,24 +109,30 @@ def prepare_optimizer(config: Any, optimizer: Any) -> bool:
     return optimizer is not None and scaled and wrap_schedules(optimizer)
 
 
+_CKPT_SUFFIXES = (".ckpt", ".safetensors")  # CheckpointConfig(format="ckpt" | "safetensors")
+# ModelCheckpoint: <prefix>-<epoch>_<step in epoch>.<format>, epochs of batch_num steps (the sink size in sink mode)
+_CKPT_NAME = re.compile(r"-(\d+)_(\d+)(?:_breakpoint)?\.(?:ckpt|safetensors)$")
+
+
 def checkpoint_files(callbacks: list[Any] | None, latest: str | None) -> list[Path]:
-    """Checkpoint files the user's ``ModelCheckpoint`` callbacks wrote (and ``latest_ckpt_file``)."""
+    """Checkpoint files the user's ``ModelCheckpoint`` callbacks wrote (and ``latest_ckpt_file``).
+
+    A subclass counts too: MindFormers' ``CheckpointMonitor`` writes into its ``_directory``,
+    ``output/checkpoint/rank_<R>/``, as ``<prefix>_rank_<R>-<epoch>_<step>.ckpt`` (or ``.safetensors``).
+    """
     dirs: set[Path] = set()
     files: set[Path] = set()
     if latest:
         files.add(Path(latest))
         dirs.add(Path(latest).parent)
     for cb in callbacks or []:
-        directory = getattr(cb, "_directory", None)
-        if type(cb).__name__ == "ModelCheckpoint" and directory:
-            dirs.add(Path(directory))
+        if isinstance(cb, ModelCheckpoint) and cb._directory:
+            dirs.add(Path(cb._directory))
     for d in dirs:
         if d.is_dir():
-            files.update(d.glob("*.ckpt"))
+            for suffix in _CKPT_SUFFIXES:
+                files.update(d.glob(f"*{suffix}"))
     return [f for f in files if f.is_file()]
-
-
-_CKPT_NAME = re.compile(r"-(\d+)_(\d+)(?:_breakpoint)?\.ckpt$")  # ModelCheckpoint: <prefix>-<epoch>_<step in epoch>.ckpt
 
 
 def last_healthy_checkpoint(files: list[Path], *, before_step: int, steps_per_epoch: int | None, before_t: float) -> Path | None:
