@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import mindwatch
+from mindwatch.analysis.bands import counted_values
 from mindwatch.cli import main
 from mindwatch.store.writer import RunWriter
 
@@ -245,9 +247,32 @@ def test_two_ranks_are_drawn_and_summarised_per_run(tmp_path: Path) -> None:
     assert [s["label"] for s in loss["series"]] == ["rank 0", "rank 1"]
     assert loss["series"][1]["points"][0] == [1, pytest.approx(3.9)]
     assert data["step_range"] == [1, 10]
-    assert sum(data["histogram"]["series"][0]["counts"]) == 20
+    assert sum(data["histogram"]["series"][0]["counts"]) == 10  # grad_norm is the same on every rank: rank 0's
     assert re.search(r'data-key="max grad norm"><th>max grad norm</th><td class="num">100 \(step 7\)</td>', html)
     assert re.search(r'data-key="final loss"><th>final loss</th><td class="num">2</td>', html)  # the lowest rank's
+
+
+def test_the_gradient_norm_distribution_of_two_ranks_counts_each_step_once(tmp_path: Path) -> None:
+    run_dir = tmp_path / "proj" / "dp"
+    norms = np.exp(np.random.default_rng(0).normal(0.0, 0.3, 300))
+    t0 = time.time()
+    for rank in (0, 1):  # the all-reduce gives every rank the same norm; the loss and the step time are each rank's
+        w = RunWriter(run_dir, rank=rank)
+        w.write(
+            [
+                {"step": s, "t": t0 + s, "grad_norm": float(g), "loss": 3.0 - s / 300 + rank, "step_time": 0.1 + rank}
+                for s, g in enumerate(norms, start=1)
+            ]
+        )
+        w.close("finished")
+    out = tmp_path / "dp.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    hist = report_data(out.read_text())["histogram"]
+    reference, _ = np.histogram(norms, bins=np.geomspace(norms.min(), norms.max(), 31))
+    assert hist["series"][0]["counts"] == reference.tolist() and sum(hist["series"][0]["counts"]) == 300
+    assert hist["note"].startswith("300 values, one rank's: the same on every rank")
+    step_times, ranks = counted_values(mindwatch.open_run(run_dir), "step_time")
+    assert ranks == [0, 1] and len(step_times) == 600  # a rank's own time: every rank's counts
 
 
 def test_names_and_messages_cannot_inject_html(browser, tmp_path: Path) -> None:

@@ -8,13 +8,16 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import wait_for
 from starlette.testclient import TestClient
 
 from mindwatch.serve.app import check_binding, create_app
+from mindwatch.serve.process import free_port
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import decode_value, encode_line
 from mindwatch.store.layout import write_json_atomic
@@ -370,6 +373,32 @@ def test_serve_refuses_non_loopback_without_token_from_the_command_line(logdir: 
         env=env,
     )
     assert r.returncode != 0 and "refusing to listen on 0.0.0.0 without a token" in r.stderr
+
+
+def test_serve_started_before_the_training_made_its_save_dir_lists_the_runs_that_appear(tmp_path: Path) -> None:
+    logdir = tmp_path / "monitor_output"  # the training has not started yet
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MINDWATCH_TOKEN"}
+    cmd = [sys.executable, "-m", "mindwatch.cli", "serve", str(logdir), "--port", str(port), "--no-cache"]
+    with open(tmp_path / "serve.err", "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+
+    def listed() -> list[str]:
+        assert proc.poll() is None, f"mindwatch serve exited: {(tmp_path / 'serve.err').read_text()}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=2) as r:
+            return [row["id"] for row in json.load(r)["runs"]]
+
+    try:
+        wait_for(lambda: listed() == [], 30, "the dashboard to answer, with no run", transient=(OSError,))
+        said = (tmp_path / "serve.err").read_text()
+        assert said.count("does not exist yet") == 1, said
+        assert f"{logdir.resolve()} does not exist yet; its runs will show as soon as they appear there" in said
+        make_run(logdir, "gpt", "late", state="running")  # the training makes its save_dir and its run
+        wait_for(lambda: listed() == ["gpt/late"], 10, "the new run on /api/runs")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert (tmp_path / "serve.err").read_text().count("does not exist yet") == 1  # said once
 
 
 def test_the_server_never_imports_mindspore(logdir: Path) -> None:

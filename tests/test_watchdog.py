@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -97,6 +99,7 @@ def test_a_hung_data_pipeline_is_a_stall_with_stacks_then_resumed(tmp_path: Path
     text = dump.read_text()
     assert "wait_for_the_disk_that_never_answers" in text and "batches" in text  # the generator, named
     assert (dump.parent / (dump.stem + ".faulthandler.txt")).read_text().strip()
+    assert [p.name for p in dump.parent.iterdir() if not p.stat().st_size] == []  # the GIL guard's file went at the end
     # the gap runs from the last step before the hang to the first after it: longer than the idle time the stall was
     # seen at, and no longer than the hang (the steps before it may have eaten into it, from batches prefetched)
     assert resumed["severity"] == "info" and stall["value"] < resumed["value"] < STALL_SECS + NAMED_WITHIN
@@ -171,3 +174,27 @@ def test_watchdog_is_armed_by_the_first_step_and_alerts_once_per_stall(tmp_path:
     dog.check(6.1)
     assert [a["rule"] for a in alerts] == ["stall", "resumed"] and writer.state == "running"
     assert alerts[1]["step"] == 8
+
+
+def test_a_stall_dump_the_disk_cannot_hold_leaves_no_empty_file(tmp_path: Path) -> None:
+    stacks = tmp_path / "run" / "stacks"
+    code = f"""
+import resource, signal, time
+from pathlib import Path
+from mindwatch.monitor.watchdog import StallLimits, Watchdog
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file may be made but not written to: a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+alerts = []
+dog = Watchdog(alerts.append, Path({str(stacks)!r}), limits=StallLimits(timeout=0.5), poll_secs=0.05).start()
+dog.last_beat = time.perf_counter()  # one step ended, then none
+deadline = time.monotonic() + 30
+while not alerts and time.monotonic() < deadline:
+    time.sleep(0.05)
+dog.stop()
+print("ALERT", alerts[0]["rule"], alerts[0].get("stacks"))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "ALERT stall None" in r.stdout, r.stdout + r.stderr  # the stall is told, without a dump
+    assert "cannot write the stack dump" in r.stderr
+    assert [(p.name, p.stat().st_size) for p in stacks.iterdir()] == []  # no dump cut short, no armed GIL file

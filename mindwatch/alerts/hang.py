@@ -271,7 +271,15 @@ def newest_dumps(layout: RunLayout) -> dict[int, Path]:
 
 
 def _dumps_in(stacks: Path) -> list[tuple[int, Path]]:
-    """``(rank, path)`` of each stall dump in a ``stacks/`` folder (not their ``.faulthandler.txt`` twins)."""
+    """``(rank, path)`` of each stall dump in a ``stacks/`` folder (not their ``.faulthandler.txt`` twins); an empty
+    file is no dump (a write a kill or a full disk cut short), so a rank's older, whole dump stays its newest."""
     if not stacks.is_dir():
         return []
-    return [(int(m.group(1)), p) for p in stacks.iterdir() if (m := _DUMP.match(p.name))]
+    return [(int(m.group(1)), p) for p in stacks.iterdir() if (m := _DUMP.match(p.name)) and _has_text(p)]
+
+
+def _has_text(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:  # removed since the folder was listed
+        return False

@@ -10,6 +10,7 @@ Example::
     b.step, b.min, b.mean, b.max       # per step, across the ranks that recorded it
     b.argmax                           # which rank was slowest at each step
     lines = per_rank(run, "loss")      # {rank: Series}: one line per rank on the chart
+    values, ranks = counted_values(run, "grad_norm")  # rank 0's alone: the same on every rank, counted once
 """
 
 from __future__ import annotations
@@ -83,6 +84,19 @@ def per_rank(run: Run, metric: str) -> dict[int, Series]:
         if len(s):
             out[rank] = s
     return out
+
+
+def counted_values(run: Run, metric: str) -> tuple[np.ndarray, list[int]]:
+    """The values of ``metric`` a distribution counts, and the ranks they come from: every rank's, but for a metric that
+    is the same on every rank (``same`` in :mod:`mindwatch.metrics`: ``grad_norm``, ``lr``) the lowest rank's that
+    recorded it, so that a shared value counts once, not once per rank."""
+    series = per_rank(run, metric)
+    known = vocab.get(metric)
+    if known is not None and known.same_on_every_rank and series:
+        lowest = min(series)
+        series = {lowest: series[lowest]}
+    values = np.concatenate([s.value for s in series.values()]) if series else np.empty(0, np.float64)
+    return values, sorted(series)
 
 
 def band(run: Run, metric: str) -> Band:

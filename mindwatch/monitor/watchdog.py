@@ -20,6 +20,11 @@ that hangs before step 1).
 If the training thread holds the GIL inside C code, no Python thread runs, this one included;
 for that case a ``faulthandler`` timer (a C thread) that this thread keeps re-arming writes
 ``stacks/gil_hang_rank<R>.txt`` once the watchdog itself has been starved for ``timeout``.
+
+No stack-dump file is left empty: a dump is written whole under a hidden name, then renamed. The one
+exception is the GIL guard's file, which faulthandler needs open before the hang (nothing can name a
+file while the GIL is held); :meth:`Watchdog.stop` removes it when empty, and only a kill, which runs
+no code, leaves it behind empty: readers (:mod:`mindwatch.alerts.hang`) take an empty file for no dump.
 """
 
 from __future__ import annotations
@@ -59,10 +64,23 @@ def dump_stacks(directory: Path, name: str) -> Path:
         mark = " (the watchdog itself)" if ident == me else ""
         parts.append(f"\n--- thread {ident}: {label}{mark}\n")
         parts.append("".join(traceback.format_stack(frame)))
-    path.write_text("".join(parts), encoding="utf-8")
-    with open(directory / f"{name}.faulthandler.txt", "w", encoding="utf-8") as f:
-        faulthandler.dump_traceback(f, all_threads=True)
+    _write_whole(path, lambda f: f.write("".join(parts)))
+    _write_whole(directory / f"{name}.faulthandler.txt", lambda f: faulthandler.dump_traceback(f, all_threads=True))
     return path
+
+
+def _write_whole(path: Path, write: Callable[[IO[str]], object]) -> None:
+    """``write`` into a hidden file beside ``path``, renamed to ``path`` once complete: a kill or a full disk mid-write
+    leaves no empty or cut-short dump under a name readers list."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # this process's own: rank 0 may keep a relayed copy
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from mindwatch import __version__
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.alerts.hang import locate, newest_dumps
+from mindwatch.analysis.bands import counted_values
 from mindwatch.analysis.batches import flagged_batches, ids_text
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
@@ -245,11 +246,8 @@ def _event_marks(runs: list[Run], events: tuple[str, ...], first_curve: dict[int
 def _histogram(runs: list[Run], labels: list[str], bins: int = 30, ticks: int = 6) -> dict[str, Any] | None:
     """The gradient-norm distribution: log bins when every norm is positive (one outlier then takes one bar at the
     right, not the whole range), a short rounded label at about ``ticks`` bins, each bin's range in its tooltip."""
-    per_run = []
-    for run in runs:
-        parts = [run.series(vocab.GRAD_NORM, rank=r).value for r in run.ranks]
-        v = np.concatenate(parts) if parts else np.empty(0)
-        per_run.append(v)
+    counted = [counted_values(run, vocab.GRAD_NORM) for run in runs]
+    per_run = [values for values, _ in counted]
     finite = [v[np.isfinite(v)] for v in per_run]
     pooled = np.concatenate(finite) if finite else np.empty(0)
     if not len(pooled):
@@ -269,7 +267,9 @@ def _histogram(runs: list[Run], labels: list[str], bins: int = 30, ticks: int = 
         if len(f) or len(labels) == 1
     ]
     nonfinite = sum(int((~np.isfinite(v)).sum()) for v in per_run)
-    note = f"{sum(len(f) for f in finite)} values, every rank" + (f"; {nonfinite} non-finite not shown" if nonfinite else "")
+    once = any(len(from_ranks) < len(run.ranks) for run, (_, from_ranks) in zip(runs, counted, strict=True))
+    whose = "one rank's: the same on every rank" if once else "every rank"
+    note = f"{sum(len(f) for f in finite)} values, {whose}" + (f"; {nonfinite} non-finite not shown" if nonfinite else "")
     centres = np.sqrt(edges[:-1] * edges[1:]) if log else (edges[:-1] + edges[1:]) / 2
     every = max(1, math.ceil(len(centres) / ticks))
     shown = centres[::every].tolist()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from importlib import resources
@@ -94,11 +95,13 @@ def create_app(
     ``allow_control``: ``POST /api/request`` files a person's request into a live run (needs ``token``).
 
     ``cache`` keeps the columns of long runs on disk for the next start (see :mod:`mindwatch.store.cache`).
+
+    A ``logdir`` that does not exist yet (the training has not made its ``save_dir``) is listed once it appears.
     """
     if allow_control and not token:
         raise ValueError("a dashboard that takes requests (allow_control) needs a token, even on 127.0.0.1")
     logdirs = [Path(logdir)] if isinstance(logdir, (str, os.PathLike)) else [Path(d) for d in logdir]
-    catalog = Catalog(logdirs, cache=cache)
+    catalog = Catalog(logdirs, cache=cache, missing_ok=True)
     api = Api(catalog)
     control = ControlApi(catalog, allowed=allow_control)
     hub = LiveHub(catalog, poll_secs=poll_secs)
@@ -235,9 +238,16 @@ def serve(
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"mindwatch serve: {e}") from None
     shown = f"[{host}]" if ":" in host else host
-    dirs = [logdir] if isinstance(logdir, (str, os.PathLike)) else list(logdir)
-    shown_dirs = ", ".join(str(Path(d).resolve()) for d in dirs)
+    dirs = [Path(logdir)] if isinstance(logdir, (str, os.PathLike)) else [Path(d) for d in logdir]
+    shown_dirs = ", ".join(str(d.resolve()) for d in dirs)
     print(f"mindwatch serve: dashboard for {shown_dirs} at http://{shown}:{port}/", flush=True)
+    for d in dirs:
+        if not d.is_dir():
+            print(
+                f"mindwatch serve: {d.resolve()} does not exist yet; its runs will show as soon as they appear there",
+                file=sys.stderr,
+                flush=True,
+            )
     if made_up:
         print(
             f"mindwatch serve: it takes requests (--allow-control); sign in with http://{shown}:{port}/?token={token}", flush=True

@@ -135,25 +135,39 @@ def _files_signature(path: Path) -> tuple[Any, ...]:
         return ()
 
 
+def _resolved(logdirs: list[Path]) -> tuple[list[Path], tuple[Path, ...]]:
+    """The folders that do not exist (yet), and the real path of each."""
+    return [d for d in logdirs if not d.is_dir()], tuple(d.resolve() for d in logdirs)
+
+
 class Catalog:
     """Run directories under ``logdir`` (re-scanned at most every ``rescan_secs``) and their open views.
 
     ``logdir`` may be several folders (each node's ``save_dir`` of a multi-node job without a shared file
     system): a run found under several of them at the same ``project/run`` is one run, its ranks read
     from the folder that holds them.
+
+    ``missing_ok``: a folder that does not exist yet (a dashboard started before the training made its
+    ``save_dir``) holds no run until it appears; :attr:`missing` names those still missing.
     """
 
     def __init__(
-        self, logdir: Path | Sequence[Path], rescan_secs: float = 1.0, max_open: int = 64, cache: ColumnCache | None = None
+        self,
+        logdir: Path | Sequence[Path],
+        rescan_secs: float = 1.0,
+        max_open: int = 64,
+        cache: ColumnCache | None = None,
+        *,
+        missing_ok: bool = False,
     ) -> None:
         self.logdirs = [Path(logdir)] if isinstance(logdir, (str, Path)) else [Path(d) for d in logdir]
         self.logdir = self.logdirs[0]
         self.cache = cache
         for d in self.logdirs:
-            if not d.is_dir():
-                raise FileNotFoundError(f"log directory not found: {d}; pass the save_dir of your monitor_config")
-        self.roots = tuple(d.resolve() for d in self.logdirs)
-        self.root = self.roots[0]
+            if not d.is_dir() and (not missing_ok or d.exists()):
+                raise FileNotFoundError(f"no log directory at {d}; pass the save_dir of your monitor_config")
+        #: The folders not made yet (``missing_ok``), and every folder's real path.
+        self.missing, self.roots = _resolved(self.logdirs)
         self._also: dict[str, tuple[Path, ...]] = {}
         self.rescan_secs = rescan_secs
         self.max_open = max_open
@@ -167,8 +181,12 @@ class Catalog:
     def run_ids(self, force: bool = False) -> dict[str, Path]:
         with self._lock:
             if force or time.monotonic() - self._scanned > self.rescan_secs:
+                if self.missing:  # resolved again once one appears: a link on its path may have come with it
+                    self.missing, self.roots = _resolved(self.logdirs)
                 found: dict[str, list[Path]] = {}
                 for logdir, root in zip(self.logdirs, self.roots, strict=True):
+                    if logdir in self.missing:
+                        continue
                     for p in find_runs(logdir):
                         rel = p.relative_to(logdir).as_posix() if p != logdir else p.resolve().name
                         if p.resolve().is_relative_to(root):
@@ -180,6 +198,10 @@ class Catalog:
                 self._paths, self._also = paths, also
                 self._scanned = time.monotonic()
             return dict(self._paths)
+
+    @property
+    def root(self) -> Path:
+        return self.roots[0]
 
     def summaries(self, now: float | None = None) -> list[dict[str, Any]]:
         """One dict per run for the runs page (cheap: meta, status files, last records and alert count only).
