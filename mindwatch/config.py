@@ -7,15 +7,18 @@ Example::
     cfg = load_config("monitor.yaml")          # a path, a YAML string or a dict
     cfg.interval, cfg.step_interval, cfg.flush_secs
 
-A config written for MindSpore Transformers' monitor (``backend``, ``callback.type:
-MindSporeTransformersMonitor``, ``callback.params.warn_on_value``) loads unchanged, so nobody rewrites theirs;
-every key below is documented in docs/configuration.md. Errors name the key path and what is allowed::
+A config in the article's format (``backend``, ``callback.type: MindSporeTransformersMonitor``,
+``callback.params.warn_on_value``) loads unchanged. MindFormers' own ``monitor_config`` (its TrainingStateMonitor's
+keys: ``monitor_on``, ``local_norm_format``, ...) is read as the mindwatch settings it asks for
+(:mod:`mindwatch.mindformers_config`), mindwatch's own keys winning, and one INFO line says what became what.
+Every key below is documented in docs/configuration.md. Errors name the key path and what is allowed::
 
     ConfigError: monitor_config.interval: Input should be greater than 0 (got -1)
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
@@ -28,7 +31,10 @@ from mindwatch.alerts.hang import HangSettings
 from mindwatch.alerts.registry import rule_specs
 from mindwatch.alerts.skip import SkipStepsSettings
 from mindwatch.alerts.straggler import StragglerSettings
+from mindwatch.mindformers_config import MINDFORMERS_KEYS, OWNER, MindFormersKeyError, ReadSection, read_mindformers_keys
 from mindwatch.schema import Section, Severity
+
+log = logging.getLogger("mindwatch")
 
 #: Names ``monitor_config.metrics`` accepts (the vocabulary's switches and aliases).
 BUILTIN_METRICS: frozenset[str] = vocab.config_names()
@@ -266,6 +272,9 @@ class ChannelSettings(Section):
     #: Seconds per request, and retries after a failed one.
     timeout: float = Field(default=5.0, gt=0)
     retries: int = Field(default=2, ge=0)
+    #: Alerts of one rule within this many seconds of the first are one message (one event on several layers or ranks,
+    #: a machine-wide slowdown); 0: a message an alert.
+    group_secs: float = Field(default=2.0, ge=0)
 
 
 class NotifyChannel(ChannelSettings):
@@ -499,33 +508,60 @@ def load_config(source: MonitorConfig | dict[str, Any] | str | os.PathLike[str] 
         looks_like_path = isinstance(source, os.PathLike) or ("\n" not in text and text.endswith((".yaml", ".yml")))
         if looks_like_path:
             if not path.is_file():
-                raise ConfigError(f"monitor_config file not found: {path}")
+                raise ConfigError(f"monitor_config file not found: {path.absolute()}")
             text = path.read_text(encoding="utf-8")
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"monitor_config is not valid YAML: {e}") from None
+    read = _read_section(data)
+    try:
+        cfg = MonitorConfig.model_validate(read.section)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, "monitor_config", mindformers=bool(read.readings))) from None
+    if read.readings:  # said now, before any run starts: its logging is this config's
+        setup_logging(cfg.log_level)
+    for line in read.warnings():
+        log.warning("mindwatch: %s", line)
+    if said := read.summary():
+        log.info(said)
+    return cfg
+
+
+def setup_logging(level: str) -> None:
+    """Give the ``mindwatch`` logger a console handler unless the application configured one."""
+    logger = logging.getLogger("mindwatch")
+    logger.setLevel(level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+
+
+def _read_section(data: Any) -> ReadSection:
+    """The ``monitor_config`` mapping in ``data`` (a whole YAML may hold it under that key), MindFormers' keys read."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"monitor_config must be a mapping of keys to values, got {type(data).__name__}")
-    prefix = "monitor_config"
     if "monitor_config" in data:
         data = data["monitor_config"] or {}
         if not isinstance(data, dict):
             raise ConfigError("monitor_config must be a mapping of keys to values")
     try:
-        return MonitorConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_explain(e, prefix)) from None
+        return read_mindformers_keys(data)
+    except MindFormersKeyError as e:
+        raise ConfigError(f"invalid monitor_config:\n  {e}") from None
 
 
-def _explain(err: ValidationError, prefix: str) -> str:
+def _explain(err: ValidationError, prefix: str, *, mindformers: bool = False) -> str:
+    """``mindformers``: the section held MindFormers' keys, so an unknown top-level key is neither's."""
     lines = []
     for item in err.errors():
         path = ".".join([prefix, *(str(p) for p in item["loc"] if not _is_union_tag(p))])
         if item["type"] == "extra_forbidden":
-            lines.append(f"{path}: unknown key; {_allowed_here(item['loc'])}")
+            neither = f"; nor is it {OWNER} key ({', '.join(MINDFORMERS_KEYS)})" if mindformers and len(item["loc"]) == 1 else ""
+            lines.append(f"{path}: unknown key; {_allowed_here(item['loc'])}{neither}")
         else:
             got = item.get("input")
             shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""

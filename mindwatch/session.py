@@ -36,7 +36,7 @@ from mindwatch.alerts.engine import RuleEngine
 from mindwatch.alerts.lifeline import LifelineClient, LifelineServer, StacksRelay, local_address
 from mindwatch.alerts.registry import build_rules
 from mindwatch.alerts.source_rank import SourceRank
-from mindwatch.config import MonitorConfig
+from mindwatch.config import MonitorConfig, setup_logging
 from mindwatch.launch_env import local_rank
 from mindwatch.monitor.control import Control
 from mindwatch.monitor.coordination import ActionCoordinator
@@ -719,13 +719,3 @@ def build_meta(config: MonitorConfig, run_id: str, world_size: int, versions: di
         "started_at": time.time(),
         "versions": {"mindwatch": __version__, "python": platform.python_version(), **versions},
     }
-
-
-def setup_logging(level: str) -> None:
-    """Give the ``mindwatch`` logger a console handler unless the application configured one."""
-    logger = logging.getLogger("mindwatch")
-    logger.setLevel(level)
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
