@@ -249,7 +249,8 @@ def test_a_black_hole_endpoint_neither_blocks_nor_breaks_training(black_hole: st
         "save_dir": str(tmp_path),
         "callback": {"params": {"warn_on_value": {"loss": {"below": 1e9}}}},
         "alerts": {"cooldown_secs": 0},  # an alert on every step: the sender falls far behind
-        "notify": [{"type": "webhook", "url": black_hole, "timeout": 0.3, "retries": 1}],
+        # group_secs 0: a message an alert (alerts of one rule together are one message, and would not fall behind)
+        "notify": [{"type": "webhook", "url": black_hole, "timeout": 0.3, "retries": 1, "group_secs": 0}],
     }
     model, data = dense_training(300)
     mon = MonitorCallback(cfg)

@@ -201,3 +201,45 @@ def test_a_failed_action_is_a_warning_every_channel_gets(hook: Hook) -> None:
     got = [r["json"] for r in hook.wait(2)]
     assert [(b["event"], b.get("rule")) for b in got] == [("alert", "intervention"), ("end", None)]
     assert got[1]["interventions"] == [failed["message"]] and got[1]["alerts"] == 1
+
+
+def test_one_event_on_several_layers_or_ranks_is_one_message(hook: Hook, smtp: Inbox) -> None:
+    """A spike on five layers at one step, a slowdown that rank 0 and then rank 1 saw (its alert forwarded half a second
+    later): one message each, on a webhook and by mail; a different alert in between waits its turn, not its own
+    window's."""
+    mail = EmailChannel(type="email", host="127.0.0.1", port=smtp.port, sender="mw@localhost", to=["ops@localhost"])  # type: ignore[attr-defined]
+    sink = NotifySink([Webhook(NotifyChannel(type="webhook", url=f"{hook.url}/plain")), Email(mail)], context=CONTEXT)
+    layers = [f"blocks.{i}.mlp" for i in range(5)]
+    for layer in layers:
+        sink.alert(make_alert("layer_spike", step=210, rank=0, metric=f"grad_norm/{layer}", value=40.0, layer=layer,
+                              message=f"layer {layer}: its gradient norm spiked"))  # fmt: skip
+    time.sleep(0.2)
+    slow = {"metric": "samples_per_second", "message": "samples_per_second fell", "actions": ["dump_stacks"]}
+    sink.alert(make_alert("throughput_drop", step=300, rank=0, **slow))
+    time.sleep(0.5)
+    sink.alert(make_alert("throughput_drop", step=301, rank=1, **slow))
+    sink.alert(make_alert("nonfinite", step=302, rank=1, metric="loss", value=math.nan, message="loss is nan", severity="error"))
+    sink.close("failed", error="RuntimeError: loss is nan")
+    mails = smtp.wait(4)
+    hook.wait(4)
+
+    plain = posts(hook, "/plain")
+    assert [(b["event"], b.get("rule"), b.get("count")) for b in plain] == [
+        ("alerts", "layer_spike", 5),
+        ("alerts", "throughput_drop", 2),
+        ("alert", "nonfinite", None),
+        ("end", None, None),
+    ]
+    assert [a["layer"] for a in plain[0]["alerts"]] == layers
+    assert [a["rank"] for a in plain[1]["alerts"]] == [0, 1]
+    assert [m["subject"] for m in mails[:2]] == [
+        "mindwatch WARNING: layer_spike x 5 in gpt/run_1",
+        "mindwatch WARNING: throughput_drop x 2 in gpt/run_1",
+    ]
+    spike_text, _ = parts(mails[0])
+    assert "5 layer_spike alerts at step 210, 5 layers, rank 0" in spike_text
+    assert all(f"layer {layer}: its gradient norm spiked (step 210)" in spike_text for layer in layers)
+    slow_text, _ = parts(mails[1])
+    assert "2 throughput_drop alerts at steps 300-301, 2 ranks" in slow_text
+    assert "samples_per_second fell (step 301, rank 1)" in slow_text and "actions: dump_stacks" in slow_text
+    assert len(mails) == 4 and mails[2]["subject"].startswith("mindwatch ERROR: nonfinite")

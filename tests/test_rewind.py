@@ -21,6 +21,7 @@ from conftest import wait_for
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
+from test_notify import Hook
 from test_skip_steps import WithIds
 
 import mindwatch
@@ -180,7 +181,9 @@ def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes
 ) -> None:
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
     net, opt, cell = training()
-    mon = MonitorCallback(rewind_config(tmp_path / "out"))
+    hook = Hook()  # the end-of-run message as Slack's webhook gets it, on a real local HTTP server
+    config = {**rewind_config(tmp_path / "out"), "notify": [{"type": "slack", "url": f"{hook.url}/end", "events": ["end"]}]}
+    mon = MonitorCallback(config)
     states = States(net, opt, mon)
     ckpt = ModelCheckpoint("ref", str(tmp_path / "ckpt"), CheckpointConfig(save_checkpoint_steps=EVERY, keep_checkpoint_max=20))
     Model(cell).train(1, dataset(), callbacks=[mon, states, ckpt], dataset_sink_mode=False)
@@ -190,6 +193,12 @@ def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes
     assert states.snapshots[at + SKIP] == [60, 80], "and the batches passed over take none"
     final = STEPS - (at - 80) - SKIP
     assert states.snapshots[STEPS] == list(range(EVERY, final + 1, EVERY))[-2:]
+    hook.wait(1)
+    hook.close()
+    (end,) = [r["json"] for r in hook.requests]
+    # the steps beside the batches MindSpore trained on, as its own step count and a ModelCheckpoint name number them
+    said = f"{final} steps ({STEPS} iterations, {at - 80} re-run after a rewind, {SKIP} batches passed over)"
+    assert said in end["text"], end["text"]
     meta = json.loads((Path(mon.run_dir) / "meta.json").read_text())
     one = sum(a.nbytes for a in states.after[1].values())
     assert meta["rewind"]["snapshot_bytes"] == one and meta["rewind"]["bytes"] == 2 * one

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mindwatch import metrics as vocab
+from mindwatch.analysis.rewinds import RunRewind
 from mindwatch.store.reader import Run
 from mindwatch.units import format_duration
 
@@ -152,6 +153,21 @@ class Progress:
             "tflops": self.tflops,
             "mfu": self.mfu,
         }
+
+
+def iterations_text(steps: int, rewinds: Sequence[RunRewind]) -> str:
+    """A run's steps beside the iterations its framework counted, which a rewind makes more (its log and checkpoint
+    names number those): ``265 steps (300 iterations, 35 re-run after a rewind)``; ``265 steps`` without a rewind.
+
+    A rewind from step S to a snapshot at T numbers steps T+1..S again, and the batches it passes over are iterations
+    that trained nothing."""
+    if not rewinds:
+        return f"{steps:,} steps"
+    rerun = sum(r.step - r.to_step for r in rewinds)
+    passed = sum(r.skipped_batches for r in rewinds)
+    after = "a rewind" if len(rewinds) == 1 else f"{len(rewinds)} rewinds"
+    over = f", {passed:,} batches passed over" if passed else ""
+    return f"{steps:,} steps ({steps + rerun + passed:,} iterations, {rerun:,} re-run after {after}{over})"
 
 
 def total_steps_of(meta: dict[str, Any]) -> int | None:

@@ -19,14 +19,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mindwatch.alerts.alert import Alert, step_text
-from mindwatch.analysis.progress import Progress
+from mindwatch.alerts.alert import SEVERITIES, Alert, step_text
+from mindwatch.analysis.progress import Progress, iterations_text
+from mindwatch.analysis.rewinds import RunRewind
 from mindwatch.analysis.state_text import ending_words
 from mindwatch.analysis.summary import RunSummary, field_label
 from mindwatch.units import format_duration, format_number
 
 #: The end-of-run message tells the first this many actions done; alerts.jsonl has them all.
 _INTERVENTION_LINES = 5
+#: A message of alerts that came together tells the first this many; alerts.jsonl has them all.
+_GROUP_LINES = 10
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class RunEnd:
     lost_ranks: dict[int, str] = field(default_factory=dict)
     #: What this rank's actions did (the ``intervention`` alerts' messages), but a stop, which ``state`` tells.
     interventions: list[str] = field(default_factory=list)
+    #: The rewinds this rank made: its steps are fewer than the iterations its framework counted.
+    rewinds: list[RunRewind] = field(default_factory=list)
 
     @classmethod
     def of(
@@ -111,6 +116,41 @@ def alert_message(alert: Alert, context: dict[str, Any]) -> Message:
     return _with_places(Message("alert", f"the {rule} alert", title, lines, fields), context)
 
 
+def alerts_message(alerts: list[Alert], context: dict[str, Any]) -> Message:
+    """Alerts of one rule that came together (one event on several layers or ranks, a slowdown every rank sees) as one
+    message: where they are in a line, then each alert's own words. One alert is :func:`alert_message`'s."""
+    if len(alerts) == 1:
+        return alert_message(alerts[0], context)
+    sev = max((str(a.get("severity") or "warning") for a in alerts), key=_severity_rank)
+    rule = alerts[0].get("rule") or "alert"
+    layers = {a["layer"] for a in alerts if a.get("layer") is not None}
+    ranks = sorted({a["rank"] for a in alerts if a.get("rank") is not None})
+    spread = [f"{len(layers)} layers" if len(layers) > 1 else "", f"{len(ranks)} ranks" if len(ranks) > 1 else ""]
+    title = f"mindwatch {sev.upper()}: {rule} x {len(alerts)}{_in_run(context)}"
+    steps = sorted({a["step"] for a in alerts if isinstance(a.get("step"), int)})
+    at = (f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}") if steps else "before step 1"
+    where = [f"{len(alerts)} {rule} alerts at {at}", *(s for s in spread if s)]
+    if len(ranks) == 1:
+        where.append(f"rank {ranks[0]}")
+    if context.get("host"):
+        where.append(f"host {context['host']}")
+    lines = [", ".join(where)]
+    for a in alerts[:_GROUP_LINES]:
+        said = [step_text(a)] + ([f"rank {a['rank']}"] if len(ranks) > 1 and a.get("rank") is not None else [])
+        lines.append(f"{a.get('message') or rule} ({', '.join(said)})")
+    if len(alerts) > _GROUP_LINES:
+        lines.append(f"and {len(alerts) - _GROUP_LINES} more (alerts.jsonl has them all)")
+    actions = sorted({str(x) for a in alerts for x in a.get("actions") or []})
+    if actions:
+        lines.append("actions: " + ", ".join(actions))
+    fields = _known({"event": "alerts", **context, "rule": rule, "severity": sev, "count": len(alerts), "alerts": alerts})
+    return _with_places(Message("alert", f"the {len(alerts)} {rule} alerts", title, lines, fields), context)
+
+
+def _severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else 1
+
+
 def end_message(end: RunEnd, context: dict[str, Any]) -> Message:
     """The end of the run as every channel tells it: how it ended (and the ranks that did not end so), its numbers."""
     title = f"mindwatch: {_run_name(context) or 'run'} {ending_words(end.state, end.lost_ranks)}"
@@ -121,7 +161,12 @@ def end_message(end: RunEnd, context: dict[str, Any]) -> Message:
         lines.append(f"reason: {end.reason}")
     for rank, what in sorted(end.lost_ranks.items()):
         lines.append(f"rank {rank}: {what}")
-    done = "no step recorded" if end.step is None else Progress(end.step, end.total_steps).text(running=False)
+    if end.step is None:
+        done = "no step recorded"
+    elif end.rewinds:
+        done = iterations_text(end.step, end.rewinds)
+    else:
+        done = Progress(end.step, end.total_steps).text(running=False)
     if end.duration is not None:
         done += f", {format_duration(end.duration)}"
     if context.get("host"):
@@ -135,6 +180,8 @@ def end_message(end: RunEnd, context: dict[str, Any]) -> Message:
         lines.append(f"and {len(end.interventions) - _INTERVENTION_LINES} more actions (alerts.jsonl has them all)")
     fields = _known({"event": "end", **context, **asdict(end), "t": time.time()})
     fields["lost_ranks"] = {str(r): w for r, w in end.lost_ranks.items()}
+    if not end.rewinds:
+        del fields["rewinds"]
     return _with_places(Message("end", "the end-of-run message", title, lines, fields), context)
 
 

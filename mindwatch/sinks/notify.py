@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from mindwatch.alerts.alert import Alert
+from mindwatch.analysis.rewinds import run_rewinds
 from mindwatch.analysis.state_text import MISSING, died_text, rank_end_text
 from mindwatch.analysis.summary import RunSummary, listed
 from mindwatch.sinks.channels import Channel
@@ -107,6 +108,7 @@ class NotifySink(BaseSink):
         self._last_record: dict[str, Any] | None = None
         self._alerts = 0
         self._interventions: list[str] = []
+        self._rewinds: list[Alert] = []  # this rank's rewinds' intervention alerts (analysis.rewinds reads them)
 
     @property
     def channels(self) -> list[Channel]:
@@ -134,6 +136,8 @@ class NotifySink(BaseSink):
         if alert.get("rule") == "intervention" and (failed or alert.get("actions") != ["stop"]):
             # what an action did is a line of the end-of-run message; a stop is told by the run's state and reason
             self._interventions.append(str(alert.get("message") or ", ".join(alert.get("actions") or [])))
+            if alert.get("actions") == ["rewind"]:
+                self._rewinds.append(alert)
         if alert.get("rule") != "intervention" or failed:
             self._alerts += 1
         if any(alert is sent for sent in self._handed_off):
@@ -206,6 +210,7 @@ class NotifySink(BaseSink):
         """Queue the end-of-run message, give the senders up to ``close_grace`` seconds to deliver, then leave them."""
         end = self.ending(state, error, reason)
         end.interventions = list(self._interventions)
+        end.rewinds = run_rewinds(self._rewinds)
         for s in self._senders:
             if "end" in s.channel.settings.events:
                 self._put(s, ("end", end))

@@ -21,12 +21,13 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from mindwatch.alerts.alert import Alert, severity_at_least
 from mindwatch.config import ChannelSettings
 from mindwatch.sinks.channels import Channel, Refused
-from mindwatch.sinks.messages import Message, alert_message, end_message
+from mindwatch.sinks.messages import Message, alerts_message, end_message
 
 log = logging.getLogger("mindwatch")
 
@@ -47,6 +48,12 @@ def longest_send(settings: ChannelSettings) -> float:
     return (settings.timeout + _MAX_BACKOFF) * (settings.retries + 1)
 
 
+def _event_of(alert: Alert) -> tuple[Any, ...]:
+    """What makes alerts one event in a message: one rule asking for the same actions (a spike on five layers, a
+    slowdown each rank saw); what each action did (``intervention``) is told an action at a time."""
+    return alert.get("rule"), tuple(alert.get("actions") or ())
+
+
 class Sender:
     """One channel's queue and thread; ``sent``, ``failed`` and ``dropped`` count its messages."""
 
@@ -58,6 +65,8 @@ class Sender:
         self.failed = 0
         self.dropped = 0
         self.busy = False
+        #: Items taken from the queue while alerts of one rule were gathered, sent after them in their order.
+        self._held: deque[Item | None] = deque()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"mindwatch-notify-{channel.kind}", daemon=True)
         self.thread.start()
@@ -83,19 +92,44 @@ class Sender:
         if not self.thread.is_alive():
             return None
         self.stopping.set()
-        return self.queue.qsize() + int(self.busy)
+        return self.queue.qsize() + sum(item is not None for item in self._held) + int(self.busy)
 
     def _run(self) -> None:
         while True:
-            item = self.queue.get()
+            item = self._held.popleft() if self._held else self.queue.get()
             if item is None:
                 return
             self.busy = True
             try:
                 kind, what = item
-                self._send(alert_message(what, self.context) if kind == "alert" else end_message(what, self.context))
+                if kind == "alert":
+                    self._send(alerts_message(self._gather(what), self.context))
+                else:
+                    self._send(end_message(what, self.context))
             finally:
                 self.busy = False
+
+    def _gather(self, first: Alert) -> list[Alert]:
+        """``first`` and the alerts of its event (:func:`_event_of`) that come within the channel's ``group_secs`` of it
+        (or were taken already); what else comes meanwhile is held, in its order. The run's end stops the wait."""
+        if self.channel.settings.group_secs <= 0:
+            return [first]
+        kind = _event_of(first)
+        group = [first]
+        same = [i for i in self._held if i is not None and i[0] == "alert" and _event_of(i[1]) == kind]
+        group += [what for _, what in same]
+        self._held = deque(i for i in self._held if not any(i is s for s in same))
+        deadline = time.monotonic() + self.channel.settings.group_secs
+        while None not in self._held and not self.stopping.is_set():
+            try:
+                item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is not None and item[0] == "alert" and _event_of(item[1]) == kind:
+                group.append(item[1])
+            else:
+                self._held.append(item)
+        return group
 
     def _send(self, msg: Message) -> None:
         ch, settings = self.channel, self.channel.settings
