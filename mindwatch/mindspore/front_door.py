@@ -24,7 +24,7 @@ import mindspore as ms
 import numpy as np
 
 from mindwatch.config import MonitorConfig, load_config
-from mindwatch.mindspore.ranks import RankError
+from mindwatch.mindspore.ranks import NotATrainingRank, RankError
 from mindwatch.mindspore.recorder import StepRecorder, Training
 from mindwatch.session import ResumeError, SaveDirUnavailable
 
@@ -54,6 +54,8 @@ def start_recorder(config: MonitorConfig, training: Training) -> StepRecorder | 
     """
     try:
         return StepRecorder.start(config, training)
+    except NotATrainingRank as e:
+        log.info("mindwatch: %s, not a rank of the training: it records nothing", e)
     except SaveDirUnavailable as e:
         if config.strict:
             raise

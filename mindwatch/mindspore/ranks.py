@@ -40,6 +40,10 @@ RANK_VARIABLES = ("RANK_ID", "RANK", "MS_NODE_ID")
 SIZE_VARIABLES = ("MS_WORKER_NUM", "RANK_SIZE", "WORLD_SIZE")
 
 
+class NotATrainingRank(RuntimeError):
+    """This process is the launcher's scheduler (``MS_ROLE=MS_SCHED``), not a rank of the training: it records nothing."""
+
+
 class RankError(ValueError):
     """The launcher's environment says something about this process's rank that cannot be true; the message says what."""
 

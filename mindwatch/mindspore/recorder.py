@@ -47,7 +47,7 @@ from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.mindspore.layer_watch import LayerWatch
 from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler, model_seq_length
 from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
-from mindwatch.mindspore.ranks import discover
+from mindwatch.mindspore.ranks import NotATrainingRank, discover
 from mindwatch.mindspore.rewind import Rewinds, snapshots_wanted
 from mindwatch.mindspore.timing import FlopsBasis, StepTimer
 from mindwatch.monitor.worker import Sampler
@@ -193,8 +193,10 @@ class StepRecorder:
     @classmethod
     def start(cls, config: MonitorConfig, training: Training) -> StepRecorder:
         """Start the run's session for this process's rank and the recording of ``training`` (raises
-        ``SaveDirUnavailable``, ``ResumeError``, ``RankError``)."""
+        ``SaveDirUnavailable``, ``ResumeError``, ``RankError``, ``NotATrainingRank``)."""
         who = discover()
+        if who.role == "MS_SCHED":  # msrun's scheduler may run the script's training too (MindFormers' does)
+            raise NotATrainingRank(f"this process is the scheduler of the launch at {who.scheduler} (MS_ROLE=MS_SCHED)")
         target, device_id = str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0)
         weights = trained_weights(training.optimizer, training.network)
         flops = None

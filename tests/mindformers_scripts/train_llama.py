@@ -7,7 +7,8 @@ directory (importing mindformers creates ``./output/log`` there)::
 
 ``--way instance`` passes ``MonitorCallback(...)`` to ``Trainer(callbacks=[...])``;
 ``--way yaml`` writes a MindFormers YAML whose ``callbacks:`` list names ``MonitorCallback``
-(after ``mindwatch.mindspore.mindformers.register()``). The last stdout line is JSON:
+(after ``mindwatch.mindspore.mindformers.register()``); with ``--save-every N`` the list also has MindFormers'
+``CheckpointMonitor``, saving every N steps into ``output/checkpoint/rank_0/``. The last stdout line is JSON:
 ``{"run_dir": ..., "log": <MindFormers' info log>}``.
 """
 
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 VOCAB, SEQ, BATCH, HIDDEN, LAYERS, HEADS = 256, 32, 2, 64, 2, 4
@@ -33,6 +35,12 @@ def main() -> int:
     p.add_argument("--local-norm", action="store_true", help="YAML: the wrapper also returns local norms (a 7-item output)")
     p.add_argument("--no-register", action="store_true", help="leave registering to `python -m mindwatch.mindspore.mindformers`")
     p.add_argument("--config-as", choices=["inline", "path"], default="inline", help="monitor config in the YAML or a file")
+    p.add_argument("--epochs", type=int, default=1, help="YAML: epochs of --steps steps each")
+    p.add_argument("--warmup", type=int, default=2, help="YAML: the lr's linear warm-up steps from 0")
+    p.add_argument("--save-every", type=int, default=0, help="YAML: CheckpointMonitor saves every N steps (0: no saves)")
+    p.add_argument("--monitor", default="{}", help="JSON merged into the monitor config (rules, their actions)")
+    p.add_argument("--pause", type=float, default=0.0, help="seconds each step sleeps: time for the monitor to act")
+    p.add_argument("--data-parallel", action="store_true", help="YAML: data parallel over the msrun workers (use_parallel)")
     args = p.parse_args()
     os.environ.setdefault("GLOG_v", "3")
 
@@ -40,6 +48,7 @@ def main() -> int:
     import numpy as np
     from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
     from mindformers.wrapper import MFTrainOneStepCell
+    from mindspore import Callback
     from mindspore.dataset import GeneratorDataset
     from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 
@@ -53,10 +62,15 @@ def main() -> int:
     tokens = rng.integers(1, VOCAB, size=(args.steps * BATCH, SEQ + 1), dtype=np.int32)
     dataset = GeneratorDataset([(row,) for row in tokens], ["input_ids"], shuffle=False).batch(BATCH, drop_remainder=True)
     monitor = {"project": "mindformers", "save_dir": args.save_dir, "run_name": args.run_name, "interval": 1}
-    monitor = {k: v for k, v in monitor.items() if v is not None}
+    monitor = {k: v for k, v in monitor.items() if v is not None} | json.loads(args.monitor)
     if args.local_norm:
         monitor["layers"] = {"every": 1}  # MindFormers' local_norm, recorded as grad_norm/<layer> every step
-    mindformers.build_context({"context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
+    if not args.data_parallel:  # the YAML way with data parallel builds its context from the YAML (it starts the collectives)
+        mindformers.build_context({"context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
+
+    class Pause(Callback):
+        def on_train_step_end(self, run_context):
+            time.sleep(args.pause)
 
     if args.way == "instance":
         from mindformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
@@ -97,9 +111,18 @@ def main() -> int:
             Path("monitor.yaml").write_text(yaml.safe_dump({"monitor_config": monitor}))
             entry["config"] = "monitor.yaml"
         config = _yaml_config(entry, args.clip)
+        if args.data_parallel:  # under msrun: every worker one rank of a data-parallel job
+            config["use_parallel"] = True
+            config["parallel"] = {"parallel_mode": 0, "gradients_mean": True, "full_batch": False}
+            config["parallel_config"] = {"data_parallel": int(os.environ["MS_WORKER_NUM"]), "model_parallel": 1}
         config["runner_wrapper"]["local_norm"] = args.local_norm
+        config["runner_config"]["epochs"] = args.epochs
+        config["lr_schedule"]["warmup_steps"] = args.warmup
+        if args.save_every:
+            saves = {"save_checkpoint_steps": args.save_every, "keep_checkpoint_max": 100}
+            config["callbacks"].append({"type": "CheckpointMonitor", "prefix": "llama_tiny", **saves})
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        trainer = Trainer(args=str(config_path), train_dataset=dataset)
+        trainer = Trainer(args=str(config_path), train_dataset=dataset, callbacks=[Pause()] if args.pause else None)
         trainer.train()
         run_dir = _only_run(Path(args.save_dir) / "mindformers")
 
@@ -153,7 +176,7 @@ def _yaml_config(callback: dict, clip: bool) -> dict:
 
 
 def _only_run(project_dir: Path) -> Path:
-    runs = [p for p in project_dir.iterdir() if p.is_dir()]
+    runs = [p for p in project_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]  # not .rendezvous
     if len(runs) != 1:
         raise SystemExit(f"expected one run in {project_dir}, found {runs}")
     return runs[0]
