@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_distributed import base_env, free_port
 
 import mindwatch
 import mindwatch.mindspore.mindformers as launcher
@@ -53,26 +52,3 @@ def test_the_file_runs_a_mindformers_launcher_as_python_does(tmp_path: Path) -> 
     # tokens as trained: the model's seq_length (32), not the input_ids' width (33: one more for the labels' shift)
     samples, tokens = run.series("samples_per_second").value, run.series("tokens_per_second").value
     assert len(tokens) == 4 and np.allclose(tokens, samples * SEQ, rtol=1e-9)
-
-
-@pytest.mark.slow  # msrun, 2 workers, a data-parallel MindFormers training: ~25 s
-@needs_mindformers
-def test_the_file_is_msruns_task_script_in_front_of_a_data_parallel_mindformers_training(tmp_path: Path) -> None:
-    """What the user runs: msrun, the file, MindFormers' launcher (here the tests' own) and its arguments."""
-    env = base_env()  # msrun's own variables left out, its retries quicker
-    env["PATH"] = f"{MF_PYTHON.parent}{os.pathsep}{env['PATH']}"  # MindFormers' environment: its msrun and python
-    msrun = ["msrun", "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}", "--log_dir=logs", "--join=True"]
-    script = [str(SCRIPT), "--way", "yaml", "--no-register", "--data-parallel", "--save-dir", str(tmp_path / "out")]
-    out = subprocess.run([*msrun, launcher.__file__, *script, "--steps", "4"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    logs = "".join(p.read_text(errors="replace")[-2000:] for p in sorted((tmp_path / "logs").glob("worker_*.log")))
-    assert out.returncode == 0, logs
-    run = mindwatch.open_run(json.loads(out.stdout.strip().splitlines()[-1])["run_dir"])
-    assert run.ranks == [0, 1] and run.meta["world_size"] == 2 and run.state == "finished"
-    for rank in (0, 1):
-        assert list(run.series("loss", rank=rank).step) == [1, 2, 3, 4], f"rank {rank} recorded every step"
-    # msrun's scheduler runs the script too, and MindFormers' trains there: it is no rank, and records nothing (it did,
-    # as a second rank 0, into a run of its own or into the workers')
-    scheduler = (tmp_path / "logs" / "scheduler.log").read_text(errors="replace")
-    assert "step:[    4/    4]" in scheduler and "mindwatch: recording run" not in scheduler
-    assert [p.name for p in run.path.parent.iterdir() if not p.name.startswith(".")] == [run.path.name]

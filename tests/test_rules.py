@@ -173,6 +173,12 @@ def test_nonfinite_fires_on_nan_and_inf_and_ignores_overflow_steps() -> None:
     assert (a["metric"], a["severity"], a["actions"]) == ("loss", "error", ["stop"]) and math.isnan(a["value"])
     assert rule.check({"step": 3, "loss": 2.0, "grad_norm": math.inf})[0]["metric"] == "grad_norm"
     assert rule.check({"step": 4, "loss": 2.0, "grad_norm": math.inf, "overflow": True}) == []  # loss scale skips it
+    scaled = {"step": 5, "loss": 2.0, "grad_norm": math.nan, "overflow": 1.0, "loss_scale": 65536.0}
+    assert rule.check(scaled) == [], "a scale above 1 overflowed: the next, smaller scale cures it"
+    # no scaling (MindFormers' bf16 wrappers: scale 1): the gradients every rank shares are NaN, another rank's loss
+    # may have gone NaN: this rank's finite loss does not make it an overflow to ignore
+    (a,) = rule.check({**scaled, "loss_scale": 1.0})
+    assert a["metric"] == "grad_norm" and math.isnan(a["value"])
 
 
 def test_with_actions_the_training_thread_checks_loss_and_grad_norm_and_the_worker_the_rest() -> None:

@@ -54,8 +54,8 @@ def start_recorder(config: MonitorConfig, training: Training) -> StepRecorder | 
     """
     try:
         return StepRecorder.start(config, training)
-    except NotATrainingRank as e:
-        log.info("mindwatch: %s, not a rank of the training: it records nothing", e)
+    except NotATrainingRank as e:  # its init() returns at the job's end: it trains only where init() was never called
+        log.warning("mindwatch: %s, not a rank of the training: it records nothing (call init() first)", e)
     except SaveDirUnavailable as e:
         if config.strict:
             raise

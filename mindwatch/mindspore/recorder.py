@@ -195,7 +195,7 @@ class StepRecorder:
         """Start the run's session for this process's rank and the recording of ``training`` (raises
         ``SaveDirUnavailable``, ``ResumeError``, ``RankError``, ``NotATrainingRank``)."""
         who = discover()
-        if who.role == "MS_SCHED":  # msrun's scheduler may run the script's training too (MindFormers' does)
+        if who.role == "MS_SCHED":  # a script that never calls init() trains in msrun's scheduler process too
             raise NotATrainingRank(f"this process is the scheduler of the launch at {who.scheduler} (MS_ROLE=MS_SCHED)")
         target, device_id = str(ms.get_context("device_target")), int(ms.get_context("device_id") or 0)
         weights = trained_weights(training.optimizer, training.network)

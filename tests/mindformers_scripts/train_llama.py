@@ -41,10 +41,13 @@ def main() -> int:
     p.add_argument("--monitor", default="{}", help="JSON merged into the monitor config (rules, their actions)")
     p.add_argument("--pause", type=float, default=0.0, help="seconds each step sleeps: time for the monitor to act")
     p.add_argument("--data-parallel", action="store_true", help="YAML: data parallel over the msrun workers (use_parallel)")
+    p.add_argument("--inf-at", type=int, default=0, help="the step whose loss goes NaN on --inf-rank (its embeddings inf)")
+    p.add_argument("--inf-rank", type=int, default=0)
     args = p.parse_args()
     os.environ.setdefault("GLOG_v", "3")
 
     import mindformers
+    import mindspore as ms
     import numpy as np
     from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
     from mindformers.wrapper import MFTrainOneStepCell
@@ -65,12 +68,25 @@ def main() -> int:
     monitor = {k: v for k, v in monitor.items() if v is not None} | json.loads(args.monitor)
     if args.local_norm:
         monitor["layers"] = {"every": 1}  # MindFormers' local_norm, recorded as grad_norm/<layer> every step
-    if not args.data_parallel:  # the YAML way with data parallel builds its context from the YAML (it starts the collectives)
+    if not args.data_parallel:  # with data parallel, the context is built from the YAML below (it starts the collectives)
         mindformers.build_context({"context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
 
     class Pause(Callback):
         def on_train_step_end(self, run_context):
             time.sleep(args.pause)
+
+    class InfEmbeddings(Callback):
+        """Before step --inf-at, on rank --inf-rank only: the embedding table inf, so that rank's loss goes NaN (as a bad
+        batch's would) and the gradients every rank shares after the all-reduce are NaN."""
+
+        def on_train_step_begin(self, run_context):
+            cb = run_context.original_args()
+            rank = int(os.environ.get("RANK_ID", "0"))
+            if cb.cur_step_num == args.inf_at and rank == args.inf_rank:
+                table = next(p for p in cb.train_network.get_parameters() if "embedding" in p.name)
+                table.set_data(ms.Tensor(np.full(table.shape, np.inf, np.float32)))
+
+    extra = ([Pause()] if args.pause else []) + ([InfEmbeddings()] if args.inf_at else [])
 
     if args.way == "instance":
         from mindformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
@@ -115,6 +131,8 @@ def main() -> int:
             config["use_parallel"] = True
             config["parallel"] = {"parallel_mode": 0, "gradients_mean": True, "full_batch": False}
             config["parallel_config"] = {"data_parallel": int(os.environ["MS_WORKER_NUM"]), "model_parallel": 1}
+            keys = ("use_parallel", "context", "parallel", "parallel_config")
+            mindformers.build_context({k: config[k] for k in keys})  # as run_mindformer.py does: init() and the context
         config["runner_wrapper"]["local_norm"] = args.local_norm
         config["runner_config"]["epochs"] = args.epochs
         config["lr_schedule"]["warmup_steps"] = args.warmup
@@ -122,7 +140,7 @@ def main() -> int:
             saves = {"save_checkpoint_steps": args.save_every, "keep_checkpoint_max": 100}
             config["callbacks"].append({"type": "CheckpointMonitor", "prefix": "llama_tiny", **saves})
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        trainer = Trainer(args=str(config_path), train_dataset=dataset, callbacks=[Pause()] if args.pause else None)
+        trainer = Trainer(args=str(config_path), train_dataset=dataset, callbacks=extra or None)
         trainer.train()
         run_dir = _only_run(Path(args.save_dir) / "mindformers")
 

@@ -27,7 +27,9 @@ class NonFiniteSettings(RuleSettings):
 
 
 class NonFiniteRule(RuleBase):
-    """NaN or Inf in ``metrics``. On a loss-scale overflow step an infinite grad_norm is expected and ignored."""
+    """NaN or Inf in ``metrics``. On a loss-scale overflow step (a scale above 1) an infinite grad_norm is expected and
+    ignored; an overflow at a scale of 1 or none is no scaling's: a loss that went NaN/Inf, maybe another rank's,
+    whose gradients every rank shares after the all-reduce."""
 
     name = "nonfinite"
     severity = "error"
@@ -46,7 +48,7 @@ class NonFiniteRule(RuleBase):
             v = value_of(rec, metric)
             if v is None or math.isfinite(v):
                 continue
-            if metric != "loss" and rec.get("overflow"):
+            if metric != "loss" and scaling_overflow(rec):
                 continue  # the loss-scale cell skipped this update on purpose
             layer = rec.get("nonfinite_layer")  # the first layer whose gradient went NaN/Inf (per-layer statistics)
             if isinstance(layer, str):
@@ -54,6 +56,14 @@ class NonFiniteRule(RuleBase):
                 return [self._alert(rec, msg, metric=metric, value=v, layer=layer)]
             return [self._alert(rec, f"{metric} is {v} at step {rec.get('step')}", metric=metric, value=v)]
         return []
+
+
+def scaling_overflow(rec: Record) -> bool:
+    """Whether ``rec``'s step overflowed because of its loss scale: an overflow at a scale above 1, which the scale's
+    next decrease cures. MindFormers' wrappers report ``overflow`` with a scale of 1 when the gradients are NaN/Inf
+    (bf16 training, no scaling): that is the training's own non-finite value, on every rank at once."""
+    scale = value_of(rec, vocab.LOSS_SCALE)
+    return bool(rec.get("overflow")) and (scale is None or scale > 1)
 
 
 def checked_in_step(alerts: Any) -> tuple[str, ...]:
@@ -77,5 +87,6 @@ SPEC = RuleSpec(
     "nonfinite",
     NonFiniteSettings,
     _build,
-    doc="NaN or Inf in `metrics` (an infinite grad_norm on a loss-scale overflow step is expected and ignored)",
+    doc="NaN or Inf in `metrics` (an infinite grad_norm on a loss-scale overflow step, at a scale above 1, is expected "
+    "and ignored)",
 )
