@@ -117,6 +117,11 @@ def test_launcher_seed_name_config_file_and_no_clipping(tmp_path: Path) -> None:
     for i in range(STEPS):
         assert (per_step[:, i] ** 2).sum() == pytest.approx(logged[i].sum(), rel=1e-4)
     assert (tmp_path / "monitor.yaml").is_file() and run.meta["config"]["interval"] == 1
+    # shown only as measured: the layer files hold the gradient norms alone (no weight norm or update ratio of NaNs),
+    # so neither the layers view nor TensorBoard nor the report offers what MindFormers' wrapper cannot measure
+    head = json.loads((run.path / "layers.rank0" / "layers.json").read_text())
+    assert head["stats"] == ["grad_norm"]
+    assert not [m for m in run.metrics if m.startswith(("weight_norm/", "update_ratio/"))]
 
 
 def test_checkpoint_action_names_checkpoint_monitors_last_file_before_the_anomaly(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from mindwatch.alerts.rules import (
 )
 from mindwatch.alerts.rules.layer_collapse import LayerCollapseRule
 from mindwatch.alerts.rules.layer_spike import LayerSpikeRule
+from mindwatch.alerts.rules.layer_vanishing import LayerVanishingRule
 from mindwatch.alerts.rules.nonfinite import checked_in_step
 from mindwatch.config import load_config
 from mindwatch.monitor.control import Control
@@ -280,6 +281,24 @@ def test_layer_collapse_fires_once_when_a_moment_falls_below_its_rolling_median_
     # a row without the moments (an optimizer not of the Adam family): nothing to judge
     without = {"step": 31, LAYER_KEY: LayerRow(layers, np.ones((3, len(layers)), np.float32))}
     assert rule.check(without) == []
+
+
+def test_no_per_layer_rule_judges_one_ranks_own_gradient_norms() -> None:
+    """MindFormers' local_norm in a multi-rank run: each rank's norms before the all-reduce. One rank's batch whose
+    norm is 20 x its median is that rank's, not the training's: the reduced norms every rank shares are judged."""
+    layers = ("embed", "block", "head")
+    g = np.random.default_rng(1).uniform(0.8, 1.25, (30, len(layers)))
+    g[24, 1] = 20.0
+    g[10:20, 2] = 1e-9  # vanishing, ten measured steps in a row
+    rows = [np.asarray(r, np.float32)[None] for r in g]  # the gradient norms alone, as MindFormers' wrapper measures
+
+    def alerts(local: bool) -> list[tuple[str, int, str]]:
+        rules = [LayerSpikeRule(), LayerVanishingRule()]
+        recs = [{"step": i + 1, LAYER_KEY: LayerRow(layers, r, ("grad_norm",), local)} for i, r in enumerate(rows)]
+        return [(a["rule"], a["step"], a["layer"]) for rec in recs for rule in rules for a in rule.check(rec)]
+
+    assert ("layer_spike", 25, "block") in alerts(local=False) and any(a[0] == "layer_vanishing" for a in alerts(False))
+    assert alerts(local=True) == []
 
 
 def test_layer_collapse_watches_the_moments_only_and_each_one_asked() -> None:

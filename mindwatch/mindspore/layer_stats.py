@@ -155,8 +155,12 @@ class LayerGrouping:
 
     def stats(self, squares: np.ndarray) -> np.ndarray:
         """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums; from
-        ``(5, parameters)``, ``(5, layers)`` with the norms of the optimizer's two moments."""
-        g, w, d, *moments = (self._per_layer(row) for row in np.asarray(squares, np.float64))
+        ``(5, parameters)``, ``(5, layers)`` with the norms of the optimizer's two moments; from ``(1, parameters)``
+        (MindFormers' ``local_norm``), ``(1, layers)``: the gradient norms alone."""
+        rows = np.asarray(squares, np.float64)
+        if len(rows) == 1:
+            return np.sqrt(self._per_layer(rows[0]))[None].astype(np.float32)
+        g, w, d, *moments = (self._per_layer(row) for row in rows)
         with np.errstate(divide="ignore", invalid="ignore"):  # unmeasured weights (NaN) give a NaN ratio, zero weights 0
             ratio = np.where(w > 0, np.sqrt(d / np.where(w > 0, w, 1.0)), np.where(np.isnan(w), np.nan, 0.0))
         return np.stack([np.sqrt(g), np.sqrt(w), ratio, *(np.sqrt(m) for m in moments)]).astype(np.float32)

@@ -26,8 +26,20 @@ from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerHistograms
 class LayerWatch:
     """The per-layer schedule (``layers.every``, ``layers.histogram_every``) and the recording of a measured step."""
 
-    def __init__(self, grouping: LayerGrouping, *, every: int, histogram_every: int | None, bins: int) -> None:
+    def __init__(
+        self,
+        grouping: LayerGrouping,
+        *,
+        every: int,
+        histogram_every: int | None,
+        bins: int,
+        stats: tuple[str, ...] = (),
+        local: bool = False,
+    ) -> None:
+        """``stats``: what a row holds (default: the measured three); ``local``: its gradient norms are this rank's own
+        (:class:`~mindwatch.store.layerfiles.LayerRow`)."""
         self.grouping = grouping
+        self.stats, self.local = stats, local
         self.every = every
         #: Histograms every N steps; None: none (or the cell cannot take them).
         self.histogram_every = histogram_every if bins else None
@@ -65,12 +77,13 @@ class LayerWatch:
         self.histogram_every, self.histograms = None, False
 
     def add(self, rec: dict[str, Any], squares: np.ndarray | None, hist: np.ndarray | None = None) -> None:
-        """The step's statistics from ``(3, parameters)`` squared sums (gradients, weights, updates); on a NaN/Inf
-        gradient norm the first layer that had it (``nonfinite_layer``), measured step or not."""
+        """The step's statistics from ``(3, parameters)`` squared sums (gradients, weights, updates; ``(1, parameters)``:
+        the gradients' alone); on a NaN/Inf gradient norm the first layer that had it (``nonfinite_layer``), measured
+        step or not."""
         if squares is None:
             return
         if self.measuring:
-            rec[LAYER_KEY] = LayerRow(self.grouping.layers, self.grouping.stats(squares))
+            rec[LAYER_KEY] = LayerRow(self.grouping.layers, self.grouping.stats(squares), self.stats, self.local)
         if self.histograms and hist is not None:
             rec[HISTOGRAM_KEY] = LayerHistograms(self.grouping.layers, hist)
         if not math.isfinite(rec.get("grad_norm", 0.0)) and (layer := self.grouping.first_nonfinite(squares[0])) is not None:

@@ -72,11 +72,18 @@ def rewind_state(network: Any, optimizer: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class LayersFound:
     """The layers a training can measure: their grouping, the histograms' bins (0: none), and whether the optimizer's
-    moments are measured too (``adam_m_norm``, ``adam_v_norm``)."""
+    moments are measured too (``adam_m_norm``, ``adam_v_norm``), or the gradient norms alone (MindFormers'
+    ``local_norm``: taken before the all-reduce)."""
 
     grouping: LayerGrouping
     bins: int = 0
     moments: bool = False
+    local_norm: bool = False
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        """What a row of these layers holds: only what is measured."""
+        return (vocab.GRAD_NORM,) if self.local_norm else row_stats(self.moments)
 
 
 @dataclass(frozen=True)
@@ -259,8 +266,21 @@ class StepRecorder:
         if found is None:
             return None
         layers = self.config.layers
-        watch = LayerWatch(found.grouping, every=layers.every, histogram_every=layers.histogram_every, bins=found.bins)
-        self.session.writer.set_layers(list(watch.layers), found.bins, row_stats(found.moments))
+        local = found.local_norm and self.session.world_size > 1
+        if local:
+            log.info(
+                "mindwatch: the per-layer gradient norms are each rank's own, before the all-reduce (MindFormers' "
+                "local_norm): recorded per rank, judged by no per-layer rule"
+            )
+        watch = LayerWatch(
+            found.grouping,
+            every=layers.every,
+            histogram_every=layers.histogram_every,
+            bins=found.bins,
+            stats=found.stats,
+            local=local,
+        )
+        self.session.writer.set_layers(list(watch.layers), found.bins, found.stats)
         if self.session.inbox is not None:  # mindwatch set RUN layers.every=N
             self.session.inbox.settings.update(watch.live_settings())
         return watch

@@ -20,7 +20,6 @@ import logging
 from typing import Any
 
 import mindspore as ms
-import numpy as np
 
 from mindwatch import metrics as vocab
 from mindwatch.config import MonitorConfig
@@ -90,7 +89,7 @@ def layers_found(config: MonitorConfig, net: Any, bins: int) -> LayersFound | No
     group = config.layers.group
     if _mindformers_local_norm(net):
         names = [p.name for p in getattr(net, "weights", ())]
-        return LayersFound(LayerGrouping(names, group)) if names else None
+        return LayersFound(LayerGrouping(names, group), local_norm=True) if names else None
     if not params or "layer_stats" not in (getattr(net, "mindwatch_outputs", None) or ()):
         return None
     return LayersFound(LayerGrouping(params, group), bins, bool(getattr(net, "mindwatch_layer_moments", False)))
@@ -178,7 +177,7 @@ class TrainCell:
         if layers is not None and layers.wanted(rec) and len(outputs) > self.layer_output:
             squares = outputs[self.layer_output].asnumpy()
             if self.local_norm:  # MindFormers' local_norm: the gradients' squared sums only (weights and updates unmeasured)
-                squares = np.stack([squares.reshape(-1), *np.full((2, squares.size), np.nan)])
+                squares = squares.reshape(1, -1)
             hist = outputs[self.hist_output].asnumpy() if layers.histograms and self.hist_output >= 0 else None
             layers.add(rec, squares, hist)
         if recorder.attention is not None and recorder.attention.sampling:

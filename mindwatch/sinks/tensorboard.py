@@ -37,7 +37,7 @@ import numpy as np
 
 from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import metric_values
-from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LAYER_STATS, LayerHistograms, LayerRow, is_layer_metric
+from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerHistograms, LayerRow, is_layer_metric
 from mindwatch.store.layout import RunLayout
 from mindwatch.store.reader import JsonlTail
 from mindwatch.store.sink import BaseSink
@@ -171,7 +171,7 @@ def _layer_values(record: dict[str, Any]) -> list[bytes]:
     out = []
     row = record.get(LAYER_KEY)
     if isinstance(row, LayerRow):
-        for stat in LAYER_STATS[: len(row.stats)]:
+        for stat in row.stat_names:
             out += [_scalar_value(f"{stat}/{layer}", float(v)) for layer, v in zip(row.layers, row.values(stat), strict=True)]
     hist = record.get(HISTOGRAM_KEY)
     if isinstance(hist, LayerHistograms):
@@ -353,13 +353,14 @@ def _layer_records(metrics: Path) -> Iterator[dict[str, Any]]:
     by_step: dict[int, dict[str, Any]] = {}
     names = cols.layer_metrics
     if names:
-        layers = tuple(m.partition("/")[2] for m in names if m.startswith(f"{LAYER_STATS[0]}/"))
+        stat_names = tuple(dict.fromkeys(m.partition("/")[0] for m in names))  # the files' stats, in row order
+        layers = tuple(m.partition("/")[2] for m in names if m.startswith(f"{stat_names[0]}/"))
         columns = [cols.column(m) for m in names]
         lines = columns[0][0]
-        stats = np.stack([v for _, v in columns]).reshape(len(names) // len(layers), len(layers), -1)
+        stats = np.stack([v for _, v in columns]).reshape(len(stat_names), len(layers), -1)
         for k, ln in enumerate(lines.tolist()):
             rec = by_step.setdefault(int(cols.steps[ln]), {"t": float(cols.time_of_lines(lines[k : k + 1])[0])})
-            rec[LAYER_KEY] = LayerRow(layers, stats[:, :, k])
+            rec[LAYER_KEY] = LayerRow(layers, stats[:, :, k], stat_names)
     steps, hist = cols.layer_histograms()
     if hist is not None:
         for k, step in enumerate(steps.tolist()):

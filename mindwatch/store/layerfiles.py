@@ -61,19 +61,29 @@ HISTOGRAM_BINS = 32
 
 @dataclass(frozen=True)
 class LayerRow:
-    """One step's per-layer statistics: ``stats[i, j]`` is ``LAYER_STATS[i]`` of ``layers[j]`` (the first
-    ``len(stats)`` of them)."""
+    """One step's per-layer statistics: ``stats[i, j]`` is statistic ``names[i]`` of ``layers[j]``; without ``names``,
+    the first ``len(stats)`` of ``LAYER_STATS``. A row holds only what the training measures (MindFormers' ``local_norm``:
+    the gradient norms alone)."""
 
     layers: tuple[str, ...]
     stats: np.ndarray
+    names: tuple[str, ...] = ()
+    #: The gradient norms are this rank's own, before the all-reduce (MindFormers' ``local_norm`` in a multi-rank run):
+    #: recorded and drawn per rank, judged by no per-layer rule (one rank's batch is not the training's).
+    local: bool = False
+
+    @property
+    def stat_names(self) -> tuple[str, ...]:
+        """The statistics the row holds, in row order."""
+        return self.names or LAYER_STATS[: len(self.stats)]
 
     def has(self, stat: str) -> bool:
         """Whether the row holds ``stat`` (the optimizer's moments need an Adam-family optimizer)."""
-        return LAYER_STATS.index(stat) < len(self.stats) if stat in LAYER_STATS else False
+        return stat in self.stat_names
 
     def values(self, stat: str) -> np.ndarray:
         """One statistic of every layer, in ``layers`` order."""
-        return self.stats[LAYER_STATS.index(stat)]
+        return self.stats[self.stat_names.index(stat)]
 
 
 @dataclass(frozen=True)

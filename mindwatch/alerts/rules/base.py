@@ -208,6 +208,8 @@ class LayerRule(RuleBase):
         row = rec.get(LAYER_KEY)
         if not isinstance(row, LayerRow) or (self.skip_overflow and rec.get("overflow")) or not row.has(self.stat):
             return []
+        if row.local and self.stat == vocab.GRAD_NORM:  # one rank's batch, before the all-reduce: not the training's
+            return []
         if row.layers != self.layers:  # the first row (or another model): start counting afresh
             self.layers, self.run = row.layers, np.zeros(len(row.layers), np.int64)
         values = np.asarray(row.values(self.stat), np.float64)
