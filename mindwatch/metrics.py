@@ -82,6 +82,7 @@ SKIPPED = "skipped"
 BATCH_SIZE = "batch_size"
 TFLOPS, MFU = "tflops", "mfu"
 THROUGHPUT_LINEARITY = "throughput_linearity"
+ITERATION = "iteration"
 
 #: The per-step metrics, in the order tables and reports list them.
 STEP_METRICS: tuple[Metric, ...] = (
@@ -155,6 +156,14 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric(DEVICE_MEM_PEAK_GB, "peak device memory, in GB", "GB", "memory", across_ranks="max", switch=DEVICE_MEM_PEAK_GB),
     Metric(DEVICE_UTIL, "device (AI core / SM) utilization, in percent", "%", "device_util", switch=DEVICE_UTIL),
     Metric(DEVICE_MEM_UTIL, "device memory in use, in percent of the device's", "%", "device_util", switch=DEVICE_MEM_UTIL),
+    # a coordinate, not a curve (NOT_CHARTED); recorded only once a rewind has set it apart from step, never switched
+    Metric(
+        ITERATION,
+        "after a rewind: the batches the framework ran up to this step, by its own count (cur_step_num from the "
+        "resumed step: MindFormers' log lines and checkpoint names; a loop's run.step calls), ahead of step by the "
+        "steps run again and the batches passed over",
+        across_ranks="same",
+    ),
 )
 
 #: The per-layer statistics every measured step has, in the order of a layer row (``layers.rank<R>/``,
@@ -280,8 +289,8 @@ RECORDED_OUTPUTS: tuple[str, ...] = (*STEP_OUTPUTS, SKIPPED)
 SKIP_METRICS: tuple[str, ...] = (GRAD_NORM, LOSS)
 #: The times a slow rank shows in, the data wait first (rank 0's straggler rule; the page's outlier ranks).
 STRAGGLER_METRICS: tuple[str, ...] = (DATA_TIME, STEP_TIME)  # also each rank's slots of the cross-rank signal, in order
-#: Record keys that are not charted.
-NOT_CHARTED: tuple[str, ...] = ("epoch", "batch")
+#: Record keys that are not charted: where a step is (its epoch, its batch in the epoch, the framework's count).
+NOT_CHARTED: tuple[str, ...] = ("epoch", "batch", ITERATION)
 
 _BY_NAME = {m.name: m for m in STEP_METRICS}
 _FAMILY = {m.name: m for m in FAMILIES}

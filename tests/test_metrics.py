@@ -143,7 +143,7 @@ const C = `${x}/update_ratio/${y ? `mfu` : "z"}`;  // a template within a templa
 
 def test_what_is_identical_on_every_rank_after_the_gradient_all_reduce() -> None:
     same = {m.name for m in metrics.STEP_METRICS if m.same_on_every_rank}
-    assert same == {"lr", "grad_norm", "loss_scale", "overflow"}
+    assert same == {"lr", "grad_norm", "loss_scale", "overflow", "iteration"}  # and the step's count: every rank's alike
     assert all(m.same_on_every_rank for m in metrics.LAYER_FAMILIES)
     assert not any(metrics.get(n).same_on_every_rank for n in ("loss", "step_time", "data_time"))  # type: ignore[union-attr]
 
@@ -155,13 +155,16 @@ def test_families_and_names_are_looked_up_in_one_place() -> None:
     assert metrics.get("samples_per_second").unit == "1/s"  # type: ignore[union-attr]
     assert metrics.get("my_metric") is None
     grouped = [name for g in metrics.CHART_GROUPS for name in g.metrics]
-    assert sorted(grouped) == sorted(m.name for m in metrics.STEP_METRICS)  # every built-in metric has a card
+    charted = [m.name for m in metrics.STEP_METRICS if m.name not in metrics.NOT_CHARTED]
+    assert sorted(grouped) == sorted(charted)  # every built-in metric has a card, but a coordinate (iteration)
+    assert metrics.get("iteration").group == "" and "iteration" in metrics.vocabulary()["not_charted"]  # type: ignore[union-attr]
 
 
 def test_the_config_accepts_every_switch_and_alias_of_the_vocabulary() -> None:
     every = sorted(metrics.config_names())
     cfg = load_config({"metrics": every})
-    assert cfg.enabled_metrics >= {m.name for m in metrics.STEP_METRICS} | {"attention_entropy"}
+    assert cfg.enabled_metrics >= {m.name for m in metrics.STEP_METRICS if m.switch} | {"attention_entropy"}
+    assert "iteration" not in metrics.config_names(), "recorded where a rewind sets it apart from step: no switch"
     assert load_config({"metrics": ["attention_max_logit"]}).enabled_metrics == {"attention_entropy"}
     assert "attention_entropy" not in load_config({}).enabled_metrics
     with pytest.raises(ConfigError, match="unknown metric 'los'"):

@@ -175,6 +175,19 @@ def check_the_rewind(run_dir: Path, states: States, ckpt: Path, clean: list[floa
     assert "<td>spike at step 85</td>" in table
 
 
+def check_iterations(run_dir: Path, at: int, losses: dict[int, float], first: int, last: int) -> None:
+    """The records after the rewind at step ``at`` carry ``iteration``, the framework's own count of their step: the
+    count under which the test saw the record's loss (``losses``: by ``cur_step_num``, or a loop's calls), ``first``
+    to ``last``; the records up to the rewind carry none."""
+    records = [r for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
+    before, after = records[:at], records[at:]
+    assert [r["step"] for r in before] == list(range(1, at + 1)) and not any("iteration" in r for r in before)
+    assert [r["iteration"] for r in after] == list(range(first, last + 1))
+    assert [r["loss"] for r in after] == [losses[r["iteration"]] for r in after], "the step the framework counted so"
+    rewind = the_rewind(run_dir)
+    assert rewind["iteration"] == at and f"rewound from step {at} (iteration {at}) to step 80 " in rewind["message"]
+
+
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes(
     tmp_path: Path, mode: str, clean_losses: list[float]
@@ -193,6 +206,16 @@ def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes
     assert states.snapshots[at + SKIP] == [60, 80], "and the batches passed over take none"
     final = STEPS - (at - 80) - SKIP
     assert states.snapshots[STEPS] == list(range(EVERY, final + 1, EVERY))[-2:]
+    # each step after the rewind beside MindSpore's count of it (cur_step_num: the dataset's batches up to it)
+    check_iterations(Path(mon.run_dir), at, states.loss, first=at + SKIP + 1, last=STEPS)
+    # ModelCheckpoint's file of the last step, found by its record (docs/resume.md): the weights after that step
+    last = [r for r in raw_records(Path(mon.run_dir) / "metrics.rank0.jsonl") if "loss" in r][-1]
+    assert (last["step"], last["iteration"], last["batch"]) == (final, STEPS, STEPS - 1)
+    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / f"ref-{last['epoch']}_{last['batch'] + 1}.ckpt"))
+    weights = states.after[last["iteration"]]
+    assert {"0.weight", "2.bias"} <= set(saved) & set(weights)
+    for name in set(saved) & set(weights):
+        assert np.array_equal(saved[name].asnumpy(), weights[name]), name
     hook.wait(1)
     hook.close()
     (end,) = [r["json"] for r in hook.requests]
@@ -241,6 +264,8 @@ def test_a_loop_of_its_own_rewinds_and_run_batches_passes_over_the_batches(tmp_p
     loaded = mindwatch.open_run(run.run_dir)
     assert loaded.state == "finished"
     assert list(loaded.series("loss").step) == list(range(1, STEPS - SKIP - (at - 80) + 1))
+    # each step after the rewind beside the loop's own count of it, its calls (the batches passed over are none)
+    check_iterations(run.run_dir, at, dict(enumerate(losses, 1)), first=at + 1, last=STEPS - SKIP)
 
 
 def test_a_stream_that_stays_bad_is_rewound_max_times_then_the_run_stops_and_says_why(tmp_path: Path) -> None:
@@ -270,6 +295,13 @@ def test_a_stream_that_stays_bad_is_rewound_max_times_then_the_run_stops_and_say
     assert status["state"] == "stopped"
     assert status["reason"].startswith("stopped by mindwatch: 2 rewinds did not get past: 3 steps in a row were skipped")
     assert [r["step"] for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r][-1] == 143
+    # MindSpore's count of each step, ahead after each rewind: the dataset's batch its sample ids name
+    assert [r["iteration"] for r in rewinds] == [152, 165]
+    records = [r for r in raw_records(run_dir / "metrics.rank0.jsonl") if "loss" in r]
+    assert not any("iteration" in r for r in records[:152]) and all("iteration" in r for r in records[152:])
+    for r in records:
+        assert r["sample_ids"][0] == 1000 + (r.get("iteration", r["step"]) - 1) * BATCH, r
+    assert (records[-1]["step"], records[-1]["iteration"]) == (143, 178)
 
 
 def test_a_person_rewinds_a_live_run_from_a_shell_to_a_step(tmp_path: Path) -> None:

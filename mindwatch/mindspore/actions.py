@@ -178,11 +178,15 @@ class StepBoundary(Protocol):
 
     ``request_stop``: ends the training after this step (``run_context.request_stop``, or a loop's
     ``should_stop``); ``checkpoints``: the checkpoint files the user's own callbacks wrote so far;
-    ``steps_per_epoch``: to read the step out of ``ModelCheckpoint``'s file names.
+    ``steps_per_epoch``: to read the step out of ``ModelCheckpoint``'s file names; ``iteration``: the framework's own
+    count of this step (``cur_step_num``, a loop's calls), ahead of the step after a rewind.
     """
 
     @property
     def steps_per_epoch(self) -> int | None: ...
+
+    @property
+    def iteration(self) -> int: ...
 
     def request_stop(self) -> None: ...
 
@@ -420,6 +424,7 @@ class Interventions:
             past = {**alert, "message": f"{n} rewind{'s' if n > 1 else ''} did not get past: {alert.get('message')}"}
             then = rewinds.settings.then
             return {**getattr(self, f"_{then}")(past, step, boundary), "action": then}
+        iteration = boundary.iteration  # before the rewind: the framework's count of the step it acts at
         snapshot = rewinds.go_back(asked, step)
         boundary.rewound(snapshot.step, step)
         self.session.control.forget_after(snapshot.step)
@@ -429,7 +434,9 @@ class Interventions:
         if self.session.planned:  # the steps taken back, and the batches passed over, are not steps the run makes
             self.session.plan(self.session.planned - (step - snapshot.step) - skip)
         return {
-            "message": f"rewound from step {step} to step {snapshot.step} (rewind {rewinds.count} of {rewinds.settings.max})",
+            "message": f"rewound from step {step} (iteration {iteration}) to step {snapshot.step} "
+            f"(rewind {rewinds.count} of {rewinds.settings.max})",
+            "iteration": iteration,
             "to_step": snapshot.step,
             "skipped_batches": skip,
             "held": True,

@@ -21,7 +21,7 @@ from typing import Any
 
 from mindspore.train import Callback
 
-from mindwatch.metrics import LOCAL_GRAD_NORM
+from mindwatch.metrics import ITERATION, LOCAL_GRAD_NORM
 from mindwatch.mindspore.actions import checkpoint_files, prepare_optimizer
 from mindwatch.mindspore.dynamic_batch import DynamicBatch, batch_axis_dynamic
 from mindwatch.mindspore.failures import StepFailures
@@ -311,8 +311,11 @@ class MonitorCallback(Callback):
         rec["rank"] = recorder.rank
         params = self._params
         assert params is not None
+        ran = step + state.offset + state.rewound  # MindSpore's count: cur_step_num from the resumed step
         if per_epoch := params.steps_per_epoch:
-            rec["batch"] = (step + state.offset + state.rewound - 1) % per_epoch
+            rec["batch"] = (ran - 1) % per_epoch
+        if state.rewound:  # a rewind numbered steps again; MindFormers' log and checkpoint names count on
+            rec[ITERATION] = ran
         if self._ids_column >= 0:
             rec["sample_ids"] = _batch_ids(arg(cb, "train_dataset_element", None), self._ids_column)
         cell.read(arg(cb, "net_outputs"), rec)
@@ -413,6 +416,13 @@ class _Boundary:
 
     def request_stop(self) -> None:
         self.run_context.request_stop()
+
+    @property
+    def iteration(self) -> int:
+        """``cur_step_num`` from the resumed step: the batches MindSpore ran, which a rewind does not take back."""
+        state, params = self.state, self.params
+        assert state is not None and params is not None
+        return int(params.read(self.cb, "cur_step_num")) + state.offset + state.rewound
 
     def rewound(self, to_step: int, from_step: int) -> None:
         """The next step is numbered ``to_step + 1`` (``cur_step_num`` goes on: the offset to the global step falls)."""

@@ -132,6 +132,9 @@ class Run:
         #: ``step`` calls in this attempt: when the signal is summed (never a step number, which a resume may set
         #: apart on one rank: every rank calls ``step`` alike, so every rank joins every sum).
         self._calls = 0
+        #: The step this attempt resumed after: the loop's own count of its steps is this plus ``_calls`` (a rewind
+        #: numbers steps again; the loop's count, what its log and checkpoints go by, counts on).
+        self._resumed = 0
         self._layer_stats: LoopLayerStats | None = None
         self._boundary = _LoopBoundary(self)
         self.recorder: StepRecorder | None = None
@@ -177,7 +180,7 @@ class Run:
                 _sum(signal.tensor())
                 signal.announce(None)
         #: The step the run resumes after: rank 0's (from meta.json), announced to every rank, so they number alike.
-        self._step = announced.resumed_step
+        self._step = self._resumed = announced.resumed_step
         recorder = self.recorder
         if recorder is None:
             return
@@ -342,6 +345,8 @@ class Run:
             rec[vocab.LOCAL_GRAD_NORM] = self._exchange.local_norm  # summed in grad_reducer, before the reduction
         if sample_ids is not None:
             rec["sample_ids"] = listed_ids(sample_ids)
+        if recorder.state.rewound:  # a rewind numbered steps again; the loop's own count goes on
+            rec[vocab.ITERATION] = self._boundary.iteration
         recorder.state.recorded = number
         recorder.record(rec, number, n, now)
 
@@ -484,6 +489,11 @@ class _LoopBoundary:
 
     def checkpoints(self) -> list[Path]:
         return []
+
+    @property
+    def iteration(self) -> int:
+        """The loop's own count of its steps: ``run.step`` calls from the resumed step (batches passed over are none)."""
+        return self.run._resumed + self.run._calls
 
     def rewound(self, to_step: int, from_step: int) -> None:
         """The next ``run.step`` is step ``to_step + 1``; ``run.batches`` passes over the batches a rewind skips."""
