@@ -9,6 +9,7 @@ test's own.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 from mindwatch.report.html import render_report
 from mindwatch.serve.api import thinned_series
 from mindwatch.serve.views import RunView
+from mindwatch.store.requests import file_request
 
 STEPS, BATCH, EVERY, SKIP, PACE = 140, 8, 20, 10, 0.02
 BAD = range(85, 90)  # 1-based steps whose inputs are x 30
@@ -85,10 +87,16 @@ class States(Callback):
         self.loss: dict[int, float] = {}
         self.monitor = monitor
         self.snapshots: dict[int, list[int]] = {}
+        #: The step (``cur_step_num``) after which a person asks for a checkpoint; 0: none.
+        self.checkpoint_at = 0
 
     def on_train_step_end(self, run_context) -> None:
         cb = run_context.original_args()
         self.after[cb.cur_step_num] = {n: p.asnumpy().copy() for n, p in self.params.items()}
+        if cb.cur_step_num == self.checkpoint_at and self.monitor is not None:  # a person asks for a checkpoint
+            run_dir = Path(self.monitor.run_dir)
+            file_request(run_dir, "checkpoint", reason="keep this one")
+            wait_for(lambda: read_request(run_dir), 30, "the request read")  # at this step: the next boundary acts
         if self.monitor is not None and self.monitor.recorder is not None and self.monitor.recorder.rewinds is not None:
             self.snapshots[cb.cur_step_num] = [s.step for s in self.monitor.recorder.rewinds.snapshots.held]
         out = cb.net_outputs
@@ -198,10 +206,17 @@ def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes
     config = {**rewind_config(tmp_path / "out"), "notify": [{"type": "slack", "url": f"{hook.url}/end", "events": ["end"]}]}
     mon = MonitorCallback(config)
     states = States(net, opt, mon)
+    states.checkpoint_at = 110  # after the rewind: MindSpore's step 110 is mindwatch's 91-94
     ckpt = ModelCheckpoint("ref", str(tmp_path / "ckpt"), CheckpointConfig(save_checkpoint_steps=EVERY, keep_checkpoint_max=20))
     Model(cell).train(1, dataset(), callbacks=[mon, states, ckpt], dataset_sink_mode=False)
     check_the_rewind(Path(mon.run_dir), states, tmp_path / "ckpt" / "ref-1_80.ckpt", clean_losses)
     at = the_rewind(Path(mon.run_dir))["step"]
+    # the last healthy checkpoint of a request after the rewind: the newest ModelCheckpoint wrote before it, by the
+    # files' times (their names count MindSpore's steps, which the rewind did not take back: 100, not 80)
+    (asked,) = [a for a in raw_records(Path(mon.run_dir) / "alerts.jsonl") if a["rule"] == "request"]
+    (saved,) = interventions(Path(mon.run_dir), "checkpoint")
+    before = max((f for f in (tmp_path / "ckpt").glob("ref-*.ckpt") if f.stat().st_mtime < asked["t"]), key=os.path.getmtime)
+    assert saved["last_healthy_checkpoint"] == str(before) and before.name == "ref-1_100.ckpt"
     assert states.snapshots[at - 1][-1] <= 100 and states.snapshots[at] == [60, 80], "a rewind drops what came after"
     assert states.snapshots[at + SKIP] == [60, 80], "and the batches passed over take none"
     final = STEPS - (at - 80) - SKIP

@@ -372,9 +372,11 @@ class Interventions:
         directory = self.session.run_dir / "checkpoints"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"anomaly_rank{self.rank}_step{step}.ckpt"
+        # the files are named by the framework's count, which a rewind does not take back: the alert's step in it
+        asked_at = int(alert.get("step") or step)
         healthy = last_healthy_checkpoint(
             boundary.checkpoints(),
-            before_step=int(alert.get("step") or step),
+            before_step=boundary.iteration - (step - asked_at),
             steps_per_epoch=boundary.steps_per_epoch,
             before_t=float(alert.get("t") or 0.0),
         )
