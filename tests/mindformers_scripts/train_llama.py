@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-VOCAB, SEQ, BATCH, HIDDEN, LAYERS, HEADS = 256, 32, 2, 64, 2, 4
+from bench.mindformers_train import BATCH, SEQ, VOCAB, llama_config, yaml_config  # one tiny Llama: the bench's too
 
 
 def main() -> int:
@@ -93,7 +93,7 @@ def main() -> int:
 
         from mindwatch.mindspore import MonitorCallback
 
-        model = LlamaForCausalLM(LlamaConfig(**_llama_kwargs()))
+        model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in llama_config().items() if k != "type"}))
         training = TrainingArguments(
             output_dir="./output",
             batch_size=BATCH,
@@ -126,7 +126,7 @@ def main() -> int:
         if args.config_as == "path":
             Path("monitor.yaml").write_text(yaml.safe_dump({"monitor_config": monitor}))
             entry["config"] = "monitor.yaml"
-        config = _yaml_config(entry, args.clip)
+        config = yaml_config([entry], args.clip)
         if args.data_parallel:  # under msrun: every worker one rank of a data-parallel job
             config["use_parallel"] = True
             config["parallel"] = {"parallel_mode": 0, "gradients_mean": True, "full_batch": False}
@@ -147,50 +147,6 @@ def main() -> int:
     log = Path("output/log/rank_0/info.log").resolve()
     print(json.dumps({"run_dir": str(run_dir), "log": str(log)}), flush=True)
     return 0
-
-
-def _llama_kwargs() -> dict:
-    # CPU workaround 2 (MINDSPORE_FACTS.md): no rope slicing op, no flash attention, no fused RMSNorm; float32.
-    return {
-        "batch_size": BATCH,
-        "seq_length": SEQ,
-        "hidden_size": HIDDEN,
-        "num_layers": LAYERS,
-        "num_heads": HEADS,
-        "vocab_size": VOCAB,
-        "compute_dtype": "float32",
-        "param_init_type": "float32",
-        "layernorm_compute_type": "float32",
-        "softmax_compute_type": "float32",
-        "rotary_dtype": "float32",
-        "use_rope_slice": True,
-        "use_flash_attention": False,
-        "fused_rms_norm": False,
-    }
-
-
-def _yaml_config(callback: dict, clip: bool) -> dict:
-    return {
-        "seed": 0,
-        "output_dir": "./output",
-        "run_mode": "train",
-        "use_parallel": False,
-        "trainer": {"type": "CausalLanguageModelingTrainer", "model_name": "llama_tiny"},
-        "runner_config": {"epochs": 1, "batch_size": BATCH, "sink_mode": False, "sink_size": 1},
-        "runner_wrapper": {"type": "CPUTrainOneStepCell", "use_clip_grad": clip, "max_grad_norm": 1.0, "scale_sense": 1.0},
-        "optimizer": {"type": "AdamW", "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
-        "lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": 1e-3, "warmup_steps": 2, "total_steps": -1},
-        "context": {"mode": 0, "device_target": "CPU"},
-        "parallel": {},
-        "model": {
-            "model_config": {"type": "LlamaConfig", **_llama_kwargs()},
-            "arch": {"type": "LlamaForCausalLM"},
-        },
-        "callbacks": [
-            {"type": "MFLossMonitor"},
-            callback,
-        ],
-    }
 
 
 def _only_run(project_dir: Path) -> Path:
