@@ -87,7 +87,7 @@ class LrProbe:
 
     def _read_global_step(self) -> int:
         assert self._global_step is not None
-        return int(self._global_step.asnumpy().reshape(-1)[0])  # int() copies: asnumpy may share the Parameter's memory
+        return int(self._global_step.item())  # one value, copied: ~1 us here (asnumpy() ~4 us, more inside a training)
 
     def _at(self, index: int) -> float | None:
         index = max(index, 0)

@@ -147,7 +147,7 @@ class TrainCell:
 
     def skipped(self, outputs: Any) -> bool:
         """Whether ``skip_steps`` skipped this step (a step not otherwise recorded is recorded when it was)."""
-        return bool(outputs[self.skip_output].asnumpy())
+        return bool(outputs[self.skip_output].item())
 
     def plan(self, step: int, now: float) -> None:
         """Before global step ``step``: its measurements, and the cell's graph for them."""
