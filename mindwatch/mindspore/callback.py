@@ -311,7 +311,7 @@ class MonitorCallback(Callback):
         rec["rank"] = recorder.rank
         params = self._params
         assert params is not None
-        ran = step + state.offset + state.rewound  # MindSpore's count: cur_step_num from the resumed step
+        ran = state.batches_taken(step)
         if per_epoch := params.steps_per_epoch:
             rec["batch"] = (ran - 1) % per_epoch
         if state.rewound:  # a rewind numbered steps again; MindFormers' log and checkpoint names count on
@@ -372,7 +372,7 @@ class MonitorCallback(Callback):
         state, params = recorder.state, self._params
         assert params is not None and recorder.rewinds is not None
         per_epoch = params.steps_per_epoch
-        index = (step + state.offset + state.rewound - 1) % per_epoch if per_epoch else None
+        index = (state.batches_taken(step) - 1) % per_epoch if per_epoch else None
         ids = _batch_ids(self._read(cb, "train_dataset_element", None), self._ids_column) if self._ids_column >= 0 else None
         state.offset -= 1
         state.recorded = step
@@ -422,7 +422,7 @@ class _Boundary:
         """``cur_step_num`` from the resumed step: the batches MindSpore ran, which a rewind does not take back."""
         state, params = self.state, self.params
         assert state is not None and params is not None
-        return int(params.read(self.cb, "cur_step_num")) + state.offset + state.rewound
+        return state.batches_taken(int(params.read(self.cb, "cur_step_num")))
 
     def rewound(self, to_step: int, from_step: int) -> None:
         """The next step is numbered ``to_step + 1`` (``cur_step_num`` goes on: the offset to the global step falls)."""

@@ -137,6 +137,11 @@ class StepState:
     rewound: int = 0
     closed: bool = False
 
+    def batches_taken(self, count: int) -> int:
+        """The batches the framework ran up to the step it counts ``count`` (``cur_step_num``), from the resumed step:
+        its own numbering (``batch``, ``iteration``, checkpoint names), which a rewind does not take back."""
+        return count + self.offset + self.rewound
+
 
 class StepRecorder:
     """One training's recording. Build it with :meth:`start`; see the module docstring."""
