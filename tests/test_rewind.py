@@ -358,6 +358,7 @@ def read_request(run_dir: Path) -> bool:
     return alerts.exists() and any(a["rule"] == "request" for a in raw_records(alerts))
 
 
+@pytest.mark.slow  # a training of 10 s or more here: `-m "not slow"` stays a quick loop
 def test_the_runs_page_and_the_report_agree_on_the_best_loss_across_a_rewind(tmp_path: Path) -> None:
     """A person rewinds a run from step 70 back to step 20 and passes over 20 batches: the kept line ends before the abandoned
     branch's last steps, which hold the lowest losses written; neither the runs page (the status file's running best)
