@@ -290,7 +290,11 @@ def test_a_loop_that_rewound_changes_the_batch_from_the_announced_step(tmp_path:
     train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
     config = {"save_dir": str(tmp_path), "rewind": {"every": 10, "skip": 5}}
     sizes: list[int] = []  # every batch the loop trained on, in order
-    resized = None
+    rewind_request = resized = None
+
+    def taken(request: dict | None) -> bool:
+        return request is not None and (read_answer(run.run_dir, request["id"]) or {}).get("state") == "taken"
+
     with mw.start_run(config, network=net, optimizer=opt, batch=batch) as run:
         for x, y in run.batches(dataset(batch).create_tuple_iterator()):
             sizes.append(int(x.shape[0]))
@@ -298,9 +302,12 @@ def test_a_loop_that_rewound_changes_the_batch_from_the_announced_step(tmp_path:
             run.step(loss=loss, grads=grads)
             if len(sizes) == 25:
                 rewind_request = file_request(run.run_dir, "rewind")
-            if len(sizes) > 25 and not resized and (read_answer(run.run_dir, rewind_request["id"]) or {}).get("state") == "taken":
+            if not resized and taken(rewind_request):
                 resized = file_request(run.run_dir, "batch", size="16")  # once the rewind is done
-            time.sleep(0.004)
+            # While a request waits for the files path to carry it, the loop slows down so that it lands within the
+            # dataset however loaded the machine is (a loaded one took 50 steps to see the rewind).
+            waiting = (rewind_request and not resized) or (resized and not taken(resized))
+            time.sleep(0.05 if waiting else 0.004)
     recorded = mindwatch.open_run(run.run_dir)
     interventions = [a for a in recorded.alerts if a["rule"] == "intervention"]
     (rewind,) = [a for a in interventions if a["actions"] == ["rewind"]]
