@@ -204,6 +204,19 @@ MOMENT_FAMILIES: tuple[Metric, ...] = (
 
 LAYER_FAMILIES: tuple[Metric, ...] = MEASURED_FAMILIES + MOMENT_FAMILIES
 
+#: A rank's own per-layer gradient norms, before the data-parallel all-reduce (mindwatch's MindFormers wrapper): after
+#: the others in a layer row, recorded and drawn per rank, judged by no per-layer rule (one rank's batch is not the
+#: training's; the reduced ``grad_norm/<layer>`` every rank shares is).
+LOCAL_FAMILIES: tuple[Metric, ...] = (
+    Metric(
+        LOCAL_GRAD_NORM,
+        "L2 norm of a layer's gradients on this rank, before the data-parallel all-reduce",
+        per="layer",
+        across_ranks="max",
+        title="local gradient norm (this rank's)",
+    ),
+)
+
 #: The attention statistics, in the order of ``AttentionStats``' values; ``metrics: [attention_entropy]`` brings both.
 ATTENTION_FAMILIES: tuple[Metric, ...] = (
     Metric(
@@ -225,7 +238,7 @@ ATTENTION_FAMILIES: tuple[Metric, ...] = (
     ),
 )
 
-FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + ATTENTION_FAMILIES
+FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + LOCAL_FAMILIES + ATTENTION_FAMILIES
 
 
 @dataclass(frozen=True)

@@ -100,10 +100,11 @@ def test_callback_by_name_in_mindformers_yaml(tmp_path: Path) -> None:
 
 
 def test_launcher_seed_name_config_file_and_no_clipping(tmp_path: Path) -> None:
-    """An unedited launcher run through `python -m mindwatch.mindspore.mindformers`, the article's name, the monitor
-    config as a file path, the 7-item output (local norms); without clipping global_norm is absent, not wrong."""
+    """An unedited launcher run through `python -m mindwatch.mindspore.mindformers --keep-wrapper` (MindFormers' own
+    wrapper), the article's name, the monitor config as a file path, the 7-item output (local norms); without clipping
+    global_norm is absent, not wrong."""
     args = ("--no-register", "--no-clip", "--local-norm", "--name", "MindSporeTransformersMonitor", "--config-as", "path")
-    run, printed = _train("yaml", tmp_path, *args, launcher=("-m", "mindwatch.mindspore.mindformers"))
+    run, printed = _train("yaml", tmp_path, *args, launcher=("-m", "mindwatch.mindspore.mindformers", "--keep-wrapper"))
     # local_norm: the wrapper returned 7 items (MindFormers logs their norm sizes and the per-parameter squared sums)
     log = (tmp_path / "output" / "log" / "rank_0" / "info.log").read_text()
     assert "norm_size:" in log

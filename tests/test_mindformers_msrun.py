@@ -11,6 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_distributed import base_env, free_port
 from test_mindformers_launcher import MF_PYTHON, SCRIPT, needs_mindformers
@@ -23,14 +24,15 @@ pytestmark = [pytest.mark.slow, needs_mindformers]  # each an msrun launch of Mi
 _MF_STEP = re.compile(r"step:\[\s*(\d+)/\s*\d+\]")
 
 
-def msrun_mindformers(tmp_path: Path, *args: str, steps: int, parallel: bool = True) -> mindwatch.Run:
-    """msrun, the file, the launcher and its arguments (data parallel, unless not ``parallel``); the run recorded."""
+def msrun_mindformers(tmp_path: Path, *args: str, steps: int, parallel: bool = True, keep_wrapper: bool = False) -> mindwatch.Run:
+    """msrun, the file (``--keep-wrapper`` too with ``keep_wrapper``), the launcher and its arguments (data parallel,
+    unless not ``parallel``); the run recorded."""
     env = base_env()  # msrun's own variables left out, its retries quicker
     env["PATH"] = f"{MF_PYTHON.parent}{os.pathsep}{env['PATH']}"  # MindFormers' environment: its msrun and python
     msrun = ["msrun", "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}", "--log_dir=logs", "--join=True"]
     script = [str(SCRIPT), "--way", "yaml", "--no-register", "--save-dir", str(tmp_path / "out")]
     script += ["--data-parallel"] if parallel else []
-    command = [*msrun, launcher.__file__, *script, "--steps", str(steps), *args]
+    command = [*msrun, launcher.__file__, *(["--keep-wrapper"] if keep_wrapper else []), *script, "--steps", str(steps), *args]
     out = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, "".join(worker_log(tmp_path, r)[-2000:] for r in (0, 1))
     said = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"run_dir"')]  # among msrun's lines
@@ -54,14 +56,18 @@ def test_the_file_is_msruns_task_script_in_front_of_a_data_parallel_mindformers_
     assert [p.name for p in run.path.parent.iterdir() if not p.name.startswith(".")] == [run.path.name], "one run"
 
 
-def test_a_nan_loss_on_rank_1_stops_both_ranks_at_its_step_with_the_last_healthy_checkpoint(tmp_path: Path) -> None:
-    """Rank 1's loss goes NaN at step 10 (its embeddings inf). MindFormers' wrapper carries no signal of ours, but the
-    gradient norm every rank shares after the all-reduce is NaN at that step, with overflow 1 at a loss scale of 1 (it
-    was taken for a loss-scale overflow and ignored: both ranks stopped 19-29 steps late, through files): every rank
-    stops after step 10 and saves step 10's anomaly checkpoint, naming CheckpointMonitor's of step 8."""
-    monitor = {"alerts": {"nonfinite": {"actions": ["checkpoint", "stop"]}}}
-    run = msrun_mindformers(tmp_path, "--inf-at", "10", "--inf-rank", "1", "--save-every", "4", "--monitor",
-                            json.dumps(monitor), steps=20)  # fmt: skip
+@pytest.mark.parametrize("wrapper", ["ours", "kept"])
+def test_a_nan_loss_on_rank_1_stops_both_ranks_at_its_step_with_the_last_healthy_checkpoint(tmp_path: Path, wrapper: str) -> None:
+    """Rank 1's loss goes NaN at step 10 (its embeddings inf). The gradient norm every rank shares after the all-reduce is
+    NaN at that step, with overflow 1 at a loss scale of 1 (it was taken for a loss-scale overflow and ignored: both ranks
+    stopped 19-29 steps late, through files): every rank stops after step 10 and saves step 10's anomaly checkpoint,
+    naming CheckpointMonitor's of step 8. With mindwatch's wrapper (``ours``, what the launcher builds) every layer is
+    measured every 5 steps: ``grad_norm/<layer>`` is the reduced norm both ranks share, and ``local_grad_norm/<layer>``
+    each rank's own, whose squares add up to what MindFormers' own local_norm logged on that rank. With MindFormers'
+    wrapper kept (``--keep-wrapper``), the stop and the checkpoint are the same."""
+    monitor = {"alerts": {"nonfinite": {"actions": ["checkpoint", "stop"]}}, "layers": {"every": 5}}
+    args = ["--inf-at", "10", "--inf-rank", "1", "--save-every", "4", "--local-norm", "--monitor", json.dumps(monitor)]
+    run = msrun_mindformers(tmp_path, *args, steps=20, keep_wrapper=wrapper == "kept")
     assert run.state == "stopped"
     for rank in (0, 1):
         assert mindformers_steps(worker_log(tmp_path, rank))[-1] == 10, f"rank {rank} trained on after step 10"
@@ -78,6 +84,33 @@ def test_a_nan_loss_on_rank_1_stops_both_ranks_at_its_step_with_the_last_healthy
         assert Path(saved[rank]["checkpoint"]).name == f"anomaly_rank{rank}_step10.ckpt"
         healthy = tmp_path / "output" / "checkpoint" / f"rank_{rank}" / f"llama_tiny_rank_{rank}-1_8.ckpt"
         assert healthy.is_file() and Path(tmp_path, saved[rank]["last_healthy_checkpoint"]).resolve() == healthy.resolve()
+    layers_json = [json.loads((run.path / f"layers.rank{rank}" / "layers.json").read_text()) for rank in (0, 1)]
+    if wrapper == "kept":  # MindFormers' local_norm alone: each rank's own gradient norms
+        assert layers_json[0]["stats"] == ["grad_norm"]
+        return
+    stats = ["grad_norm", "weight_norm", "update_ratio", "adam_m_norm", "adam_v_norm", "local_grad_norm"]
+    assert layers_json[0]["stats"] == stats
+    names = layers_json[0]["layers"]
+    for rank in (0, 1):  # every rank's norm before the all-reduce came in the step's signal, summed with the gradients
+        assert run.series("local_grad_norm", rank=rank).step.tolist() == list(range(1, 11))
+    for step in (1, 5):
+        shared = [[_at(run, f"grad_norm/{layer}", rank, step) for layer in names] for rank in (0, 1)]
+        assert shared[0] == shared[1], f"step {step}: the reduced per-layer norms are the same on both ranks"
+        local = [np.array([_at(run, f"local_grad_norm/{layer}", rank, step) for layer in names]) for rank in (0, 1)]
+        assert not np.allclose(local[0], local[1]), "each rank's own batch: its own gradient norms"
+        for rank in (0, 1):
+            logged = _local_norms_logged(worker_log(tmp_path, rank))[step - 1]
+            assert (local[rank] ** 2).sum() == pytest.approx(logged.sum(), rel=1e-4), f"rank {rank} step {step}"
+
+
+def _at(run: mindwatch.Run, metric: str, rank: int, step: int) -> float:
+    series = run.series(metric, rank=rank)
+    return float(series.value[series.step.tolist().index(step)])
+
+
+def _local_norms_logged(log: str) -> list[np.ndarray]:
+    """MindFormers' own ``local_norm`` output as MFLossMonitor logs it (squared sums per parameter), one per step."""
+    return [np.array(block.split(), dtype=np.float64) for block in re.findall(r"local_norm:\n\[(.*?)\]", log, re.S)]
 
 
 def test_a_launch_that_never_calls_init_trains_in_msruns_scheduler_too_which_records_nothing(tmp_path: Path) -> None:

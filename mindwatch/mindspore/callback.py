@@ -282,6 +282,11 @@ class MonitorCallback(Callback):
         else:
             failures.ok(step)
 
+    def _outputs(self, cb: Any) -> Any:
+        params = self._params
+        assert params is not None
+        return params.outputs(cb)
+
     def _keep_up(self, recorder: StepRecorder, cb: Any, step: int, now: float) -> None:
         """What goes on whatever the recording does: the watchdog's beat, every rank's requests and timings from the
         step's signal, the data wait, the batch the step took."""
@@ -290,7 +295,7 @@ class MonitorCallback(Callback):
         state = recorder.state
         waited = self._step_begin - self._prev_step_end
         if self._exchange is not None:  # what every rank asked for, the same vector on every rank
-            self._exchange.after_step(self._read(cb, "net_outputs")[self._signal_output].asnumpy(), step + state.offset)
+            self._exchange.after_step(self._outputs(cb)[self._signal_output].asnumpy(), step + state.offset)
             self._exchange.timed(step + state.offset, now - self._prev_step_end, waited)  # out with the next step
         recorder.timer.waited(waited)
         self._prev_step_end = now
@@ -305,7 +310,7 @@ class MonitorCallback(Callback):
         n = step - state.recorded
         cell = self._cell
         assert cell is not None
-        if not recorder.due(n) and not (cell.skip_output >= 0 and cell.skipped(arg(cb, "net_outputs"))):
+        if not recorder.due(n) and not (cell.skip_output >= 0 and cell.skipped(self._outputs(cb))):
             return
         rec: dict[str, Any] = {"step": step + state.offset, "epoch": arg(cb, "cur_epoch_num"), "t": _wall()}
         rec["rank"] = recorder.rank
@@ -318,7 +323,7 @@ class MonitorCallback(Callback):
             rec[ITERATION] = ran
         if self._ids_column >= 0:
             rec["sample_ids"] = _batch_ids(arg(cb, "train_dataset_element", None), self._ids_column)
-        cell.read(arg(cb, "net_outputs"), rec)
+        cell.read(self._outputs(cb), rec)
         if self._exchange is not None and self._exchange.local_norm is not None:
             rec[LOCAL_GRAD_NORM] = self._exchange.local_norm  # this rank's own, before the all-reduce
         if recorder.timer.shape_pending:
@@ -352,7 +357,7 @@ class MonitorCallback(Callback):
         self._deferred = False
         signal, params = self._signal, self._params
         assert signal is not None and params is not None
-        announced = signal.announced(self._read(cb, "net_outputs")[self._signal_output].asnumpy())
+        announced = signal.announced(self._outputs(cb)[self._signal_output].asnumpy())
         if announced.run_id is None:  # rank 0 records nothing (no callback there): a run of this rank's own
             run_id = fallback_run_id(self.config.run_name, signal.rank)
             log.warning("mindwatch: rank 0 announced no run; rank %d records into %s", signal.rank, run_id)

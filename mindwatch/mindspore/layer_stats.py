@@ -78,13 +78,19 @@ _MOMENTS: tuple[tuple[type, tuple[str, str]], ...] = (
 )
 
 
+#: The moments' attributes of Adam-family optimizers known by their attributes alone (MindFormers' ``AdamW``: ``adam_m``
+#: and ``adam_v`` Parameters), so that mindwatch imports no optimizer library.
+_MOMENT_ATTRIBUTES: tuple[tuple[str, str], ...] = (("exp_avg", "exp_avg_sq"),)
+
+
 def optimizer_moments(optimizer: object) -> tuple[ms.ParameterTuple, ms.ParameterTuple] | None:
-    """The first and second moments of an Adam-family optimizer (``Adam``, ``AdamWeightDecay``, ``Lamb``), one
-    Parameter each per parameter of the optimizer, in its order; None for another optimizer."""
-    for kind, (first, second) in _MOMENTS:
-        if isinstance(optimizer, kind):
-            m, v = getattr(optimizer, first), getattr(optimizer, second)
-            return (m, v) if len(m) == len(v) == len(optimizer.parameters) else None  # type: ignore[attr-defined]
+    """The first and second moments of an Adam-family optimizer (``Adam``, ``AdamWeightDecay``, ``Lamb``, MindFormers'
+    ``AdamW``), one Parameter each per parameter of the optimizer, in its order; None for another optimizer."""
+    found = [names for kind, names in _MOMENTS if isinstance(optimizer, kind)]
+    found += [names for names in _MOMENT_ATTRIBUTES if all(hasattr(optimizer, a) for a in names)]
+    for first, second in found[:1]:
+        m, v = getattr(optimizer, first), getattr(optimizer, second)
+        return (m, v) if len(m) == len(v) == len(optimizer.parameters) else None  # type: ignore[attr-defined]
     return None
 
 
@@ -153,17 +159,21 @@ class LayerGrouping:
         #: The parameter indices of each layer.
         self.groups = [np.flatnonzero(self.index == j).tolist() for j in range(len(names))]
 
-    def stats(self, squares: np.ndarray) -> np.ndarray:
+    def stats(self, squares: np.ndarray, local: bool = False) -> np.ndarray:
         """``(3, layers)``: gradient norm, weight norm and update ratio from ``(3, parameters)`` squared sums; from
         ``(5, parameters)``, ``(5, layers)`` with the norms of the optimizer's two moments; from ``(1, parameters)``
-        (MindFormers' ``local_norm``), ``(1, layers)``: the gradient norms alone."""
+        (MindFormers' ``local_norm``), ``(1, layers)``: the gradient norms alone. ``local``: the last row is this rank's
+        own gradients' (``local_grad_norm``), a norm per layer after the others."""
         rows = np.asarray(squares, np.float64)
+        norms = []
+        if local:
+            rows, norms = rows[:-1], [np.sqrt(self._per_layer(rows[-1]))]
         if len(rows) == 1:
-            return np.sqrt(self._per_layer(rows[0]))[None].astype(np.float32)
+            return np.stack([np.sqrt(self._per_layer(rows[0])), *norms]).astype(np.float32)
         g, w, d, *moments = (self._per_layer(row) for row in rows)
         with np.errstate(divide="ignore", invalid="ignore"):  # unmeasured weights (NaN) give a NaN ratio, zero weights 0
             ratio = np.where(w > 0, np.sqrt(d / np.where(w > 0, w, 1.0)), np.where(np.isnan(w), np.nan, 0.0))
-        return np.stack([np.sqrt(g), np.sqrt(w), ratio, *(np.sqrt(m) for m in moments)]).astype(np.float32)
+        return np.stack([np.sqrt(g), np.sqrt(w), ratio, *(np.sqrt(m) for m in moments), *norms]).astype(np.float32)
 
     def _per_layer(self, per_param: np.ndarray) -> np.ndarray:
         # a sum by index, not a matrix product: 0 x NaN would spread one layer's NaN to every layer

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch.metrics import LOCAL_GRAD_NORM
 from mindwatch.mindspore.layer_stats import LayerGrouping
 from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerHistograms, LayerRow
 
@@ -35,11 +36,14 @@ class LayerWatch:
         bins: int,
         stats: tuple[str, ...] = (),
         local: bool = False,
+        grads_every_step: bool = True,
     ) -> None:
         """``stats``: what a row holds (default: the measured three); ``local``: its gradient norms are this rank's own
         (:class:`~mindwatch.store.layerfiles.LayerRow`)."""
         self.grouping = grouping
         self.stats, self.local = stats, local
+        #: Every step's output holds its gradients' squared sums (our train cells), not only a measured step's.
+        self.grads_every_step = grads_every_step
         self.every = every
         #: Histograms every N steps; None: none (or the cell cannot take them).
         self.histogram_every = histogram_every if bins else None
@@ -83,12 +87,16 @@ class LayerWatch:
         if squares is None:
             return
         if self.measuring:
-            rec[LAYER_KEY] = LayerRow(self.grouping.layers, self.grouping.stats(squares), self.stats, self.local)
+            stats = self.grouping.stats(squares, local=LOCAL_GRAD_NORM in self.stats)
+            rec[LAYER_KEY] = LayerRow(self.grouping.layers, stats, self.stats, self.local)
         if self.histograms and hist is not None:
             rec[HISTOGRAM_KEY] = LayerHistograms(self.grouping.layers, hist)
         if not math.isfinite(rec.get("grad_norm", 0.0)) and (layer := self.grouping.first_nonfinite(squares[0])) is not None:
             rec["nonfinite_layer"] = layer
 
     def wanted(self, rec: dict[str, Any]) -> bool:
-        """Whether this step's squared sums are worth reading: a measured step, or a NaN/Inf gradient norm to trace."""
-        return self.measuring or self.histograms or not math.isfinite(rec.get("grad_norm", 0.0))
+        """Whether this step's squared sums are worth reading: a measured step, or a NaN/Inf gradient norm to trace
+        (where every step has its gradients' squared sums, ``grads_every_step``)."""
+        if self.measuring or self.histograms:
+            return True
+        return self.grads_every_step and not math.isfinite(rec.get("grad_norm", 0.0))

@@ -30,9 +30,11 @@ The callback reads MindFormers' train-cell outputs ``(loss, overflow, loss_scale
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import runpy
 import sys
+from typing import Any
 
 if __name__ == "__main__":  # run as a file (msrun's task script): its folder, first on sys.path, would shadow mindformers
     _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,12 +42,19 @@ if __name__ == "__main__":  # run as a file (msrun's task script): its folder, f
 
 from mindwatch.mindspore.callback import MonitorCallback  # noqa: E402  (after the path is safe)
 
+log = logging.getLogger("mindwatch")
+
 #: The names the callback is registered under: ours, and the one MindSpore Transformers' monitor configs use.
 CALLBACK_NAMES = ("MonitorCallback", "MindSporeTransformersMonitor")
 
 
-def register() -> type[MonitorCallback]:
-    """Register :class:`MonitorCallback` in MindFormers' callback registry under :data:`CALLBACK_NAMES`.
+#: Whether a YAML's ``MFTrainOneStepCell`` (or subclass) is built as mindwatch's wrapper (``register(wrapper=...)``).
+_wrapping = {"on": False}
+
+
+def register(wrapper: bool = True) -> type[MonitorCallback]:
+    """Register :class:`MonitorCallback` in MindFormers' callback registry under :data:`CALLBACK_NAMES`, and with
+    ``wrapper`` build a YAML's ``runner_wrapper`` as mindwatch's train wrapper.
 
     Example::
 
@@ -53,7 +62,12 @@ def register() -> type[MonitorCallback]:
         register()
         trainer = Trainer("llama_tiny.yaml", train_dataset=ds)   # YAML lists `type: MonitorCallback`
 
-    Idempotent. Raises ImportError with what to install when MindFormers is missing.
+    ``wrapper``: where the ``runner_wrapper`` is ``MFTrainOneStepCell`` or a subclass of it (a user's own too, registered
+    before or after this call), MindFormers builds :func:`~mindwatch.mindspore.mindformers_wrapper.watched_wrapper` of
+    it: the same step and outputs, with the cross-rank signal (actions on the very step), every per-layer statistic,
+    ``skip_steps`` and a rewind's pass-over. ``register(wrapper=False)`` keeps MindFormers' wrapper as it is (actions
+    agree through files then, docs/mindformers.md). Idempotent; the last call's ``wrapper`` holds. Raises ImportError
+    with what to install when MindFormers is missing.
     """
     try:
         from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
@@ -71,7 +85,34 @@ def register() -> type[MonitorCallback]:
         ) from e
     for name in CALLBACK_NAMES:
         MindFormerRegister.register_cls(MonitorCallback, MindFormerModuleType.CALLBACK, alias=name)
+    _wrapping["on"] = wrapper
+    _build_wrappers_watched(MindFormerRegister, MindFormerModuleType.WRAPPER)
     return MonitorCallback
+
+
+def _build_wrappers_watched(registry: Any, wrapper_type: Any) -> None:
+    """MindFormers builds its train wrapper with ``MindFormerRegister.get_instance_from_cfg``: in front of it, a
+    ``type`` naming ``MFTrainOneStepCell`` or a subclass becomes mindwatch's wrapper of that class (once patched)."""
+    if getattr(registry.get_instance_from_cfg, "mindwatch", False):
+        return
+    from mindformers.wrapper import MFTrainOneStepCell
+
+    from mindwatch.mindspore.mindformers_wrapper import watched_wrapper
+
+    build = registry.get_instance_from_cfg.__func__
+
+    def get_instance_from_cfg(cls: Any, cfg: Any, module_type: Any = wrapper_type, default_args: Any = None) -> Any:
+        kind = cfg.get("type") if isinstance(cfg, dict) else None
+        if _wrapping["on"] and module_type == wrapper_type and isinstance(kind, str) and cls.is_exist(module_type, kind):
+            found = cls.get_cls(module_type, kind)
+            if isinstance(found, type) and issubclass(found, MFTrainOneStepCell):
+                cfg = cfg.copy()
+                cfg["type"] = watched_wrapper(found)
+                log.info("mindwatch: MindFormers' %s is built as mindwatch's wrapper of it", kind)
+        return build(cls, cfg, module_type, default_args)
+
+    get_instance_from_cfg.mindwatch = True  # type: ignore[attr-defined]
+    registry.get_instance_from_cfg = classmethod(get_instance_from_cfg)
 
 
 def _shadowing_file() -> str | None:
@@ -87,17 +128,22 @@ def _shadowing_file() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mindwatch.mindspore.mindformers SCRIPT [ARGS...]``: :func:`register`, then run SCRIPT as ``__main__``.
+    """``python -m mindwatch.mindspore.mindformers [--keep-wrapper] SCRIPT [ARGS...]``: :func:`register` (with
+    ``wrapper=False`` after ``--keep-wrapper``), then run SCRIPT as ``__main__``.
 
     For launchers you do not edit (MindFormers' ``run_mindformer.py``): their YAML can then name
     ``MonitorCallback`` / ``MindSporeTransformersMonitor`` in ``callbacks:``. SCRIPT sees
     ``sys.argv == [SCRIPT, *ARGS]`` and its own folder first on ``sys.path``, as with ``python SCRIPT``.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    keep = bool(args) and args[0] == "--keep-wrapper"
+    args = args[1:] if keep else args
     if not args or args[0] in ("-h", "--help"):
         print(
-            "usage: python -m mindwatch.mindspore.mindformers SCRIPT [ARGS...]   (e.g. run_mindformer.py --config x.yaml)\n"
-            "       python -m mindwatch.mindspore.mindformers --path             (this file: msrun's task script)"
+            "usage: python -m mindwatch.mindspore.mindformers [--keep-wrapper] SCRIPT [ARGS...]   (e.g. run_mindformer.py "
+            "--config x.yaml)\n"
+            "       python -m mindwatch.mindspore.mindformers --path             (this file: msrun's task script)\n"
+            "--keep-wrapper: MindFormers' own train wrapper, not mindwatch's (actions then agree through files)"
         )
         return 0 if args else 2
     if args == ["--path"]:
@@ -107,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(script):
         print(f"mindwatch: no such script: {script}", file=sys.stderr)
         return 2
-    register()
+    register(wrapper=not keep)
     sys.argv = args
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")

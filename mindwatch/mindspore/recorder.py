@@ -79,11 +79,19 @@ class LayersFound:
     bins: int = 0
     moments: bool = False
     local_norm: bool = False
+    #: The rows also hold this rank's own gradient norms, before the all-reduce (``local_grad_norm``; our MindFormers
+    #: wrapper in data parallel).
+    local_grad_norms: bool = False
+    #: Every step's output holds its gradients' squared sums (our train cells: a NaN traced to its layer on any step);
+    #: False: only a measured step's (our MindFormers wrapper).
+    grads_every_step: bool = True
 
     @property
     def stats(self) -> tuple[str, ...]:
         """What a row of these layers holds: only what is measured."""
-        return (vocab.GRAD_NORM,) if self.local_norm else row_stats(self.moments)
+        if self.local_norm:
+            return (vocab.GRAD_NORM,)
+        return row_stats(self.moments) + ((vocab.LOCAL_GRAD_NORM,) if self.local_grad_norms else ())
 
 
 @dataclass(frozen=True)
@@ -284,6 +292,7 @@ class StepRecorder:
             bins=found.bins,
             stats=found.stats,
             local=local,
+            grads_every_step=found.grads_every_step,
         )
         self.session.writer.set_layers(list(watch.layers), found.bins, found.stats)
         if self.session.inbox is not None:  # mindwatch set RUN layers.every=N

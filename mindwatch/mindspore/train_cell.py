@@ -92,7 +92,14 @@ def layers_found(config: MonitorConfig, net: Any, bins: int) -> LayersFound | No
         return LayersFound(LayerGrouping(names, group), local_norm=True) if names else None
     if not params or "layer_stats" not in (getattr(net, "mindwatch_outputs", None) or ()):
         return None
-    return LayersFound(LayerGrouping(params, group), bins, bool(getattr(net, "mindwatch_layer_moments", False)))
+    moments = bool(getattr(net, "mindwatch_layer_moments", False))
+    return LayersFound(
+        LayerGrouping(params, group),
+        bins,
+        moments,
+        local_grad_norms=bool(getattr(net, "mindwatch_local_grad_norms", False)),  # our MindFormers wrapper, data parallel
+        grads_every_step=getattr(net, "mindwatch_grads_every_step", True),
+    )
 
 
 def attention_found(net: Any) -> Any:

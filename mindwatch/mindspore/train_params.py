@@ -54,6 +54,7 @@ class TrainParams:
         self.network: Any = read(cb, "network", None) or self.train_network
         #: ``optimizer``, else the train network's.
         self.optimizer: Any = read(cb, "optimizer", None) or getattr(self.train_network, "optimizer", None)
+        self.optimizer = getattr(self.optimizer, "mindwatch_wrapped", self.optimizer)  # our MindFormers wrapper's gate
         self.dataset: Any = read(cb, "train_dataset", None)
         #: ``batch_num``: what ``ModelCheckpoint`` numbers its files' steps by.
         self.batch_num: Any = read(cb, "batch_num", None)
@@ -67,6 +68,13 @@ class TrainParams:
         self.initial_step: Any = read(cb, "initial_step", None)
         #: ``list_callback``: the user's callbacks (``ModelCheckpoint`` among them).
         self.callbacks: Any = read(cb, "list_callback", None)
+
+    def outputs(self, cb: Any) -> Any:
+        """The step's ``net_outputs``, and after them the Parameters our MindFormers wrapper keeps its own values in
+        (``mindwatch_side_outputs``, :mod:`~mindwatch.mindspore.mindformers_wrapper`): what ``mindwatch_outputs`` names."""
+        out = self.read(cb, "net_outputs")
+        side = getattr(self.train_network, "mindwatch_side_outputs", None)
+        return out if side is None else (*out, *side)
 
     def step_offset(self, cb: Any) -> int:
         """What to add to ``cur_step_num`` (it counts the steps of this ``Model.train`` call) for the global step.

@@ -43,6 +43,8 @@ def main() -> int:
     p.add_argument("--data-parallel", action="store_true", help="YAML: data parallel over the msrun workers (use_parallel)")
     p.add_argument("--inf-at", type=int, default=0, help="the step whose loss goes NaN on --inf-rank (its embeddings inf)")
     p.add_argument("--inf-rank", type=int, default=0)
+    p.add_argument("--keep-wrapper", action="store_true", help="register(wrapper=False): MindFormers' wrapper as it is")
+    p.add_argument("--dump-norms", default=None, help="JSON file: numpy's norms of every parameter at every step")
     args = p.parse_args()
     os.environ.setdefault("GLOG_v", "3")
 
@@ -67,7 +69,7 @@ def main() -> int:
     monitor = {"project": "mindformers", "save_dir": args.save_dir, "run_name": args.run_name, "interval": 1}
     monitor = {k: v for k, v in monitor.items() if v is not None} | json.loads(args.monitor)
     if args.local_norm:
-        monitor["layers"] = {"every": 1}  # MindFormers' local_norm, recorded as grad_norm/<layer> every step
+        monitor.setdefault("layers", {"every": 1})  # MindFormers' local_norm, recorded as grad_norm/<layer> every step
     if not args.data_parallel:  # with data parallel, the context is built from the YAML below (it starts the collectives)
         mindformers.build_context({"context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
 
@@ -86,7 +88,40 @@ def main() -> int:
                 table = next(p for p in cb.train_network.get_parameters() if "embedding" in p.name)
                 table.set_data(ms.Tensor(np.full(table.shape, np.inf, np.float32)))
 
+    class DumpNorms(Callback):
+        """Independent of mindwatch: numpy's norms, per parameter and step, of the weights before the step, the step's
+        update, the optimizer's moments after it (``adam_m.<name>``, ``adam_v.<name>``), and the gradients' squared sums
+        MindFormers' own ``local_norm`` output holds (with ``--local-norm``)."""
+
+        def __init__(self):
+            self.steps = {}
+            self._before = {}
+
+        def _params(self, cb):
+            return {p.name: p for p in cb.train_network.get_parameters()}
+
+        def on_train_step_begin(self, run_context):
+            cb = run_context.original_args()
+            params = self._params(cb)  # the optimizer's parameters: those with moments
+            self._before = {n: p.asnumpy().astype(np.float64) for n, p in params.items() if f"adam_m.{n}" in params}
+
+        def on_train_step_end(self, run_context):
+            cb = run_context.original_args()
+            params = self._params(cb)
+            row = {}
+            for name, before in self._before.items():
+                after = params[name].asnumpy().astype(np.float64)
+                moments = [float(np.linalg.norm(params[f"{k}.{name}"].asnumpy())) for k in ("adam_m", "adam_v")]
+                row[name] = [float(np.linalg.norm(before)), float(np.linalg.norm(after - before)), *moments]
+            out = cb.net_outputs
+            local = out[5].asnumpy().tolist() if len(out) == 7 else None
+            self.steps[int(cb.cur_step_num)] = {"params": row, "local_norm": local, "names": list(self._before)}
+
+        def on_train_end(self, run_context):
+            Path(args.dump_norms).write_text(json.dumps(self.steps))
+
     extra = ([Pause()] if args.pause else []) + ([InfEmbeddings()] if args.inf_at else [])
+    extra += [DumpNorms()] if args.dump_norms else []
 
     if args.way == "instance":
         from mindformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
@@ -120,7 +155,7 @@ def main() -> int:
         from mindwatch.mindspore.mindformers import register
 
         if not args.no_register:
-            register()
+            register(wrapper=not args.keep_wrapper)
         config_path = Path("llama_tiny.yaml").resolve()
         entry: dict = {"type": args.name, "config": monitor}
         if args.config_as == "path":
