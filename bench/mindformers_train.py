@@ -155,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         def get_overflow_status(self, status, compute_output):
             return self._get_distributed_overflow_status_on_infnan_mode(_ascend_grad_overflow, compute_output)
 
-    register()
+    monitor = json.loads(args.monitor) if args.monitor is not None else None
+    register(wrapper=monitor is not None)  # without mindwatch: MindFormers' own wrapper, as MindFormers builds it
     rng = np.random.default_rng(0)
     tokens = rng.integers(1, VOCAB, size=(args.steps * BATCH, SEQ + 1), dtype=np.int32)
     dataset = GeneratorDataset([(row,) for row in tokens], ["input_ids"], shuffle=False).batch(BATCH, drop_remainder=True)
     mindformers.build_context({"context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
-    monitor = json.loads(args.monitor) if args.monitor is not None else None
     config_path = Path("llama_tiny.yaml").resolve()
     callbacks = [{"type": "MonitorCallback", "config": monitor}] if monitor is not None else []
     config_path.write_text(yaml.safe_dump(yaml_config(callbacks), sort_keys=False))

@@ -536,3 +536,14 @@ def test_attention_entropy_and_max_logit_come_through_the_graph(tmp_path: Path) 
     ref_entropy = float((-(p * np.log(np.clip(p, 1e-12, None))).sum(-1)).mean())
     assert entropy.value[0] == pytest.approx(ref_entropy, rel=1e-4)
     assert top.value[0] == pytest.approx(float(seen["scores"].max()), rel=1e-4)
+
+
+def test_the_moments_settle_after_one_over_one_minus_beta2_steps() -> None:
+    """Read from the optimizers themselves: MindSpore's Adam (beta2 0.999) settles in 1000 steps, an AdamWeightDecay at
+    beta2 0.95 in 20; an optimizer without a beta2, the default."""
+    from mindwatch.mindspore.layer_stats import DEFAULT_SETTLE_STEPS, moments_settle_steps
+
+    params = nn.Dense(2, 2).trainable_params()
+    assert moments_settle_steps(nn.Adam(params)) == 1000
+    assert moments_settle_steps(nn.AdamWeightDecay(params, beta2=0.95)) == 20
+    assert moments_settle_steps(nn.SGD(params)) == DEFAULT_SETTLE_STEPS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_distributed import base_env, free_port
+from test_distributed import Webhooks, base_env, free_port
 from test_mindformers_launcher import MF_PYTHON, SCRIPT, needs_mindformers
 
 import mindwatch
@@ -48,12 +48,34 @@ def mindformers_steps(log: str) -> list[int]:
     return [int(m) for m in _MF_STEP.findall(log)]
 
 
-def test_the_file_is_msruns_task_script_in_front_of_a_data_parallel_mindformers_training(tmp_path: Path) -> None:
-    run = msrun_mindformers(tmp_path, steps=4)
+def test_the_file_is_msruns_task_script_and_300_clean_steps_raise_nothing_twice(tmp_path: Path) -> None:
+    """The file as msrun's task script in front of a data-parallel launch: 300 clean steps, every layer measured every
+    10, the alerts to a real local webhook. Both ranks record every step into one run; no alert is judged on a value
+    one rank alone has (its own gradient norms, before the all-reduce), and no event (a rule at a step) reaches the
+    webhook in two messages."""
+    hooks = Webhooks()
+    try:
+        monitor = {"layers": {"every": 10}, "notify": [{"type": "webhook", "url": hooks.url}]}
+        run = msrun_mindformers(tmp_path, "--local-norm", "--monitor", json.dumps(monitor), steps=300)
+    finally:
+        hooks.close()
     assert run.ranks == [0, 1] and run.meta["world_size"] == 2 and run.state == "finished"
     for rank in (0, 1):
-        assert list(run.series("loss", rank=rank).step) == [1, 2, 3, 4], f"rank {rank} recorded every step"
+        assert list(run.series("loss", rank=rank).step) == list(range(1, 301)), f"rank {rank} recorded every step"
+        assert len(run.series(f"local_grad_norm/{_first_layer(run)}", rank=rank)) == 31  # steps 1, 10, ..., 300
     assert [p.name for p in run.path.parent.iterdir() if not p.name.startswith(".")] == [run.path.name], "one run"
+    assert not [a for a in run.alerts if "local" in str(a.get("metric")) or (a["rule"].startswith("layer_") and a["rank"])]
+    events: list[tuple[str, int]] = []
+    for _, body in hooks.posts:
+        if body.get("event") == "alert":
+            events.append((body["rule"], body["step"]))
+        elif body.get("event") == "alerts":
+            events += sorted({(a["rule"], a["step"]) for a in body["alerts"]})
+    assert len(events) == len(set(events)), f"one event in two messages: {events}"
+
+
+def _first_layer(run: mindwatch.Run) -> str:
+    return json.loads((run.path / "layers.rank0" / "layers.json").read_text())["layers"][0]
 
 
 @pytest.mark.parametrize("wrapper", ["ours", "kept"])

@@ -24,6 +24,7 @@ from mindwatch.alerts.rules import (
     threshold_rules,
 )
 from mindwatch.alerts.rules.layer_collapse import LayerCollapseRule
+from mindwatch.alerts.rules.layer_frozen import LayerFrozenRule
 from mindwatch.alerts.rules.layer_spike import LayerSpikeRule
 from mindwatch.alerts.rules.layer_vanishing import LayerVanishingRule
 from mindwatch.alerts.rules.nonfinite import checked_in_step
@@ -299,6 +300,39 @@ def test_no_per_layer_rule_judges_one_ranks_own_gradient_norms() -> None:
 
     assert ("layer_spike", 25, "block") in alerts(local=False) and any(a[0] == "layer_vanishing" for a in alerts(False))
     assert alerts(local=True) == []
+
+
+def test_the_moments_are_judged_once_they_settled() -> None:
+    """Adam's v grows from 0 as 1 - beta2**t: its norm at step 1 is no baseline. Rows whose moments have not settled are
+    recorded but judged by no rule; the same values, settled, are (a 50 x fall from the rolling median collapses)."""
+    layers = ("a", "b")
+    v = np.full((30, 2), 1e-4)
+    v[25:, 1] = 2e-6
+    recs = layer_records("adam_v_norm", v, layers)
+
+    def unsettled(records: list[dict]) -> list[dict]:
+        return [{**r, LAYER_KEY: LayerRow(layers, r[LAYER_KEY].stats, moments_settled=False)} for r in records]
+
+    unsettled_rule, settled_rule = LayerCollapseRule(), LayerCollapseRule()
+    assert [a for rec in unsettled(recs) for a in unsettled_rule.check(rec)] == []
+    assert [(a["step"], a["layer"]) for rec in recs for a in settled_rule.check(rec)] == [(26, "b")]
+    # the gradient norms are judged whatever the moments' state: a spike at step 26
+    g = np.ones((30, 2))
+    g[25, 0] = 50.0
+    grads = unsettled(layer_records("grad_norm", g, layers))
+    spike = LayerSpikeRule()
+    assert [(a["step"], a["layer"]) for rec in grads for a in spike.check(rec)] == [(26, "a")]
+
+
+@pytest.mark.parametrize("why", [{"skipped": 1.0}, {"lr": 0.0}, {"overflow": 1.0}])
+def test_a_step_that_applied_no_update_on_purpose_does_not_count_as_frozen(why: dict) -> None:
+    """A skipped step, an lr of 0 (a warm-up's first step) or a loss-scale overflow leaves the weights as they were by
+    design: three such measured steps in a row are not frozen weights; three steps that did update nothing are."""
+    layers = ("a",)
+    frozen = layer_records("update_ratio", np.zeros((3, 1)), layers)
+    judged, excused = LayerFrozenRule(), LayerFrozenRule()
+    assert [a["step"] for rec in frozen for a in judged.check(rec)] == [3]
+    assert [a for rec in frozen for a in excused.check({**rec, **why})] == []
 
 
 def test_layer_collapse_watches_the_moments_only_and_each_one_asked() -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
+from typing import Any
 
 import mindspore as ms
 import numpy as np
@@ -92,6 +93,23 @@ def optimizer_moments(optimizer: object) -> tuple[ms.ParameterTuple, ms.Paramete
         m, v = getattr(optimizer, first), getattr(optimizer, second)
         return (m, v) if len(m) == len(v) == len(optimizer.parameters) else None  # type: ignore[attr-defined]
     return None
+
+
+#: Steps the moments take to settle when the optimizer's beta2 is unknown: MindSpore's Adam default, 0.999.
+DEFAULT_SETTLE_STEPS = 1000
+
+
+def moments_settle_steps(optimizer: object) -> int:
+    """Steps before an Adam-family optimizer's moments are a baseline: ``v`` grows from 0 as ``1 - beta2**t``, so for
+    about ``1 / (1 - beta2)`` steps (0.999: 1000; MindFormers' AdamW at 0.95: 20); :data:`DEFAULT_SETTLE_STEPS` when its
+    ``beta2`` cannot be read."""
+    beta2: Any = getattr(optimizer, "beta2", None)
+    read = getattr(beta2, "asnumpy", None)
+    try:
+        value = float(np.asarray(read() if read is not None else beta2, np.float64).reshape(-1)[0])
+    except (TypeError, ValueError, IndexError):
+        return DEFAULT_SETTLE_STEPS
+    return round(1.0 / (1.0 - value)) if 0.0 < value < 1.0 else DEFAULT_SETTLE_STEPS
 
 
 class LayerStats(nn.Cell):

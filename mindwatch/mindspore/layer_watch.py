@@ -37,6 +37,7 @@ class LayerWatch:
         stats: tuple[str, ...] = (),
         local: bool = False,
         grads_every_step: bool = True,
+        moments_settle: int = 0,
     ) -> None:
         """``stats``: what a row holds (default: the measured three); ``local``: its gradient norms are this rank's own
         (:class:`~mindwatch.store.layerfiles.LayerRow`)."""
@@ -44,6 +45,8 @@ class LayerWatch:
         self.stats, self.local = stats, local
         #: Every step's output holds its gradients' squared sums (our train cells), not only a measured step's.
         self.grads_every_step = grads_every_step
+        #: The step from which the optimizer's moments are a baseline (:func:`~.layer_stats.moments_settle_steps`).
+        self.moments_settle = moments_settle
         self.every = every
         #: Histograms every N steps; None: none (or the cell cannot take them).
         self.histogram_every = histogram_every if bins else None
@@ -88,7 +91,8 @@ class LayerWatch:
             return
         if self.measuring:
             stats = self.grouping.stats(squares, local=LOCAL_GRAD_NORM in self.stats)
-            rec[LAYER_KEY] = LayerRow(self.grouping.layers, stats, self.stats, self.local)
+            settled = rec.get("step", 0) >= self.moments_settle
+            rec[LAYER_KEY] = LayerRow(self.grouping.layers, stats, self.stats, self.local, moments_settled=settled)
         if self.histograms and hist is not None:
             rec[HISTOGRAM_KEY] = LayerHistograms(self.grouping.layers, hist)
         if not math.isfinite(rec.get("grad_norm", 0.0)) and (layer := self.grouping.first_nonfinite(squares[0])) is not None:

@@ -43,7 +43,7 @@ from mindwatch.mindspore.actions import Interventions, StepBoundary, network_and
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.attention_watch import AttentionWatch
 from mindwatch.mindspore.dynamic_batch import DynamicBatch, warn_unagreed
-from mindwatch.mindspore.layer_stats import LayerGrouping
+from mindwatch.mindspore.layer_stats import LayerGrouping, moments_settle_steps
 from mindwatch.mindspore.layer_watch import LayerWatch
 from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler, model_seq_length
 from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
@@ -195,7 +195,7 @@ class StepRecorder:
         self._batch_size = 0
         #: The ranks' signal: what every rank asked for, filed for the step boundary every rank reads it at.
         self.exchange = SignalExchange(training.signal, session, batch=self.actions.batch) if training.signal else None
-        self.layers = self._layers(training.layers)
+        self.layers = self._layers(training.layers, optimizer)
         self.attention = _attention(training.attention, cfg)
         self.entropy = _entropy_hooks(training.entropy_hooks, cfg) if self.attention is None else None
         #: Whether the step being run measures something in the graph (such a step is always recorded).
@@ -274,8 +274,9 @@ class StepRecorder:
             session.meta["rewind"] = memory  # written with total_steps: start() plans the run next
         return rewinds
 
-    def _layers(self, found: LayersFound | None) -> LayerWatch | None:
-        """Per-layer statistics of ``found``'s layers: the writer's layer files and the inbox's live settings."""
+    def _layers(self, found: LayersFound | None, optimizer: Any) -> LayerWatch | None:
+        """Per-layer statistics of ``found``'s layers: the writer's layer files and the inbox's live settings; the rules
+        judge ``optimizer``'s moments once they settled."""
         if found is None:
             return None
         layers = self.config.layers
@@ -293,6 +294,7 @@ class StepRecorder:
             stats=found.stats,
             local=local,
             grads_every_step=found.grads_every_step,
+            moments_settle=moments_settle_steps(optimizer) if found.moments else 0,
         )
         self.session.writer.set_layers(list(watch.layers), found.bins, found.stats)
         if self.session.inbox is not None:  # mindwatch set RUN layers.every=N

@@ -71,6 +71,9 @@ class LayerRow:
     #: The gradient norms are this rank's own, before the all-reduce (MindFormers' ``local_norm`` in a multi-rank run):
     #: recorded and drawn per rank, judged by no per-layer rule (one rank's batch is not the training's).
     local: bool = False
+    #: The optimizer's moments are a baseline yet (``v`` grows from 0 for about ``1 / (1 - beta2)`` steps): until then no
+    #: rule judges them (they are recorded all the same).
+    moments_settled: bool = True
 
     @property
     def stat_names(self) -> tuple[str, ...]:

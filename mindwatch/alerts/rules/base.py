@@ -179,12 +179,21 @@ class RuleBase:
         return make_alert(self.name, step=rec.get("step"), rank=self.rank, message=message, **kw)
 
 
+_MOMENTS = frozenset(m.name for m in vocab.MOMENT_FAMILIES)
+
+
+def _no_update(rec: Record) -> bool:
+    """Whether the step applied no update on purpose (a loss-scale overflow, a skipped step, an lr of 0)."""
+    return bool(rec.get(vocab.OVERFLOW) or rec.get(vocab.SKIPPED)) or rec.get(vocab.LR) == 0
+
+
 class LayerRule(RuleBase):
     """Fires for a layer once its statistic ``stat`` was anomalous for ``count`` measured steps in a row."""
 
     name = "layer"
     stat = "grad_norm"
-    #: Skip loss-scale overflow steps (the update was skipped on purpose).
+    #: Skip the steps that applied no update on purpose: a loss-scale overflow, ``skip_steps``' skip, an lr of 0 (a
+    #: warm-up's first step). A frozen-weights rule judging them would cry wolf.
     skip_overflow = False
 
     def __init__(self, *, count: int = 1, rank: int = 0, actions: Sequence[str] = ()) -> None:
@@ -206,9 +215,11 @@ class LayerRule(RuleBase):
 
     def check(self, rec: Record) -> list[Alert]:
         row = rec.get(LAYER_KEY)
-        if not isinstance(row, LayerRow) or (self.skip_overflow and rec.get("overflow")) or not row.has(self.stat):
+        if not isinstance(row, LayerRow) or (self.skip_overflow and _no_update(rec)) or not row.has(self.stat):
             return []
         if row.local and self.stat == vocab.GRAD_NORM:  # one rank's batch, before the all-reduce: not the training's
+            return []
+        if not row.moments_settled and self.stat in _MOMENTS:  # v still grows from 0: no baseline yet
             return []
         if row.layers != self.layers:  # the first row (or another model): start counting afresh
             self.layers, self.run = row.layers, np.zeros(len(row.layers), np.int64)
