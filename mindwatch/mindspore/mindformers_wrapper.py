@@ -20,7 +20,8 @@ that construct makes, in the same compiled step:
 What the step measured lives in Parameters (``mindwatch_side_outputs``) that the callback reads after the step beside
 the wrapper's own outputs; ``mindwatch_outputs`` names them all. Measured steps are a branch on
 :class:`~mindwatch.mindspore.layer_stats.LayerStats`' flag inside the graph (MindFormers' construct takes no argument
-of ours to pick a graph with), so an unmeasured step runs none of the measuring kernels.
+of ours to pick a graph with), so an unmeasured step runs none of the measuring kernels; with ``layers`` off (the
+callback never calls ``measure_layers``) the step holds no branch at all.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class _Reduce(nn.Cell):
         self.flag = owner.measured.flag
         self.grad_sq = owner.mindwatch_grad_sq
         self.norm_out = owner.mindwatch_grad_norm  # the reduced gradients' norm, for skip_steps' decision
-        self.skipping = False
+        #: Constants of the compiled step, set before it compiles: skip_steps is on; layers are measured at all.
+        self.skipping = self.layers_on = False
 
     def construct(self, grads):
         if self.signal is not None:
@@ -76,8 +78,9 @@ class _Reduce(nn.Cell):
         reduced = self.reducer(grads)
         if self.skipping:
             reduced = ops.depend(reduced, ops.assign(self.norm_out, ops.sqrt(ops.reduce_sum(squares(reduced)))))
-        if self.flag > 0:
-            reduced = ops.depend(reduced, ops.assign(self.grad_sq, ops.stack([squares(reduced), squares(grads)])))
+        if self.layers_on:  # noqa: SIM102  (a constant, then a branch in the graph)
+            if self.flag > 0:
+                reduced = ops.depend(reduced, ops.assign(self.grad_sq, ops.stack([squares(reduced), squares(grads)])))
         return reduced
 
 
@@ -101,6 +104,7 @@ class _Update(nn.Cell):
         self.decision = owner.mindwatch_decision
         self.skipped_out = owner.mindwatch_skipped
         self.pass_over = owner.mindwatch_pass_over
+        self.layers_on = owner.mindwatch_layers_on
         self.applied = ms.Tensor(True)
         self.not_applied = ms.Tensor(False)
         # What MindFormers' construct and callbacks read off the optimizer, as plain attributes: a Parameter set on a
@@ -115,19 +119,27 @@ class _Update(nn.Cell):
         return self._cells["optimizer"]
 
     def construct(self, grads):
-        skip = self.not_applied
+        skip = None  # None: nothing of ours skips an update (a constant: no branch in the graph)
         passing = None
         if self.pass_over is not None:
             passing = self.pass_over > 0
-            skip = ops.logical_or(skip, passing)
+            skip = passing
         if self.decision is not None:
             decided = self.decision(self.norm, passing)
-            skip = ops.depend(ops.logical_or(skip, decided), ops.assign(self.skipped_out, ops.cast(decided, ms.float32)))
+            skip = decided if skip is None else ops.logical_or(skip, decided)
+            skip = ops.depend(skip, ops.assign(self.skipped_out, ops.cast(decided, ms.float32)))
         if self.hist_out is not None:  # noqa: SIM102  (a constant, then a branch in the graph)
             if self.hist_flag > 0:
                 grads = ops.depend(grads, ops.assign(self.hist_out, self.stats.histograms(self._copy(), grads)))
-        if self.flag > 0:
-            return self._measured(grads, skip)
+        if self.layers_on:  # noqa: SIM102
+            if self.flag > 0:
+                return self._measured(grads, skip)
+        return self._update(grads, skip)
+
+    def _update(self, grads, skip):
+        """The optimizer's update, unless ``skip``; whether it was applied."""
+        if skip is None:
+            return ops.depend(self.applied, self.optimizer(grads))
         done = self.not_applied
         if not skip:
             done = ops.depend(self.applied, self.optimizer(grads))
@@ -138,9 +150,7 @@ class _Update(nn.Cell):
 
     def _measured(self, grads, skip):
         before = self._copy()  # the weights the step started from
-        done = self.not_applied
-        if not skip:
-            done = ops.depend(self.applied, self.optimizer(grads))
+        done = self._update(grads, skip)
         after = tuple(ops.depend(w, done) for w in self.optimizer.parameters)  # read once the update is done
         grad_sq = self.grad_sq
         rows = [grad_sq[0], squares(before), squares(tuple(after[i] - before[i] for i in range(len(before))))]
@@ -180,6 +190,9 @@ class MindFormersWatch(_LayerStatsStep):
         self.mindwatch_skipped: ms.Parameter | None = None
         self.mindwatch_decision: Any = None
         self.mindwatch_histograms: ms.Parameter | None = None
+        #: Whether the layers are measured at all (the callback's first measure_layers, before the step compiles): off,
+        #: the step holds none of the measuring branch.
+        self.mindwatch_layers_on = False
         reducer: Any = self.grad_reducer  # type: ignore[has-type]  # MindFormers' (or MindSpore's identity)
         self.grad_reducer = _Reduce(reducer, self)
         self._mindwatch_optimizer = self.optimizer
@@ -224,6 +237,12 @@ class MindFormersWatch(_LayerStatsStep):
         self.mindwatch_skipped = _zeros((), "mindwatch_skipped")
         self.grad_reducer.skipping = True
         self._watch_update()
+
+    def measure_layers(self, layers: bool, histograms: bool = False) -> None:
+        if not self.mindwatch_layers_on:  # the first call, at train begin: the measuring branch joins the step
+            self.mindwatch_layers_on = self.grad_reducer.layers_on = True
+            self._watch_update()
+        super().measure_layers(layers, histograms)
 
     def can_pass_over(self) -> None:
         super().can_pass_over()
