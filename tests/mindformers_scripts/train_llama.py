@@ -174,7 +174,10 @@ def main() -> int:
         if args.save_every:
             saves = {"save_checkpoint_steps": args.save_every, "keep_checkpoint_max": 100}
             config["callbacks"].append({"type": "CheckpointMonitor", "prefix": "llama_tiny", **saves})
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        # msrun's workers (and, without init(), its scheduler) share this folder: write whole, never read half a file
+        partial = config_path.with_name(f".{config_path.name}.{os.getpid()}")
+        partial.write_text(yaml.safe_dump(config, sort_keys=False))
+        os.replace(partial, config_path)
         trainer = Trainer(args=str(config_path), train_dataset=dataset, callbacks=extra or None)
         trainer.train()
         run_dir = _only_run(Path(args.save_dir) / "mindformers")
