@@ -15,13 +15,15 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mindwatch import metrics as vocab
+from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.store.columns import RankColumns
 from mindwatch.store.reader import Run, Series
 
 #: The metrics the dashboard draws as a band across ranks and the rules compare across ranks.
@@ -75,6 +77,24 @@ class Band:
             "count": self.count.tolist(),
         }
 
+    def thinned(self, points: int = 2000) -> list[list[Any]]:
+        """``[[step, min, mean, max], ...]`` thinned to about ``points`` steps, keeping each bucket's highest max and
+        lowest min (a spike on one rank survives); None where no rank had a finite value. The band's wire shape."""
+        half = max(points // 2, 10)
+        idx = np.union1d(keep_extremes(self.step, self.max, half), keep_extremes(self.step, -self.min, half))
+        rows = np.stack([self.min[idx], self.mean[idx], self.max[idx]], axis=1)
+        clean = np.where(np.isfinite(rows), rows, np.nan).tolist()
+        return [[s, *(None if v != v else v for v in r)] for s, r in zip(self.step[idx].tolist(), clean, strict=True)]
+
+    def edge_ranks(self, k: int = 5) -> tuple[list[int], list[int]]:
+        """The ``k`` ranks most often at the band's edge (its max or its min), most first, and how often: the ranks a
+        per-rank overlay draws when a run has too many to draw them all. With 2 ranks every rank is an edge."""
+        edges = np.concatenate([self.argmax[self.count > 2], self.argmin[self.count > 2]])
+        edges = edges[edges >= 0]
+        ranks, times = np.unique(edges, return_counts=True)
+        order = np.lexsort((ranks, -times))[:k]
+        return ranks[order].tolist(), times[order].tolist()
+
 
 def per_rank(run: Run, metric: str) -> dict[int, Series]:
     """``{rank: Series}`` of ``metric`` for every rank that recorded it."""
@@ -108,6 +128,16 @@ def bands(run: Run, metrics: Iterable[str] = CROSS_RANK_METRICS) -> dict[str, Ba
     """:func:`band` of each metric some rank recorded."""
     names = set(run.metrics)
     return {m: band(run, m) for m in metrics if m in names}
+
+
+def band_of_columns(metric: str, columns: Mapping[int, RankColumns]) -> Band:
+    """:func:`band` from every rank's columns (the dashboard's views hold them)."""
+    per_rank = {}
+    for rank, cols in columns.items():
+        line, value = cols.column(metric)
+        if len(line):
+            per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
+    return band_of(metric, per_rank)
 
 
 def band_of(metric: str, series: dict[int, Series]) -> Band:

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from mindwatch.store.columns import RankColumns
+
 #: Step buckets of every heat map (the dashboard's and the report's): each one the mean of its steps.
 HEATMAP_BUCKETS = 300
 
@@ -67,3 +69,18 @@ def bin_layers(columns: Sequence[tuple[np.ndarray, np.ndarray]], buckets: int) -
 def layer_order(name: str) -> list[Any]:
     """Sort key that puts ``layer2`` before ``layer10`` (digits compared as numbers)."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def family_grid(cols: RankColumns | None, prefix: str, known: Sequence[str], buckets: int) -> tuple[list[str], LayerGrid | None]:
+    """The members of a per-layer family (``prefix``: ``grad_norm/``) in model order, and their grid (:func:`bin_layers`)
+    from one rank's columns; ``known``: the run's metric names, for a rank whose layer files hold none of them. ``([],
+    None)`` when the rank has no member."""
+    in_model_order = [m for m in cols.layer_metrics if m.startswith(prefix)] if cols is not None else []
+    names = in_model_order or sorted((m for m in known if m.startswith(prefix)), key=layer_order)
+    if cols is None or not names:
+        return [], None
+    data = []
+    for name in names:
+        line, value = cols.column(name)
+        data.append((cols.steps[line], value))
+    return names, bin_layers(data, buckets)

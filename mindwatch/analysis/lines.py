@@ -26,7 +26,11 @@ from typing import Any
 import numpy as np
 
 from mindwatch.analysis.downsample import keep_extremes
+from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import encode_number
+
+#: What a series' x may be: the step, the wall-clock time (epoch seconds), or the seconds since the run began.
+X_KINDS = ("step", "time", "elapsed")
 
 
 @dataclass
@@ -66,3 +70,94 @@ def line_points(x: np.ndarray, y: np.ndarray, budget: int) -> LinePoints:
     points = [[a, b if math.isfinite(b) else None] for a, b in zip(xs, ys, strict=True)]
     nonfinite = [(a, b) for a, b in zip(xs, ys, strict=True) if not math.isfinite(b)]
     return LinePoints(points, nonfinite, total=len(y), thinned=len(idx) < len(y))
+
+
+@dataclass
+class SeriesWindow:
+    """One metric of one rank, in a window of x, as a chart draws it: its line, how many points it has in all and in
+    the window, and the branches a rewind abandoned there (faint, behind the line; ``[]`` without a rewind)."""
+
+    line: LinePoints
+    total: int
+    in_window: int
+    abandoned: list[list[Any]]
+
+    def wire(self, nonfinite_cap: int | None = None) -> dict[str, Any]:
+        """The series' wire shape and the rest: ``{total, in_window, points, nonfinite, abandoned}``."""
+        return {"total": self.total, "in_window": self.in_window, **self.line.wire(nonfinite_cap), "abandoned": self.abandoned}
+
+
+def series_window(
+    cols: RankColumns,
+    metric: str,
+    x: str = "step",
+    lo: float | None = None,
+    hi: float | None = None,
+    points: int = 2000,
+    origin: float = 0.0,
+) -> SeriesWindow:
+    """``metric`` of one rank's columns in ``[lo, hi]`` of ``x`` (:data:`X_KINDS`; ``elapsed`` counts from ``origin``,
+    the run's start), thinned to ``points`` keeping each bucket's extremes, with its abandoned branches. The dashboard's
+    ``/api/series`` and the report both draw a series from it."""
+    line, value = cols.column(metric)
+    xs = _x_of(cols, line, x, origin)
+    total = len(xs)
+    if lo is not None or hi is not None:
+        inside = _inside(xs, lo, hi)
+        xs, value = xs[inside], value[inside]
+    abandoned = abandoned_points(cols, metric, line, x, lo, hi, points, origin) if cols.rewound else []
+    return SeriesWindow(line_points(xs, value, points), total, int(len(xs)), abandoned)
+
+
+def abandoned_points(
+    cols: RankColumns,
+    metric: str,
+    kept: np.ndarray,
+    x: str = "step",
+    lo: float | None = None,
+    hi: float | None = None,
+    points: int = 2000,
+    origin: float = 0.0,
+) -> list[list[Any]]:
+    """The values of ``metric`` that later steps replaced (a rewind's abandoned branches; ``kept``: the lines of the
+    values kept, :meth:`~mindwatch.store.columns.RankColumns.column`'s), as gapped points (:func:`branch_points`)."""
+    raw_line, raw_value = cols.raw_column(metric)
+    gone = np.flatnonzero(~np.isin(raw_line, kept))
+    if not len(gone):
+        return []
+    xs = _x_of(cols, raw_line[gone], x, origin)
+    inside = _inside(xs, lo, hi)
+    gone, xs, value = gone[inside], xs[inside], raw_value[gone][inside]
+    if not len(xs):
+        return []
+    # a branch ends where the next abandoned value is not the next one written, or its step goes back
+    starts = np.flatnonzero(np.r_[True, (np.diff(gone) != 1) | (np.diff(cols.steps[raw_line[gone]]) <= 0)])
+    return branch_points(xs, value, starts, points)
+
+
+def _x_of(cols: RankColumns, line: np.ndarray, x: str, origin: float) -> np.ndarray:
+    if x == "step":
+        return cols.steps[line]
+    times = cols.time_of_lines(line)
+    return times - origin if x == "elapsed" else times
+
+
+def _inside(xs: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
+    keep = np.ones(len(xs), dtype=bool)
+    if lo is not None:
+        keep &= xs >= lo
+    if hi is not None:
+        keep &= xs <= hi
+    return keep
+
+
+def elapsed_origin(meta: dict[str, Any] | None, cols: RankColumns | None) -> float:
+    """Where a run's elapsed time counts from, for every chart of it: its start (``meta.json``'s ``started_at``), else
+    the time of its first record; 0 when it has neither."""
+    started = (meta or {}).get("started_at")
+    if isinstance(started, (int, float)):
+        return float(started)
+    if cols is not None and cols.lines:
+        first = float(cols.time_of_lines(np.zeros(1, np.int64))[0])
+        return first if math.isfinite(first) else 0.0
+    return 0.0

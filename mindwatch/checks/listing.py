@@ -24,10 +24,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from mindwatch.analysis.config_diff import flatten
+from mindwatch.analysis.state_text import error_headline
 from mindwatch.analysis.summary import field_label
-from mindwatch.analysis.tags import tag_pairs
+from mindwatch.analysis.tags import tag_pairs, tag_texts
 from mindwatch.checks.evaluate import Evaluator, Missing, Value
 from mindwatch.checks.language import Call, CheckRule, Name, RuleError, parse_rule
+from mindwatch.store.jsonl import encode_number
 
 #: The summary columns every run has, beside its config keys and tags: the column (the filter's name) -> its field of
 #: :class:`~mindwatch.analysis.summary.RunSummary`.
@@ -121,3 +123,52 @@ def sort_key(value: Any) -> tuple[int, Any]:
 
 
 __all__ = ["COLUMN_LABELS", "FILTER_EXAMPLE", "SUMMARY_COLUMNS", "RuleError", "RunFilter", "flatten", "run_columns", "sort_key"]
+
+
+def filter_and_sort(
+    listings: list[dict[str, Any]], filter_text: str = "", sort: str = ""
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], set[str]]:
+    """The runs page's rows: ``(listing, its columns' values)`` of each run ``filter_text`` keeps (a :class:`RunFilter`
+    rule; a bad one raises :class:`RuleError`), sorted by ``sort`` (a column, ``-column`` descending; a run without a
+    value last either way; by default the newest first), and every column some run has a value in."""
+    keep = RunFilter(filter_text) if filter_text.strip() else None
+    available: set[str] = set()
+    rows = []
+    for listing in listings:
+        values = run_columns(listing)
+        available.update(values)
+        if keep is None or keep(values):
+            rows.append((listing, values))
+    key = sort.lstrip("-")
+    if not key:
+        rows.sort(key=lambda r: -(r[0].get("started_at") or 0))
+        return rows, available
+    present = [r for r in rows if sort_key(r[1].get(key))[0] < 2]
+    present.sort(key=lambda r: sort_key(r[1].get(key)), reverse=sort.startswith("-"))
+    return present + [r for r in rows if sort_key(r[1].get(key))[0] == 2], available
+
+
+def runs_page(listings: list[dict[str, Any]], columns: list[str], filter_text: str, sort: str, now: float) -> dict[str, Any]:
+    """The runs page: every run's listing with the chosen ``columns``' values, filtered and sorted
+    (:func:`filter_and_sort`; a bad filter raises :class:`RuleError`), as the page and ``GET /api/runs`` send it."""
+    rows, available = filter_and_sort(listings, filter_text, sort)
+    out = []
+    for listing, values in rows:
+        row = {k: v for k, v in listing.items() if k != "config"}
+        row["final_loss"] = _json_value(row.get("final_loss"))
+        row["error_headline"] = error_headline(row.get("error"))  # what went wrong; the whole error stays in "error"
+        row["tag_texts"] = tag_texts(row.get("tags"))
+        row["values"] = {c: _json_value(values.get(c)) for c in columns}
+        out.append(row)
+    return {
+        "runs": out,
+        "total": len(listings),
+        "columns": [*SUMMARY_COLUMNS, *sorted(available.difference(SUMMARY_COLUMNS))],
+        "labels": {**COLUMN_LABELS, "tags": field_label("tags")},
+        "filter_example": f"filter, e.g. {FILTER_EXAMPLE}",
+        "now": now,
+    }
+
+
+def _json_value(v: Any) -> Any:
+    return encode_number(v) if isinstance(v, float) else v

@@ -15,15 +15,14 @@ non-finite values are ``nan``/``inf``/``-inf`` (csv), the run store's strings ``
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from mindwatch.store.csvfile import csv_lines, number_cells
 from mindwatch.store.reader import open_run
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -91,44 +90,25 @@ def export_run(
     return path
 
 
-def _tokens(name: str, col: np.ndarray, mask: np.ndarray | None, missing: str, nonfinite: dict[float, str]) -> list[str]:
-    """One column as text cells: ``missing`` where absent, ``nonfinite[v]`` for NaN/Inf, whole numbers for ints."""
-    if col.dtype.kind == "i":
-        return list(map(str, col.tolist()))
-    values = col.tolist()
-    out = list(map(_whole_or_repr if name in _INTEGER_COLUMNS else repr, values))  # NaN/Inf are fixed below
-    special = ~np.isfinite(col) if mask is None else ~np.isfinite(col) | ~mask
-    for i in np.flatnonzero(special).tolist():  # few: absent values and NaN/Inf
-        v = values[i]
-        if mask is not None and not mask[i]:
-            out[i] = missing
-        else:
-            out[i] = nonfinite[math.copysign(math.inf, v) if math.isinf(v) else 0.0]
-    return out
-
-
-def _whole_or_repr(v: float) -> str:
-    return str(int(v)) if v.is_integer() else repr(v)
-
-
-_CSV_NONFINITE = {0.0: "nan", math.inf: "inf", -math.inf: "-inf"}  # 0.0 stands for NaN (NaN is no dict key)
-_JSON_NONFINITE = {0.0: '"nan"', math.inf: '"inf"', -math.inf: '"-inf"'}  # the run store's strings
+def _cells(name: str, col: np.ndarray, mask: np.ndarray | None, *, json_cells: bool = False) -> list[str]:
+    """One column as cells (:func:`~mindwatch.store.csvfile.number_cells`): empty (CSV) or ``null`` (JSONL) where
+    absent, NaN/Inf in the run store's spelling (quoted in JSONL), whole numbers for the integer columns."""
+    missing = "null" if json_cells else ""
+    return number_cells(col, mask, whole=name in _INTEGER_COLUMNS, missing=missing, quoted=json_cells)
 
 
 def _write_csv(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:
     names = list(cols)
-    cells = [_tokens(k, cols[k], present.get(k), "", _CSV_NONFINITE) for k in names]
+    cells = [_cells(k, cols[k], present.get(k)) for k in names]
     with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerow(names)
-        f.writelines(",".join(row) + "\n" for row in zip(*cells, strict=True))
+        f.writelines(csv_lines(names, cells))
 
 
 def _write_jsonl(path: Path, cols: dict[str, np.ndarray], present: dict[str, np.ndarray]) -> None:
     names = list(cols)
     keys = [json.dumps(k) + ":" for k in names]
     cells = [
-        [key + tok for tok in _tokens(k, cols[k], present.get(k), "null", _JSON_NONFINITE)]
-        for key, k in zip(keys, names, strict=True)
+        [key + tok for tok in _cells(k, cols[k], present.get(k), json_cells=True)] for key, k in zip(keys, names, strict=True)
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.writelines("{" + ",".join(row) + "}\n" for row in zip(*cells, strict=True))

@@ -38,7 +38,7 @@ from mindwatch.analysis.bands import counted_values
 from mindwatch.analysis.batches import flagged_batches, ids_text
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
-from mindwatch.analysis.lines import line_points
+from mindwatch.analysis.lines import series_window
 from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.rewinds import run_rewinds
 from mindwatch.analysis.state_colours import state_css
@@ -177,18 +177,19 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
             metrics = sorted(m for m in run.metrics if m.startswith(name[:-1])) if name.endswith("*") else [name]
             for metric in metrics:
                 for rank in run.ranks:
-                    s = run.series(metric, rank=rank)
-                    if not len(s):
+                    cols = run.columns.get(rank)
+                    if cols is None or not len(cols.column(metric)[0]):
                         continue
                     first_curve.setdefault(i, len(series))
-                    line = line_points(s.step, s.value, MAX_POINTS)
+                    window = series_window(cols, metric, points=MAX_POINTS)  # as the dashboard's /api/series
+                    line = window.line
                     thinned |= line.thinned
                     parts = [label] if len(runs) > 1 else []
                     if name.endswith("*"):
                         parts.append(metric[len(name) - 1 :])
                     if len(run.ranks) > 1:
                         parts.append(f"rank {rank}")
-                    series.append({"label": " ".join(parts) or metric, **line.wire(nonfinite_cap=100)})
+                    series.append({"label": " ".join(parts) or metric, **window.wire(nonfinite_cap=100)})
         if not series:
             continue
         values = np.array([p[1] for s in series for p in s["points"] if p[1] is not None], dtype=np.float64)

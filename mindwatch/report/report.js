@@ -60,6 +60,7 @@ DATA.metrics.forEach((m, i) => make(chartDiv(curves, `chart-metric-${i}`), (el) 
     series: m.series.map((s) => ({
       name: s.label, points: s.points,  // the wire shape of analysis/lines.py; one mark where the values stop being finite
       nonfinite: s.nonfinite.slice(0, 1).map(([at]) => [at, `non-finite from step ${at}`]),
+      abandoned: s.abandoned,  // a rewind's abandoned branch, faint and dashed, as on the dashboard
     })),
     events: m.events.map((e) => ({ name: e.name, xs: e.xs, color: e.series === undefined ? undefined : PALETTE[e.series % PALETTE.length] })),
   });

@@ -24,39 +24,29 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mindwatch import metrics as vocab
-from mindwatch.analysis.bands import CROSS_RANK_METRICS, Band, band_of, band_of_rows
-from mindwatch.analysis.config_diff import MISSING, config_diff
-from mindwatch.analysis.downsample import keep_extremes
-from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
+from mindwatch.analysis.bands import CROSS_RANK_METRICS
+from mindwatch.analysis.compare import compare_tables as compared
+from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, family_grid
 from mindwatch.analysis.histograms import KINDS, histogram_grid
-from mindwatch.analysis.lines import branch_points, line_points
+from mindwatch.analysis.lines import X_KINDS, elapsed_origin, series_window
 from mindwatch.analysis.progress import run_progress
 from mindwatch.analysis.state_colours import state_css
-from mindwatch.analysis.state_text import error_headline
-from mindwatch.analysis.summary import RunSummary, field_label, summarize_run
+from mindwatch.analysis.summary import summarize_run
 from mindwatch.analysis.tags import tag_texts
-from mindwatch.checks.listing import COLUMN_LABELS, FILTER_EXAMPLE, SUMMARY_COLUMNS, RuleError, RunFilter, run_columns, sort_key
+from mindwatch.checks.listing import RuleError, runs_page
 from mindwatch.serve.cursor import cursor_of
 from mindwatch.serve.views import BadRequest, Catalog, RunView
-from mindwatch.store.bandfiles import band_path, read_band_file
+from mindwatch.store.csvfile import csv_text, point_cells
 from mindwatch.store.jsonl import encode_number
-from mindwatch.store.layout import read_json
-from mindwatch.store.reader import Series
-from mindwatch.units import format_duration, format_number
 
 MAX_POINTS = 20_000
 MAX_COMPARE = 12
-#: The compare page's names of the RunSummary fields (:data:`mindwatch.analysis.summary.LABELS`).
-SUMMARY_LABELS = {name: field_label(name) for name in (*(f.name for f in fields(RunSummary)), "duration", "rank_text")}
 
 #: The most series one CSV download holds (a heat map's family: one per layer, for each rank shown).
 MAX_CSV_SERIES = 1024
@@ -178,54 +168,11 @@ def run_info(view: RunView) -> dict[str, Any]:
 def runs_table(
     summaries: list[dict[str, Any]], columns: list[str], filter_text: str = "", sort: str = "", now: float | None = None
 ) -> dict[str, Any]:
-    """The runs page: every run's listing with the chosen ``columns``' values, filtered and sorted on the server.
-
-    ``filter_text``: a rule of :mod:`mindwatch.checks.listing` (a bad one is a BadRequest pointing at
-    its column); ``sort``: a column, ``-column`` for descending; missing values sort last either way.
-    """
+    """The runs page (:func:`mindwatch.checks.listing.runs_page`); a bad filter is a BadRequest pointing at its column."""
     try:
-        keep = RunFilter(filter_text) if filter_text.strip() else None
+        return runs_page(summaries, columns, filter_text, sort, now or time.time())
     except RuleError as e:
         raise BadRequest(f"filter: {e.pointed()}") from None
-    available: set[str] = set()
-    rows = []
-    for s in summaries:
-        values = run_columns(s)
-        available.update(values)
-        try:
-            if keep is not None and not keep(values):
-                continue
-        except RuleError as e:
-            raise BadRequest(f"filter: {e.pointed()}") from None
-        rows.append((s, values))
-    key = sort.lstrip("-")
-    if key:
-        present = [r for r in rows if sort_key(r[1].get(key))[0] < 2]
-        present.sort(key=lambda r: sort_key(r[1].get(key)), reverse=sort.startswith("-"))
-        rows = present + [r for r in rows if sort_key(r[1].get(key))[0] == 2]
-    else:
-        rows.sort(key=lambda r: -(r[0].get("started_at") or 0))
-    out = []
-    for s, values in rows:
-        row = {k: v for k, v in s.items() if k != "config"}
-        row["final_loss"] = _json_value(row.get("final_loss"))
-        row["error_headline"] = error_headline(row.get("error"))  # what went wrong; the whole error stays in "error"
-        row["tag_texts"] = tag_texts(row.get("tags"))
-        row["values"] = {c: _json_value(values.get(c)) for c in columns}
-        out.append(row)
-    extra = sorted(available.difference(SUMMARY_COLUMNS))
-    return {
-        "runs": out,
-        "total": len(summaries),
-        "columns": [*SUMMARY_COLUMNS, *extra],
-        "labels": {**COLUMN_LABELS, "tags": field_label("tags")},
-        "filter_example": f"filter, e.g. {FILTER_EXAMPLE}",
-        "now": now or time.time(),
-    }
-
-
-def _json_value(v: Any) -> Any:
-    return encode_number(v) if isinstance(v, float) else v
 
 
 def thinned_series(
@@ -238,7 +185,7 @@ def thinned_series(
     points: int = 2000,
     refresh: bool = True,
 ) -> dict[str, Any]:
-    """One metric of one rank in the window [lo, hi] of x, thinned to ``points`` keeping min/max per bucket."""
+    """One metric of one rank in the window [lo, hi] of x (:func:`mindwatch.analysis.lines.series_window`)."""
     if refresh:
         view.refresh()
     with view.lock:
@@ -247,50 +194,10 @@ def thinned_series(
         cols = view.columns.get(rank)
         if cols is None:
             raise BadRequest(f"rank {rank} has no metrics in run {view.id!r}; ranks: {sorted(view.columns)}")
-        line, value = cols.column(metric)
-        step = cols.steps[line]
-        xs = step if x == "step" else cols.time_of_lines(line)
-        total = len(xs)
-        if lo is not None or hi is not None:
-            keep = np.ones(total, dtype=bool)
-            if lo is not None:
-                keep &= xs >= lo
-            if hi is not None:
-                keep &= xs <= hi
-            xs, value = xs[keep], value[keep]
-        drawn = line_points(xs, value, points)
-        return {
-            "run": view.id,
-            "metric": metric,
-            "rank": rank,
-            "x": x,
-            "total": total,
-            "in_window": int(len(xs)),
-            **drawn.wire(),
-            "abandoned": _abandoned(cols, metric, line, x, lo, hi, points) if cols.rewound else [],
-            "cursor": cursor_of(view),
-        }
-
-
-def _abandoned(cols: Any, metric: str, kept: np.ndarray, x: str, lo: float | None, hi: float | None, points: int) -> list:
-    """The values of ``metric`` that later steps replaced (a rewind's abandoned branch), as gapped points."""
-    raw_line, raw_value = cols.raw_column(metric)
-    gone = np.flatnonzero(~np.isin(raw_line, kept))
-    if not len(gone):
-        return []
-    line = raw_line[gone]
-    xs = cols.steps[line] if x == "step" else cols.time_of_lines(line)
-    inside = np.ones(len(xs), dtype=bool)
-    if lo is not None:
-        inside &= xs >= lo
-    if hi is not None:
-        inside &= xs <= hi
-    gone, xs, value = gone[inside], xs[inside], raw_value[gone][inside]
-    if not len(xs):
-        return []
-    # a branch ends where the next abandoned value is not the next one written, or its step goes back
-    starts = np.flatnonzero(np.r_[True, (np.diff(gone) != 1) | (np.diff(cols.steps[raw_line[gone]]) <= 0)])
-    return branch_points(xs, value, starts, points)
+        origin = elapsed_origin(view.meta, cols)
+        window = series_window(cols, metric, x, lo, hi, points, origin)
+        shape = {"run": view.id, "metric": metric, "rank": rank, "x": x, "elapsed_origin": origin}
+        return {**shape, **window.wire(), "cursor": cursor_of(view)}
 
 
 def compare_series(views: list[RunView], metric: str, x: str = "step", points: int = 2000) -> dict[str, Any]:
@@ -299,72 +206,42 @@ def compare_series(views: list[RunView], metric: str, x: str = "step", points: i
     for view in views:
         view.refresh()
         if view.columns:
-            s = thinned_series(view, metric, x="step" if x == "step" else "time", points=points, refresh=False)
+            s = thinned_series(view, metric, x=x, points=points, refresh=False)
         else:  # a run that has not written a step yet
             s = {"run": view.id, "metric": metric, "total": 0, "points": [], "nonfinite": []}
-        if x == "elapsed" and s["points"]:
-            t0 = view.meta.get("started_at") or s["points"][0][0]
-            s["points"] = [[p[0] - t0, p[1]] for p in s["points"]]
-            s["nonfinite"] = [[p[0] - t0, p[1]] for p in s["nonfinite"]]
         s["state"] = view.status_summary()["state"]
         out.append(s)
     return {"metric": metric, "x": x, "series": out}
 
 
 def compare_tables(views: list[RunView]) -> dict[str, Any]:
-    """The compare page's tables: each run's :class:`~mindwatch.analysis.summary.RunSummary` (the full form) and
-    metrics, and every config key with each run's value (``present`` false where a run has none)."""
+    """The compare page's tables (:func:`mindwatch.analysis.compare.compare_tables`)."""
     runs = []
     for view in views:
         view.refresh()
         with view.lock:
-            summary = summarize_run(view)
-        row = {k: _json_value(v) for k, v in summary.to_dict().items() if k not in ("config", "path")}
-        # its numbers as the report and `mindwatch runs` print them (units.format_number: 4 significant digits)
-        text = {k: format_number(v) for k, v in summary.to_dict().items() if isinstance(v, float)}
-        text["duration"] = format_duration(summary.duration)  # as the report's summary and `mindwatch runs` say it
-        if summary.error:
-            text["error"] = error_headline(summary.error) or summary.error
-        runs.append({"id": view.id, "rank_text": summary.rank_text, "summary": row, "text": text, "metrics": view.metrics})
-    configs = [view.meta.get("config") or {} for view in views]
-    keys = [
-        {
-            "key": k.key,
-            "differs": k.differs,
-            "values": [None if v is MISSING else _json_value(v) for v in k.values],
-            "present": [v is not MISSING for v in k.values],
-        }
-        for k in config_diff(configs)
-    ]
-    return {"runs": runs, "config": keys, "labels": SUMMARY_LABELS}
-
-
-def _csv_number(v: float) -> str:
-    return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+            runs.append((view.id, summarize_run(view), view.metrics, view.meta.get("config") or {}))
+    return compared(runs)
 
 
 def series_csv(view: RunView, metrics: list[str], ranks: list[int] | None = None) -> str:
-    """Every recorded point of ``metrics`` on ``ranks`` (default: the lowest rank), not thinned, as CSV: one row a point
-    in file order, ``step,time,metric,rank,value`` (time in epoch seconds, empty where a line has none; NaN/Inf as
-    ``nan``/``inf``/``-inf``). The charts' per-chart CSV download."""
+    """Every recorded point of ``metrics`` on ``ranks`` (default: the lowest rank), not thinned, as CSV
+    (:mod:`mindwatch.store.csvfile`): one row a point in file order, ``step,time,metric,rank,value`` (time in epoch
+    seconds, empty where a line has none; NaN/Inf as ``nan``/``inf``/``-inf``). The charts' per-chart CSV download."""
     view.refresh()
     with view.lock:
         shown = ranks or ([min(view.columns)] if view.columns else [])
-        out = ["step,time,metric,rank,value"]
+        columns: list[list[str]] = [[], [], [], [], []]
         for rank in shown:
             cols = view.columns.get(rank)
             if cols is None:
                 raise BadRequest(f"rank {rank} has no metrics in run {view.id!r}; ranks: {sorted(view.columns)}")
             for metric in metrics:
                 line, value = cols.column(metric)
-                steps, times = cols.steps[line].tolist(), cols.time_of_lines(line).tolist()
-                name = metric.replace('"', '""')
-                name = f'"{name}"' if any(c in name for c in ',"\n') else name
-                out.extend(
-                    f"{s},{'' if t != t else repr(t)},{name},{rank},{_csv_number(v)}"
-                    for s, t, v in zip(steps, times, value.tolist(), strict=True)
-                )
-        return "\n".join(out) + "\n"
+                times = cols.time_of_lines(line)
+                for out, cells in zip(columns, point_cells(cols.steps[line], times, metric, rank, value), strict=True):
+                    out.extend(cells)
+        return csv_text(["step", "time", "metric", "rank", "value"], columns)
 
 
 def csv_file_name(run_id: str, metrics: list[str], chart: str | None = None) -> str:
@@ -375,76 +252,27 @@ def csv_file_name(run_id: str, metrics: list[str], chart: str | None = None) -> 
 
 
 def band_points(view: RunView, metric: str, points: int = 2000, refresh: bool = True) -> dict[str, Any]:
-    """Per-step min / mean / max of ``metric`` across ranks (:mod:`mindwatch.analysis.bands`), thinned keeping extremes."""
-    b = band_across_ranks(view, metric, refresh)
-    half = max(points // 2, 10)
-    idx = np.union1d(keep_extremes(b.step, b.max, half), keep_extremes(b.step, -b.min, half))
-    rows = np.stack([b.min[idx], b.mean[idx], b.max[idx]], axis=1)
-    clean = np.where(np.isfinite(rows), rows, np.nan).tolist()
-    return {
-        "run": view.id,
-        "metric": metric,
-        "ranks": b.ranks,
-        "points": [[s, *(None if v != v else v for v in r)] for s, r in zip(b.step[idx].tolist(), clean, strict=True)],
-    }
-
-
-def band_across_ranks(view: RunView, metric: str, refresh: bool = True) -> Band:
-    """The band from rank 0's band file when the run has one, else from every rank's columns."""
-    b = band_from_file(view, metric)
-    if b is not None:
-        return b
-    if refresh:
-        view.refresh()
-    with view.lock:
-        per_rank = {}
-        for rank, cols in view.columns.items():
-            line, value = cols.column(metric)
-            if len(line):
-                per_rank[rank] = Series(cols.steps[line], value, np.empty(0))
-        return band_of(metric, per_rank)
+    """Per-step min / mean / max of ``metric`` across ranks (:meth:`~mindwatch.analysis.bands.Band.thinned`)."""
+    b = view.band(metric, refresh)
+    return {"run": view.id, "metric": metric, "ranks": b.ranks, "points": b.thinned(points)}
 
 
 def outlier_ranks(view: RunView, metric: str, k: int = 5) -> dict[str, Any]:
-    """The ``k`` ranks most often at the edge of the band (the max or the min of ``metric`` across ranks), most first:
-    the ranks the per-rank overlay draws by default when a run has too many to draw them all."""
-    b = band_across_ranks(view, metric)
-    edges = np.concatenate([b.argmax[b.count > 2], b.argmin[b.count > 2]])  # with 2 ranks every rank is an edge
-    edges = edges[edges >= 0]
-    ranks, times = np.unique(edges, return_counts=True)
-    order = np.lexsort((ranks, -times))[:k]
-    return {"run": view.id, "metric": metric, "ranks": ranks[order].tolist(), "times": times[order].tolist(), "steps": len(b)}
-
-
-def band_from_file(view: RunView, metric: str) -> Band | None:
-    """The band rank 0 wrote while the run went (``bands/``): one small file, not every rank's columns."""
-    path = Path(band_path(view.layout, metric))
-    if not view.readable(path):
-        return None
-    rows = read_band_file(view.layout, metric)
-    if rows is None or not len(rows):
-        return None
-    world = (view.meta or read_json(view.layout.meta) or {}).get("world_size")
-    ranks = list(range(int(world))) if isinstance(world, int) else list(range(int(rows["count"].max())))
-    return band_of_rows(metric, rows, ranks)
+    """The ``k`` ranks most often at the edge of the band (:meth:`~mindwatch.analysis.bands.Band.edge_ranks`)."""
+    b = view.band(metric)
+    ranks, times = b.edge_ranks(k)
+    return {"run": view.id, "metric": metric, "ranks": ranks, "times": times, "steps": len(b)}
 
 
 def layer_heatmap(view: RunView, prefix: str, rank: int | None, buckets: int) -> dict[str, Any]:
-    """Mean of each ``<prefix><layer>`` metric per step bucket (:func:`mindwatch.analysis.heatmap.bin_layers`)."""
+    """Mean of each ``<prefix><layer>`` metric per step bucket (:func:`mindwatch.analysis.heatmap.family_grid`)."""
     view.refresh()
     with view.lock:
         if rank is None:
             rank = min(view.columns) if view.columns else 0
-        cols = view.columns.get(rank)
-        in_model_order = [m for m in cols.layer_metrics if m.startswith(prefix)] if cols is not None else []
-        names = in_model_order or sorted((m for m in view.metrics if m.startswith(prefix)), key=layer_order)
-        if cols is None or not names:
+        names, grid = family_grid(view.columns.get(rank), prefix, view.metrics, buckets)
+        if grid is None:
             return {"run": view.id, "prefix": prefix, "layers": [], "steps": [], "values": []}
-        data = []
-        for name in names:
-            line, value = cols.column(name)
-            data.append((cols.steps[line], value))
-        grid = bin_layers(data, buckets)
         return {"run": view.id, "prefix": prefix, "layers": names, "steps": grid.steps, "values": grid.values}
 
 
@@ -489,7 +317,7 @@ class Api:
                 view,
                 metric_param(req),
                 rank=int_param(req, "rank", None, 0, 1 << 20),
-                x=choice_param(req, "x", ("step", "time")),
+                x=choice_param(req, "x", X_KINDS),
                 lo=float_param(req, "lo"),
                 hi=float_param(req, "hi"),
                 points=int_param(req, "points", 2000, 10, MAX_POINTS) or 2000,
@@ -542,7 +370,7 @@ class Api:
     def compare(self, req: Request) -> JSONResponse:
         views = runs_param(req, self.catalog)
         metric = metric_param(req)
-        x = choice_param(req, "x", ("step", "time", "elapsed"))
+        x = choice_param(req, "x", X_KINDS)
         points = int_param(req, "points", 2000, 10, MAX_POINTS) or 2000
         return JSONResponse(compare_series(views, metric, x, points))
 

@@ -24,10 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mindwatch.analysis.bands import Band, band_of_columns, band_of_rows
 from mindwatch.analysis.state_text import state_sentence
 from mindwatch.analysis.summary import listed
+from mindwatch.store.bandfiles import band_path, read_band_file
 from mindwatch.store.cache import ColumnCache
 from mindwatch.store.catalog import RunHead, find_runs
+from mindwatch.store.layout import read_json
 from mindwatch.store.reader import Run
 from mindwatch.store.states import FINAL_STATES
 
@@ -92,6 +95,27 @@ class RunView(Run):
             for seq in range(seen, len(self.alerts)):
                 self.alerts[seq].setdefault("seq", seq)
             return new
+
+    def band(self, metric: str, refresh: bool = True) -> Band:
+        """``metric`` across ranks (:mod:`mindwatch.analysis.bands`): from the band rank 0 wrote while the run went
+        (``bands/``, one small file) when it has one, else from every rank's columns."""
+        found = self._band_file(metric)
+        if found is not None:
+            return found
+        if refresh:
+            self.refresh()
+        with self.lock:
+            return band_of_columns(metric, self.columns)
+
+    def _band_file(self, metric: str) -> Band | None:
+        if not self.readable(Path(band_path(self.layout, metric))):
+            return None
+        rows = read_band_file(self.layout, metric)
+        if rows is None or not len(rows):
+            return None
+        world = (self.meta or read_json(self.layout.meta) or {}).get("world_size")
+        ranks = list(range(int(world))) if isinstance(world, int) else list(range(int(rows["count"].max())))
+        return band_of_rows(metric, rows, ranks)
 
     def status_summary(self, now: float | None = None) -> dict[str, Any]:
         """What the run page's banner needs: overall state, per-rank states, last step/time, error.

@@ -48,6 +48,12 @@ def encode_number(f: float) -> float | str:
     """``f`` as the run store writes it: a finite float as it is, NaN/Inf as ``"nan"``, ``"inf"``, ``"-inf"``."""
     if math.isfinite(f):
         return f
+    return nonfinite_text(f)
+
+
+def nonfinite_text(f: float) -> str:
+    """The one spelling of a non-finite value wherever mindwatch writes text: ``nan``, ``inf``, ``-inf`` (the run
+    store's JSONL strings, the CSV of ``mindwatch export`` and of the dashboard's charts)."""
     return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
 
 
