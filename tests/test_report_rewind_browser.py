@@ -37,8 +37,9 @@ SERIES = """() => Object.fromEntries([...document.querySelectorAll('#curves .cha
 
 
 def test_the_reports_loss_chart_draws_the_branch_a_rewind_abandoned(tmp_path: Path, browser: Browser) -> None:
-    """Rewound at step 70 to step 20: the report's loss chart holds a faint, dashed ``loss abandoned`` series with the
-    losses the training wrote at steps 21-70 before it went back, read from the metrics file."""
+    """Rewound at step 40 to step 20: the report's loss chart holds a faint, dashed ``loss abandoned`` series with the
+    losses the training wrote at steps 21-40 before it went back (read from the metrics file), all of which the
+    training wrote again after it."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
     net, opt, _ = training()
     train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
@@ -47,7 +48,7 @@ def test_the_reports_loss_chart_draws_the_branch_a_rewind_abandoned(tmp_path: Pa
         for i, (x, y) in enumerate(run.batches(dataset(bad=None, steps=100).create_tuple_iterator()), 1):
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)
-            if i == 70:
+            if i == 40:
                 command = [sys.executable, "-m", "mindwatch.cli", "rewind", str(run.run_dir), "--to", "20"]
                 subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
                 wait_for(lambda: read_request(run.run_dir), 30, "the request read")
