@@ -3,7 +3,8 @@
 This module owns the series' wire shape, ``{"points": [[x, y | null], ...], "nonfinite": [[x, "nan"], ...]}``
 (:meth:`LinePoints.wire`): ``/api/series``, ``/api/compare`` and the report send it as it is, and
 ``assets/charts.js`` draws it. The live stream sends the new rows of a metrics file instead
-(``[step, time, value]``: both x's, as the file holds them); ``static/merge.js`` appends them to that shape.
+(``[step, time, value]``: both x's, as the file holds them); ``static/series.js`` (``SeriesStore.append``) appends
+them to that shape, with the same non-finite rule.
 
 Example::
 

@@ -5,12 +5,24 @@
 // An ES module that needs the global `echarts` (a classic script loaded first). No network access here:
 // callers pass data in, so the report inlines this file (mindwatch/report/html.py) and works offline.
 
-export const PALETTE = ["#5470c6", "#ee6666", "#91cc75", "#fac858", "#73c0de", "#3ba272", "#fc8452", "#9a60b4", "#ea7ccc", "#2f4554"];
+export const PALETTE = [
+  "#5470c6",
+  "#ee6666",
+  "#91cc75",
+  "#fac858",
+  "#73c0de",
+  "#3ba272",
+  "#fc8452",
+  "#9a60b4",
+  "#ea7ccc",
+  "#2f4554",
+];
 
 /** Exponential moving average like TensorBoard's smoothing (debiased), skipping nulls. */
 export function ema(points, weight) {
-  if (!weight) return points.map(([x, y]) => [x, y === null ? "-" : y]);  // "-": a gap in the line
-  let last = 0, n = 0;
+  if (!weight) return points.map(([x, y]) => [x, y === null ? "-" : y]); // "-": a gap in the line
+  let last = 0,
+    n = 0;
   return points.map(([x, y]) => {
     if (y === null || !Number.isFinite(y)) return [x, "-"];
     last = last * weight + (1 - weight) * y;
@@ -39,17 +51,23 @@ function fixed1(x) {
  */
 export function formatDuration(secs) {
   if (secs === null || secs === undefined || !Number.isFinite(secs)) return "-";
-  const whole = roundHalfEven(secs), h = Math.floor(whole / 3600), rem = whole - h * 3600;
-  const m = Math.floor(rem / 60), s = rem - m * 60;
+  const whole = roundHalfEven(secs),
+    h = Math.floor(whole / 3600),
+    rem = whole - h * 3600;
+  const m = Math.floor(rem / 60),
+    s = rem - m * 60;
   const pad = (n) => String(n).padStart(2, "0");
   return h ? `${h}h ${pad(m)}m ${pad(s)}s` : m ? `${m}m ${pad(s)}s` : `${fixed1(secs)} s`;
 }
 
 /** A tick of the elapsed axis, a clock's: "4:05" (long: "1:04:05"), as the axis's name says ("elapsed (m:ss)"). */
 function clockTick(secs, long) {
-  const a = Math.round(Math.abs(secs)), sign = secs < 0 ? "-" : "";
+  const a = Math.round(Math.abs(secs)),
+    sign = secs < 0 ? "-" : "";
   const pad = (n) => String(n).padStart(2, "0");
-  const hh = Math.floor(a / 3600), mm = Math.floor((a % 3600) / 60), ss = a % 60;
+  const hh = Math.floor(a / 3600),
+    mm = Math.floor((a % 3600) / 60),
+    ss = a % 60;
   return long || hh ? `${sign}${hh}:${pad(mm)}:${pad(ss)}` : `${sign}${mm}:${pad(ss)}`;
 }
 
@@ -75,26 +93,39 @@ export function fmtNumber(v) {
 
 /** The title every chart has: a name and an optional note under it. */
 export function titleOption(text, subtext) {
-  return { text, subtext: subtext || "", left: 8, top: 4, textStyle: { fontSize: 13, fontWeight: 600 }, subtextStyle: { fontSize: 11 } };
+  return {
+    text,
+    subtext: subtext || "",
+    left: 8,
+    top: 4,
+    textStyle: { fontSize: 13, fontWeight: 600 },
+    subtextStyle: { fontSize: 11 },
+  };
 }
 
 /** The x a chart draws for a data x: milliseconds on the time axis (the data holds epoch seconds), seconds since
  * xOrigin on an elapsed axis, the step itself on a step axis; and back. */
 function xScale(o) {
   if (o.x === "time") return { to: (x) => x * 1000, from: (v) => v / 1000 };
-  if (o.x === "elapsed") { const t0 = o.xOrigin || 0; return { to: (x) => x - t0, from: (v) => v + t0 }; }
+  if (o.x === "elapsed") {
+    const t0 = o.xOrigin || 0;
+    return { to: (x) => x - t0, from: (v) => v + t0 };
+  }
   return { to: (x) => x, from: (v) => v };
 }
 
 /** An alert severity's colour: the page's ``--sev-<severity>`` variable (mindwatch/analysis/state_colours.py, in the
  * page's style: the dashboard's vocabulary, the report's template); grey where the page has none. */
 export function severityColour(severity) {
-  const v = getComputedStyle(document.documentElement).getPropertyValue(`--sev-${severity || "warning"}`).trim();
+  const v = getComputedStyle(document.documentElement)
+    .getPropertyValue(`--sev-${severity || "warning"}`)
+    .trim();
   return v || "#777";
 }
 
 function alertMarks(alerts, metric, o, px) {
-  const pts = [], lines = [];
+  const pts = [],
+    lines = [];
   for (const a of alerts || []) {
     const x = o.x === "step" ? a.step : a.t;
     if (x === undefined || x === null) continue;
@@ -112,10 +143,14 @@ function alertMarks(alerts, metric, o, px) {
 /** A solid grey line where each attempt after the first started: [{step, t, attempt}]. */
 function restartMarks(restarts, o, px) {
   const at = (r) => (o.x === "step" ? r.step : r.t);
-  return (restarts || []).filter((r) => at(r) != null).map((r) => ({
-    xAxis: px(at(r)), name: `restart: attempt ${r.attempt}`,
-    lineStyle: { color: "#52606d", type: "solid", width: 1.5 }, label: { formatter: `attempt ${r.attempt}` },
-  }));
+  return (restarts || [])
+    .filter((r) => at(r) != null)
+    .map((r) => ({
+      xAxis: px(at(r)),
+      name: `restart: attempt ${r.attempt}`,
+      lineStyle: { color: "#52606d", type: "solid", width: 1.5 },
+      label: { formatter: `attempt ${r.attempt}` },
+    }));
 }
 
 /** Events marked with their name beside them up to this many on a chart; past it, the lines alone (the names would overprint). */
@@ -130,9 +165,11 @@ function eventMarks(events, o, px) {
   const all = (events || []).flatMap((e) => e.xs.map((x) => ({ e, x }))).slice(0, MAX_EVENTS);
   const named = all.length <= NAMED_EVENTS;
   return all.map(({ e, x }) => ({
-    xAxis: px(x), name: `${e.name} at ${o.x === "step" ? "step " : ""}${fmtX(px(x), o.x)}`,
+    xAxis: px(x),
+    name: `${e.name} at ${o.x === "step" ? "step " : ""}${fmtX(px(x), o.x)}`,
     lineStyle: { color: e.color || EVENT_COLOR, type: "dashed", width: 1.5 },
-    label: { show: named, formatter: e.name, color: e.color || EVENT_COLOR }, emphasis: { label: { show: true } },
+    label: { show: named, formatter: e.name, color: e.color || EVENT_COLOR },
+    emphasis: { label: { show: true } },
   }));
 }
 
@@ -145,9 +182,13 @@ const ROBUST_MIN_POINTS = 10;
  * Returns {min, max} with only the clipped sides set ({} when nothing lies outside: ECharts' own range then).
  */
 export function robustRange(values, log) {
-  const v = values.filter((y) => Number.isFinite(y) && (!log || y > 0)).map((y) => (log ? Math.log10(y) : y)).sort((a, b) => a - b);
+  const v = values
+    .filter((y) => Number.isFinite(y) && (!log || y > 0))
+    .map((y) => (log ? Math.log10(y) : y))
+    .sort((a, b) => a - b);
   if (v.length < ROBUST_MIN_POINTS) return {};
-  const lo = v[Math.ceil(0.01 * (v.length - 1))], hi = v[Math.floor(0.99 * (v.length - 1))];
+  const lo = v[Math.ceil(0.01 * (v.length - 1))],
+    hi = v[Math.floor(0.99 * (v.length - 1))];
   const margin = 0.1 * (hi - lo || Math.abs(hi) || 1);
   const out = {};
   if (v[0] < lo - margin) out.min = lo - margin;
@@ -158,7 +199,9 @@ export function robustRange(values, log) {
 
 /** Ticks a person reads: 1, 2, 2.5 or 5 times a power of ten, about `ticks` of them over span. */
 export function niceStep(span, ticks = 5) {
-  const raw = span / ticks, e = Math.floor(Math.log10(raw)), f = raw / Math.pow(10, e);
+  const raw = span / ticks,
+    e = Math.floor(Math.log10(raw)),
+    f = raw / Math.pow(10, e);
   return [1, 2, 2.5, 5, 10].find((m) => m >= f - 1e-9) * Math.pow(10, e);
 }
 
@@ -190,21 +233,29 @@ export function axisFormat(min, max, step) {
 export function linearAxis(ys, { robust = true, fromZero = false } = {}) {
   const v = ys.filter(Number.isFinite);
   if (!v.length) return { clipped: {} };
-  let lo = Math.min(...v), hi = Math.max(...v);
+  let lo = Math.min(...v),
+    hi = Math.max(...v);
   const r = robust ? robustRange(v, false) : {};
   if (r.min !== undefined) lo = r.min;
   if (r.max !== undefined) hi = r.max;
   if (fromZero && lo >= 0) lo = 0;
-  if (hi - lo <= 1e-6 * Math.max(Math.abs(hi), Math.abs(lo))) {  // flat (float32 noise is ~1e-7): a readable range around it
+  if (hi - lo <= 1e-6 * Math.max(Math.abs(hi), Math.abs(lo))) {
+    // flat (float32 noise is ~1e-7): a readable range around it
     const half = Math.abs(hi) / 2 || 1;
     lo = fromZero && hi >= 0 ? 0 : hi - half;
     hi += half;
   }
   const step = niceStep(hi - lo);
   const d = decimalsOf(step);
-  const min = Number((Math.floor(lo / step + 1e-9) * step).toFixed(d)), max = Number((Math.ceil(hi / step - 1e-9) * step).toFixed(d));
-  return { min, max, interval: step, format: axisFormat(min, max, step),
-    clipped: { min: r.min !== undefined ? min : undefined, max: r.max !== undefined ? max : undefined } };
+  const min = Number((Math.floor(lo / step + 1e-9) * step).toFixed(d)),
+    max = Number((Math.ceil(hi / step - 1e-9) * step).toFixed(d));
+  return {
+    min,
+    max,
+    interval: step,
+    format: axisFormat(min, max, step),
+    clipped: { min: r.min !== undefined ? min : undefined, max: r.max !== undefined ? max : undefined },
+  };
 }
 
 /** How a y axis ranges by the unit of its metric (mindwatch.metrics): amounts (memory, a share) from 0 and every point
@@ -226,7 +277,10 @@ function axisRanges(o, axes, win) {
       for (const [x, y] of s.points) if (y !== null && (!win || (x >= win[0] && x <= win[1]))) ys.push(y);
     }
     const robust = o.robust && a.robust !== false;
-    if (o.log) { const r = robust ? robustRange(ys, true) : {}; return { min: r.min, max: r.max, clipped: r }; }
+    if (o.log) {
+      const r = robust ? robustRange(ys, true) : {};
+      return { min: r.min, max: r.max, clipped: r };
+    }
     return linearAxis(ys, { robust, fromZero: a.fromZero });
   });
 }
@@ -237,12 +291,24 @@ function offScale(s, range, color, px) {
   for (const [x, y] of s.points) {
     if (y === null) continue;
     if (range.max !== undefined && y > range.max) data.push({ value: [px(x), range.max, y], symbol: "triangle" });
-    else if (range.min !== undefined && y < range.min) data.push({ value: [px(x), range.min, y], symbol: "triangle", symbolRotate: 180 });
+    else if (range.min !== undefined && y < range.min)
+      data.push({ value: [px(x), range.min, y], symbol: "triangle", symbolRotate: 180 });
   }
   if (!data.length) return null;
-  return { name: `${s.name} off scale`, type: "scatter", data, symbolSize: 9, itemStyle: { color }, yAxisIndex: s.yAxisIndex || 0,
-    clip: false, animation: false, z: 5, tooltip: { show: false },
-    label: { show: false }, emphasis: { label: { show: true, position: "right", formatter: (p) => `${fmtNumber(p.value[2])} (off scale)` } } };
+  return {
+    name: `${s.name} off scale`,
+    type: "scatter",
+    data,
+    symbolSize: 9,
+    itemStyle: { color },
+    yAxisIndex: s.yAxisIndex || 0,
+    clip: false,
+    animation: false,
+    z: 5,
+    tooltip: { show: false },
+    label: { show: false },
+    emphasis: { label: { show: true, position: "right", formatter: (p) => `${fmtNumber(p.value[2])} (off scale)` } },
+  };
 }
 
 /** The suffix of the faint raw line drawn behind a smoothed one. */
@@ -257,24 +323,41 @@ function xAxisOption(o, px) {
     const xs = o.series.flatMap((s) => s.points.map((p) => px(p[0])));
     const span = xs.length ? Math.max(...xs) - Math.min(...xs) : 60;
     const long = xs.length > 0 && Math.max(...xs) >= 3600;
-    const interval = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
-      .find((d) => span / d <= 7) || 86400 * Math.ceil(span / 86400 / 7);
+    const interval =
+      [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].find((d) => span / d <= 7) ||
+      86400 * Math.ceil(span / 86400 / 7);
     // the range's ends on whole intervals: ticks then fall on round durations (never 0:01 twice on a short run)
-    const ends = { min: bounds.min ?? ((v) => Math.floor(v.min / interval) * interval),
-      max: bounds.max ?? ((v) => Math.ceil(v.max / interval) * interval) };
-    return { type: "value", scale: true, interval, name: long ? "elapsed (h:mm:ss)" : "elapsed (m:ss)", ...common, ...ends,
-      axisLabel: { formatter: (v) => clockTick(v, long), hideOverlap: true } };
+    const ends = {
+      min: bounds.min ?? ((v) => Math.floor(v.min / interval) * interval),
+      max: bounds.max ?? ((v) => Math.ceil(v.max / interval) * interval),
+    };
+    return {
+      type: "value",
+      scale: true,
+      interval,
+      name: long ? "elapsed (h:mm:ss)" : "elapsed (m:ss)",
+      ...common,
+      ...ends,
+      axisLabel: { formatter: (v) => clockTick(v, long), hideOverlap: true },
+    };
   }
-  return { type: "value", scale: true, minInterval: 1, name: "step", ...common,
-    axisLabel: { formatter: (v) => (Number.isInteger(v) ? String(v) : "") } };
+  return {
+    type: "value",
+    scale: true,
+    minInterval: 1,
+    name: "step",
+    ...common,
+    axisLabel: { formatter: (v) => (Number.isInteger(v) ? String(v) : "") },
+  };
 }
 
 /** The axis tooltip: the x, then each series' value (the raw value beside the smoothed one). */
-function tooltipText(params, o, px) {
+function tooltipText(params, o) {
   const list = Array.isArray(params) ? params : [params];
   if (!list.length) return "";
   const x = list[0].axisValue;
-  const rows = list.filter((p) => Array.isArray(p.value) && typeof p.value[1] === "number")
+  const rows = list
+    .filter((p) => Array.isArray(p.value) && typeof p.value[1] === "number")
     .map((p) => `${p.marker}${esc(p.seriesName)}: <b>${esc(fmtNumber(p.value[1]))}</b>`);
   return [esc(fmtX(x, o.x))].concat(rows).join("<br>");
 }
@@ -289,36 +372,97 @@ function lineOption(o, win) {
     const color = s.color || PALETTE[i % PALETTE.length];
     const marks = alertMarks(o.alerts, s.metric, o, px);
     const nonfinite = (s.nonfinite || []).slice(0, 50).map(([x, v]) => ({
-      xAxis: px(x), name: `${s.name} = ${v}`, lineStyle: { color: severityColour("error"), type: "dotted" }, label: { formatter: v },
+      xAxis: px(x),
+      name: `${s.name} = ${v}`,
+      lineStyle: { color: severityColour("error"), type: "dotted" },
+      label: { formatter: v },
     }));
     // alerts of no metric, restarts and events: once per chart
-    const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o, px), eventMarks(o.events, o, px)) : []).concat(nonfinite);
+    const lines = (i === 0 ? marks.lines.concat(restartMarks(o.restarts, o, px), eventMarks(o.events, o, px)) : []).concat(
+      nonfinite,
+    );
     const yAxisIndex = s.yAxisIndex || 0;
     if (s.band && s.band.lower.length) {
-      series.push({ name: `${s.name} min`, type: "line", data: at(s.band.lower), showSymbol: false, lineStyle: { opacity: 0 },
-        stack: `band${i}`, silent: true, yAxisIndex, tooltip: { show: false } });
-      series.push({ name: `${s.name} range`, type: "line", data: at(s.band.upper), showSymbol: false, lineStyle: { opacity: 0 },
-        areaStyle: { color, opacity: 0.15 }, stack: `band${i}`, silent: true, yAxisIndex });
+      series.push({
+        name: `${s.name} min`,
+        type: "line",
+        data: at(s.band.lower),
+        showSymbol: false,
+        lineStyle: { opacity: 0 },
+        stack: `band${i}`,
+        silent: true,
+        yAxisIndex,
+        tooltip: { show: false },
+      });
+      series.push({
+        name: `${s.name} range`,
+        type: "line",
+        data: at(s.band.upper),
+        showSymbol: false,
+        lineStyle: { opacity: 0 },
+        areaStyle: { color, opacity: 0.15 },
+        stack: `band${i}`,
+        silent: true,
+        yAxisIndex,
+      });
     }
-    if (s.abandoned && s.abandoned.length) {  // a rewind's abandoned branch: faint, behind the line the run went on with
-      series.push({ name: `${s.name} abandoned`, type: "line", showSymbol: false, connectNulls: false, animation: false,
-        silent: true, yAxisIndex, z: 0, tooltip: { show: false },
-        data: at(s.abandoned.map(([x, y]) => [x, y ?? "-"])), lineStyle: { width: 1, color, opacity: 0.3, type: "dashed" } });
+    if (s.abandoned && s.abandoned.length) {
+      // a rewind's abandoned branch: faint, behind the line the run went on with
+      series.push({
+        name: `${s.name} abandoned`,
+        type: "line",
+        showSymbol: false,
+        connectNulls: false,
+        animation: false,
+        silent: true,
+        yAxisIndex,
+        z: 0,
+        tooltip: { show: false },
+        data: at(s.abandoned.map(([x, y]) => [x, y ?? "-"])),
+        lineStyle: { width: 1, color, opacity: 0.3, type: "dashed" },
+      });
     }
     const pins = marks.pts.length ? { symbol: "pin", symbolSize: 28, data: marks.pts, label: { color: "#fff" } } : undefined;
     // one point draws as a point; a line of many shows no symbols
     const showSymbol = s.points.filter((p) => p[1] !== null).length === 1;
     const smoothed = o.smoothing > 0;
-    if (smoothed) {  // the data itself, faint behind the smoothed line, carrying the pins (they sit on raw values)
-      series.push({ name: s.name + RAW, type: "line", showSymbol, connectNulls: false, animation: false, yAxisIndex, z: 1,
-        data: at(ema(s.points, 0)), lineStyle: { width: 1, color, opacity: 0.25 }, itemStyle: { color, opacity: 0.4 }, markPoint: pins });
+    if (smoothed) {
+      // the data itself, faint behind the smoothed line, carrying the pins (they sit on raw values)
+      series.push({
+        name: s.name + RAW,
+        type: "line",
+        showSymbol,
+        connectNulls: false,
+        animation: false,
+        yAxisIndex,
+        z: 1,
+        data: at(ema(s.points, 0)),
+        lineStyle: { width: 1, color, opacity: 0.25 },
+        itemStyle: { color, opacity: 0.4 },
+        markPoint: pins,
+      });
     }
     series.push({
-      name: s.name, type: "line", showSymbol, sampling: undefined, connectNulls: false, animation: false, yAxisIndex, z: 2,
+      name: s.name,
+      type: "line",
+      showSymbol,
+      sampling: undefined,
+      connectNulls: false,
+      animation: false,
+      yAxisIndex,
+      z: 2,
       data: at(ema(s.points, o.smoothing)),
-      lineStyle: { width: s.width || 1.5, color, opacity: s.opacity || 1 }, itemStyle: { color },
+      lineStyle: { width: s.width || 1.5, color, opacity: s.opacity || 1 },
+      itemStyle: { color },
       markPoint: smoothed ? undefined : pins,
-      markLine: lines.length ? { symbol: "none", silent: false, data: lines, label: { show: nonfinite.length > 0 || (i === 0 && (o.restarts || []).length > 0) } } : undefined,
+      markLine: lines.length
+        ? {
+            symbol: "none",
+            silent: false,
+            data: lines,
+            label: { show: nonfinite.length > 0 || (i === 0 && (o.restarts || []).length > 0) },
+          }
+        : undefined,
     });
     const off = offScale(s, ranges[yAxisIndex].clipped, color, px);
     if (off) series.push(off);
@@ -327,20 +471,43 @@ function lineOption(o, win) {
     animation: false,
     title: titleOption(o.title, o.subtitle),
     color: PALETTE,
-    grid: { left: axes.length > 1 ? 64 : 56, right: axes.length > 1 ? 64 : 16, top: o.subtitle ? 56 : 36, bottom: o.slider ? 66 : 40 },
-    tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, formatter: (p) => tooltipText(p, o, px) },
-    legend: o.legend === false ? undefined : { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 },
-      data: o.series.map((s) => s.name) },
+    grid: {
+      left: axes.length > 1 ? 64 : 56,
+      right: axes.length > 1 ? 64 : 16,
+      top: o.subtitle ? 56 : 36,
+      bottom: o.slider ? 66 : 40,
+    },
+    tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, formatter: (p) => tooltipText(p, o) },
+    legend:
+      o.legend === false
+        ? undefined
+        : { top: 4, right: 8, type: "scroll", width: "60%", textStyle: { fontSize: 11 }, data: o.series.map((s) => s.name) },
     xAxis: xAxisOption(o, px),
     yAxis: axes.map((a, i) => {
       const r = ranges[i];
       const clippedLog = o.log && (r.min !== undefined || r.max !== undefined);
-      return { type: o.log ? "log" : "value", scale: true, name: a.name, position: i ? "right" : "left",
-        min: r.min, max: r.max, interval: r.interval,
-        axisLabel: { formatter: r.format || fmtNumber, showMinLabel: clippedLog ? false : undefined, showMaxLabel: clippedLog ? false : undefined },
-        nameLocation: "middle", nameGap: 44, nameTextStyle: { color: "#52606d" }, splitLine: { show: i === 0 } };
+      return {
+        type: o.log ? "log" : "value",
+        scale: true,
+        name: a.name,
+        position: i ? "right" : "left",
+        min: r.min,
+        max: r.max,
+        interval: r.interval,
+        axisLabel: {
+          formatter: r.format || fmtNumber,
+          showMinLabel: clippedLog ? false : undefined,
+          showMaxLabel: clippedLog ? false : undefined,
+        },
+        nameLocation: "middle",
+        nameGap: 44,
+        nameTextStyle: { color: "#52606d" },
+        splitLine: { show: i === 0 },
+      };
     }),
-    dataZoom: [{ type: "inside", filterMode: "none" }].concat(o.slider ? [{ type: "slider", height: 18, bottom: 6, filterMode: "none" }] : []),
+    dataZoom: [{ type: "inside", filterMode: "none" }].concat(
+      o.slider ? [{ type: "slider", height: 18, bottom: 6, filterMode: "none" }] : [],
+    ),
     series,
   };
 }
@@ -383,9 +550,15 @@ export function line(el, opts) {
       const to = xScale(state.opts).to;
       chart.dispatchAction({ type: "dataZoom", startValue: to(win[0]), endValue: to(win[1]) });
     },
-    get opts() { return state.opts; },
-    resize() { chart.resize(); },
-    dispose() { chart.dispose(); },
+    get opts() {
+      return state.opts;
+    },
+    resize() {
+      chart.resize();
+    },
+    dispose() {
+      chart.dispose();
+    },
   };
 }
 
@@ -403,14 +576,29 @@ function heatmapOption(d, opts) {
   return {
     animation: false,
     title: titleOption(opts.title || "attention entropy per layer", opts.subtitle),
-    tooltip: { formatter: (p) => `${esc(d.layers[p.value[1]])} @ ${opts.xName ? `${esc(opts.xName)} ` : "step ~"}${esc(d.steps[p.value[0]])}: ${fmtNumber(p.value[opts.log ? 3 : 2])}` },
+    tooltip: {
+      formatter: (p) =>
+        `${esc(d.layers[p.value[1]])} @ ${opts.xName ? `${esc(opts.xName)} ` : "step ~"}${esc(d.steps[p.value[0]])}: ${fmtNumber(p.value[opts.log ? 3 : 2])}`,
+    },
     grid: { left: 140, right: 100, top: opts.subtitle ? 56 : 36, bottom: 40 },
     xAxis: { type: "category", data: d.steps, name: opts.xName || "step", nameLocation: "middle", nameGap: 26 },
     yAxis: { type: "category", data: d.layers, axisLabel: { formatter: (v) => rowLabel(v, opts.selected) } },
-    visualMap: { min: vals.length ? Math.min(...vals) : 0, max: vals.length ? Math.max(...vals) : 1, calculable: true,
-      orient: "vertical", right: 4, top: 36, itemHeight: 120, precision: opts.log ? 1 : 3, dimension: 2, seriesIndex: 0,
-      formatter: opts.log ? (v) => fmtNumber(Number(Math.pow(10, v).toPrecision(2))) : (v) => fmtNumber(Number((+v).toPrecision(3))),
-      inRange: { color: ["#313695", "#4575b4", "#abd9e9", "#fee090", "#f46d43", "#a50026"] } },
+    visualMap: {
+      min: vals.length ? Math.min(...vals) : 0,
+      max: vals.length ? Math.max(...vals) : 1,
+      calculable: true,
+      orient: "vertical",
+      right: 4,
+      top: 36,
+      itemHeight: 120,
+      precision: opts.log ? 1 : 3,
+      dimension: 2,
+      seriesIndex: 0,
+      formatter: opts.log
+        ? (v) => fmtNumber(Number(Math.pow(10, v).toPrecision(2)))
+        : (v) => fmtNumber(Number((+v).toPrecision(3))),
+      inRange: { color: ["#313695", "#4575b4", "#abd9e9", "#fee090", "#f46d43", "#a50026"] },
+    },
     series: [{ type: "heatmap", data: cells, progressive: 0 }].concat(rowOutline(d.layers.indexOf(opts.selected))),
   };
 }
@@ -418,14 +606,27 @@ function heatmapOption(d, opts) {
 /** An outline around the heat map's row `row` (the selected layer), across the whole grid; none for -1. */
 function rowOutline(row) {
   if (row < 0) return [];
-  return [{ type: "custom", name: "selected layer", silent: true, z: 10, tooltip: { show: false }, data: [[0, row]], encode: { x: 0, y: 1 },
-    renderItem: (params, api) => {
-      const [, y] = api.coord([0, api.value(1)]);
-      const height = api.size([1, 1])[1];
-      const grid = params.coordSys;
-      return { type: "rect", shape: { x: grid.x, y: y - height / 2, width: grid.width, height },
-        style: { fill: "none", stroke: "#1f2933", lineWidth: 2 } };
-    } }];
+  return [
+    {
+      type: "custom",
+      name: "selected layer",
+      silent: true,
+      z: 10,
+      tooltip: { show: false },
+      data: [[0, row]],
+      encode: { x: 0, y: 1 },
+      renderItem: (params, api) => {
+        const [, y] = api.coord([0, api.value(1)]);
+        const height = api.size([1, 1])[1];
+        const grid = params.coordSys;
+        return {
+          type: "rect",
+          shape: { x: grid.x, y: y - height / 2, width: grid.width, height },
+          style: { fill: "none", stroke: "#1f2933", lineWidth: 2 },
+        };
+      },
+    },
+  ];
 }
 
 /**
@@ -439,8 +640,15 @@ export function heatmap(el, data, opts) {
   chart.setOption(heatmapOption(data, shown), { notMerge: true });
   return {
     chart,
-    update(d, newOpts) { shown = newOpts || shown; chart.setOption(heatmapOption(d, shown), { notMerge: true }); },
-    resize() { chart.resize(); },
-    dispose() { chart.dispose(); },
+    update(d, newOpts) {
+      shown = newOpts || shown;
+      chart.setOption(heatmapOption(d, shown), { notMerge: true });
+    },
+    resize() {
+      chart.resize();
+    },
+    dispose() {
+      chart.dispose();
+    },
   };
 }

@@ -161,6 +161,8 @@ def run_info(view: RunView) -> dict[str, Any]:
             "alert_count": len(view.alerts),
             "attempts": view.attempts,
             "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
+            # where every chart's elapsed x counts from (analysis.lines.elapsed_origin): one definition, the server's
+            "elapsed_origin": elapsed_origin(meta, view.columns.get(min(view.columns)) if view.columns else None),
             "cursor": cursor_of(view),
         }
 

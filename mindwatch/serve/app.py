@@ -46,7 +46,7 @@ STATIC_FILES = {
     "api.js": "text/javascript",
     "dom.js": "text/javascript",
     "vocabulary.js": "text/javascript",
-    "merge.js": "text/javascript",
+    "series.js": "text/javascript",
     "runs_page.js": "text/javascript",
     "run_charts.js": "text/javascript",
     "run_page.js": "text/javascript",

@@ -265,9 +265,11 @@ class LiveHub:
                 alerts_seen = len(view.alerts)
                 events.append(_event("alert", {"alerts": new_alerts}, format_cursor(ranks, alerts_seen)))
             status = view.status_summary()
-            if pushed:  # the header's progress bar moves with the points
+            state_key = (status["state"], json.dumps(status["ranks"], sort_keys=True), status["error"])
+            # the header's progress bar moves with the points, and with the state (an ended run has no ETA): the one
+            # channel the run page's progress comes by
+            if pushed or (state_key != last_state and last_state is not None):
                 events.append(_event("progress", progress_info(view, status["state"])))
-        state_key = (status["state"], json.dumps(status["ranks"], sort_keys=True), status["error"])
         if state_key != last_state:
             events.append(_event("state", status))
             last_state = state_key

@@ -3,7 +3,10 @@
 /** The JSON body of ``url``; a 401 sends the browser to the sign-in page, any other error throws its message. */
 export async function getJSON(url) {
   const r = await fetch(url, { credentials: "same-origin" });
-  if (r.status === 401) { location.href = "/login"; throw new Error("sign in"); }
+  if (r.status === 401) {
+    location.href = "/login";
+    throw new Error("sign in");
+  }
   const body = await r.json();
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
@@ -11,7 +14,12 @@ export async function getJSON(url) {
 
 /** POST ``body`` as JSON to ``url``; the answer's JSON, or an Error with the server's message. */
 export async function postJSON(url, body) {
-  const r = await fetch(url, { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const r = await fetch(url, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
   const answer = await r.json();
   if (!r.ok) throw new Error(answer.error || r.statusText);
   return answer;
@@ -32,7 +40,8 @@ export const api = {
   /** The layers' last histograms of weights and gradients (mindwatch.analysis.histograms): {weights, grads}. */
   histograms: (run, rank) => getJSON(`/api/histograms?${query({ run, rank })}`),
   /** One metric of every run: {series: [{run, points, nonfinite, state}]}; x "elapsed" counts from each run's start. */
-  compare: (runs, metric, x, points) => getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x, points })}`),
+  compare: (runs, metric, x, points) =>
+    getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x, points })}`),
   /** The runs' summaries (mindwatch.analysis.summary) and config keys: {runs: [{id, summary, rank_text, metrics}], config}. */
   compareRuns: (runs) => getJSON(`/api/compare/runs?runs=${runs.map(encodeURIComponent).join(",")}`),
 };

@@ -12,7 +12,11 @@ let page = null;
 
 function route() {
   if (page) {
-    try { page.dispose(); } catch (e) { /* already gone */ }
+    try {
+      page.dispose();
+    } catch (e) {
+      /* already gone */
+    }
   }
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
@@ -24,4 +28,7 @@ function route() {
 window.addEventListener("hashchange", route);
 route();
 // every page's badges and banners take the states' colours once the vocabulary came; without it they stay grey
-loadVocabulary().then((v) => showStateColours(v.state_css), (e) => console.warn(e.message));
+loadVocabulary().then(
+  (v) => showStateColours(v.state_css),
+  (e) => console.warn(e.message),
+);

@@ -35,15 +35,19 @@ function download(href, fileName) {
  */
 export function chartFrame(el, opts) {
   const frame = h("div", { class: `card${opts.wide ? " wide" : ""}`, "data-chart": el.id });
-  const button = (cls, label, title, onclick) => h("button", { type: "button", class: `tool ${cls}`, title, "aria-label": `${title}: ${opts.name}`, onclick }, label);
+  const button = (cls, label, title, onclick) =>
+    h("button", { type: "button", class: `tool ${cls}`, title, "aria-label": `${title}: ${opts.name}`, onclick }, label);
   const png = button("tool-png", "PNG", "download the chart as a PNG image", async () => {
     const chart = opts.chart();
     if (!chart) return;
     const image = chart.getDataURL({ type: "png", pixelRatio: 2, backgroundColor: "#fff" });
     download(image, (opts.csv && (await fileNameOf(opts.csv(), "png").catch(() => null))) || "chart.png");
   });
-  const csv = opts.csv ? button("tool-csv", "CSV", "download every recorded point of the chart's series (not only those drawn) as CSV",
-    () => download(opts.csv(), "")) : null;
+  const csv = opts.csv
+    ? button("tool-csv", "CSV", "download every recorded point of the chart's series (not only those drawn) as CSV", () =>
+        download(opts.csv(), ""),
+      )
+    : null;
   const full = button("tool-full", "full screen", "full screen (Esc leaves it)", () => {
     if (document.fullscreenElement === frame) document.exitFullscreen();
     else frame.requestFullscreen().catch(() => {});

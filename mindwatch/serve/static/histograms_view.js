@@ -12,9 +12,14 @@ export class HistogramsView {
   constructor(container, runId, rank) {
     this.runId = runId;
     this.rank = rank;
-    this.maps = {};  // kind -> its heat map, once the run has histograms of it
+    this.maps = {}; // kind -> its heat map, once the run has histograms of it
     // the metric search matches it by these words (its data are the layers' histograms, not a metric's values)
-    this.el = h("section", { class: "layers-view", id: "histograms", hidden: true, "data-metrics": "histograms,weights,gradients" });
+    this.el = h("section", {
+      class: "layers-view",
+      id: "histograms",
+      hidden: true,
+      "data-metrics": "histograms,weights,gradients",
+    });
     container.append(this.el);
   }
 
@@ -24,8 +29,12 @@ export class HistogramsView {
       const g = d[kind];
       if (!g) continue;
       const data = { layers: g.layers, steps: g.bins, values: g.values };
-      const opts = { title: `${TITLES[kind]} per layer at step ${g.step}`, subtitle: "count per bin of value / max|value| (log colour)",
-        log: true, xName: "value / max|value|" };
+      const opts = {
+        title: `${TITLES[kind]} per layer at step ${g.step}`,
+        subtitle: "count per bin of value / max|value| (log colour)",
+        log: true,
+        xName: "value / max|value|",
+      };
       if (!this.maps[kind]) {
         const el = h("div", { class: "chart heat layers", id: `chart-histogram-${kind}`, "data-step": g.step });
         this.el.append(el);
@@ -38,6 +47,10 @@ export class HistogramsView {
     }
   }
 
-  resize() { Object.values(this.maps).forEach((m) => m.resize()); }
-  dispose() { Object.values(this.maps).forEach((m) => m.dispose()); }
+  resize() {
+    Object.values(this.maps).forEach((m) => m.resize());
+  }
+  dispose() {
+    Object.values(this.maps).forEach((m) => m.dispose());
+  }
 }

@@ -5,7 +5,7 @@ import { api } from "./api.js";
 import { heatmap, line } from "./charts.js";
 import { h } from "./dom.js";
 import { chartFrame, csvUrl } from "./chart_tools.js";
-import { POINTS } from "./run_charts.js";
+import { SeriesStore } from "./series.js";
 import { isLayerMetric, layerFamilies } from "./vocabulary.js";
 
 /** The per-layer statistics a run has (the optimizer's moments only with an Adam-family optimizer). */
@@ -27,22 +27,40 @@ export class LayersView {
     // the statistics a layer's curves show (mindwatch.metrics: the heat-mapped ones), one y axis each
     this.curveFamilies = this.families.filter((f) => f.heat);
     this.stat = this.families[0].name;
-    this.layers = [];       // layer names, in the heat map's row order
-    this.picked = null;     // the layer whose curves are shown
+    this.layers = []; // layer names, in the heat map's row order
+    this.picked = null; // the layer whose curves are shown
     this.heat = null;
     this.curve = null;
-    this.select = h("select", { id: "layer-stat", title: "statistic" }, ...this.families.map((f) => h("option", { value: f.name }, f.title)));
-    this.select.addEventListener("change", () => { this.stat = this.select.value; this.refresh(); });
+    this.select = h(
+      "select",
+      { id: "layer-stat", title: "statistic" },
+      ...this.families.map((f) => h("option", { value: f.name }, f.title)),
+    );
+    this.select.addEventListener("change", () => {
+      this.stat = this.select.value;
+      this.refresh();
+    });
     this.heatEl = h("div", { class: "chart heat layers", id: "chart-layers" });
     this.curveEl = h("div", { class: "chart heat", id: "chart-layer" });
     const ofStat = () => own.filter((m) => m.startsWith(`${this.stat}/`));
     const ofPicked = () => this.curveFamilies.map((f) => `${f.name}/${this.picked}`);
-    this.curveFrame = chartFrame(this.curveEl, { name: "layer", chart: () => this.curve && this.curve.chart, csv: () => csvUrl(runId, ofPicked(), [rank], "layer") });
+    this.curveFrame = chartFrame(this.curveEl, {
+      name: "layer",
+      chart: () => this.curve && this.curve.chart,
+      csv: () => csvUrl(runId, ofPicked(), [rank], "layer"),
+    });
     this.curveFrame.hidden = true;
-    this.el = h("section", { class: "layers-view", id: "layers", "data-metrics": own.join(",") },
+    this.el = h(
+      "section",
+      { class: "layers-view", id: "layers", "data-metrics": own.join(",") },
       h("h3", {}, "Layers ", this.select, h("span", { class: "muted" }, " click a cell for the layer's curves")),
-      chartFrame(this.heatEl, { name: "layers", chart: () => this.heat && this.heat.chart, csv: () => csvUrl(runId, ofStat(), [rank], "layers") }),
-      this.curveFrame);
+      chartFrame(this.heatEl, {
+        name: "layers",
+        chart: () => this.heat && this.heat.chart,
+        csv: () => csvUrl(runId, ofStat(), [rank], "layers"),
+      }),
+      this.curveFrame,
+    );
     container.append(this.el);
   }
 
@@ -54,7 +72,9 @@ export class LayersView {
     this.data = data;
     if (!this.heat) {
       this.heat = heatmap(this.heatEl, data, this.heatOptions());
-      this.heat.chart.on("click", (p) => { if (p.seriesType === "heatmap") this.pick(this.layers[p.value[1]]); });
+      this.heat.chart.on("click", (p) => {
+        if (p.seriesType === "heatmap") this.pick(this.layers[p.value[1]]);
+      });
     } else {
       this.heat.update(data, this.heatOptions());
     }
@@ -78,16 +98,20 @@ export class LayersView {
 
   async loadCurves() {
     const curves = this.curveFamilies;
-    const series = await Promise.all(curves.map(async ({ name: stat, title: name }, i) => {
-      const s = await api.series({ run: this.runId, metric: `${stat}/${this.picked}`, rank: this.rank, x: "step", points: POINTS });
-      return { name, metric: `${stat}/${this.picked}`, points: s.points, nonfinite: s.nonfinite, yAxisIndex: i };
-    }));
+    const series = curves.map(
+      ({ name: stat, title: name }, i) =>
+        new SeriesStore({ run: this.runId, metric: `${stat}/${this.picked}`, rank: this.rank }, { name, yAxisIndex: i }),
+    );
+    await Promise.all(series.map((s) => s.load("step")));
     const opts = { title: `layer ${this.picked}`, series, axes: curves.map((f) => ({ name: f.title })), x: "step" };
     if (this.curve) this.curve.update(opts);
     else this.curve = line(this.curveEl, opts);
   }
 
-  resize() { if (this.heat) this.heat.resize(); if (this.curve) this.curve.resize(); }
+  resize() {
+    if (this.heat) this.heat.resize();
+    if (this.curve) this.curve.resize();
+  }
 
   dispose() {
     if (this.heat) this.heat.dispose();

@@ -18,7 +18,12 @@ export class RunActions {
     this.size = h("input", { type: "number", class: "run-actions-size", min: "1", step: "1", placeholder: "batch size" });
     this.note = h("span", { class: "run-actions-note", role: "status" });
     this.el = h("div", { class: "run-actions", hidden: true });
-    getJSON("/api/control").then((c) => { this.allowed = c.actions || []; this.render(); }).catch(() => {});
+    getJSON("/api/control")
+      .then((c) => {
+        this.allowed = c.actions || [];
+        this.render();
+      })
+      .catch(() => {});
   }
 
   render() {
@@ -47,8 +52,12 @@ export class RunActions {
     if (takesFactor) body.factor = Number(this.factor.value);
     if (button.size) body.size = this.size.value;
     let filed;
-    try { filed = await postJSON(`/api/request?run=${encodeURIComponent(this.runId)}`, body); }
-    catch (e) { this.note.textContent = `refused: ${e.message}`; return; }
+    try {
+      filed = await postJSON(`/api/request?run=${encodeURIComponent(this.runId)}`, body);
+    } catch (e) {
+      this.note.textContent = `refused: ${e.message}`;
+      return;
+    }
     this.note.textContent = `${action}: filed, waiting for the training…`;
     this.follow(action, filed.id, Date.now() + 60_000);
   }
@@ -57,10 +66,14 @@ export class RunActions {
     const { answer } = await getJSON(`/api/request?run=${encodeURIComponent(this.runId)}&id=${encodeURIComponent(id)}`);
     if (answer && answer.state === "taken") {
       // the batch size's answer says the step it lands at
-      this.note.textContent = `${action}: taken at step ${answer.step}` + (action === "batch" && answer.message ? `: ${answer.message}` : "");
+      this.note.textContent =
+        `${action}: taken at step ${answer.step}` + (action === "batch" && answer.message ? `: ${answer.message}` : "");
       return;
     }
-    if (answer && answer.state === "failed") { this.note.textContent = `${action} failed: ${answer.error || answer.message}`; return; }
+    if (answer && answer.state === "failed") {
+      this.note.textContent = `${action} failed: ${answer.error || answer.message}`;
+      return;
+    }
     if (Date.now() < until) setTimeout(() => this.follow(action, id, until), 500);
   }
 }

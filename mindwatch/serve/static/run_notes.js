@@ -12,11 +12,23 @@ export class RunNotes {
     this.title = h("h2", { id: "run-title" }, runId);
     this.text = h("p", { class: "note", id: "run-note", hidden: true });
     this.status = h("span", { class: "muted", role: "status" });
-    this.buttons = h("span", { class: "run-notes-edit", hidden: true },
-      h("button", { type: "button", id: "run-rename", onclick: () => this.edit("name", "A name for this run (its id stays):") }, "rename"),
-      h("button", { type: "button", id: "run-annotate", onclick: () => this.edit("note", "A note on this run:") }, "note"), this.status);
+    this.buttons = h(
+      "span",
+      { class: "run-notes-edit", hidden: true },
+      h(
+        "button",
+        { type: "button", id: "run-rename", onclick: () => this.edit("name", "A name for this run (its id stays):") },
+        "rename",
+      ),
+      h("button", { type: "button", id: "run-annotate", onclick: () => this.edit("note", "A note on this run:") }, "note"),
+      this.status,
+    );
     this.el = h("div", { class: "run-notes" }, this.text, this.buttons);
-    getJSON("/api/control").then((c) => { this.buttons.hidden = !c.allowed; }).catch(() => {});
+    getJSON("/api/control")
+      .then((c) => {
+        this.buttons.hidden = !c.allowed;
+      })
+      .catch(() => {});
   }
 
   /** notes: /api/run's ``notes`` ({name?, note?}). */

@@ -7,7 +7,7 @@ import { api, openLive } from "./api.js";
 import { heatmap } from "./charts.js";
 import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { $, h } from "./dom.js";
-import { mergePoints } from "./merge.js";
+import { mergePoints } from "./series.js";
 import { chartFrame, csvUrl } from "./chart_tools.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
@@ -17,12 +17,12 @@ import { RunActions } from "./run_actions.js";
 import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
-const DRAW_MS = 100;  // live points are drawn at most this often
-const DERIVED_MS = 1000;  // the heat map and the bands are binned on the server: fetched again at most this often
+const DRAW_MS = 100; // live points are drawn at most this often
+const DERIVED_MS = 1000; // the heat map and the bands are binned on the server: fetched again at most this often
 const ZOOM_MS = 250;
 const RESCAN_MS = 10000;
 const OUTLIER_RANKS = 5;
-const WAITING_MS = 1000;  // the "waiting for the first step" clock ticks this often
+const WAITING_MS = 1000; // the "waiting for the first step" clock ticks this often
 
 /** The run page's view from the hash's query; anything missing or malformed is the default. */
 export function viewFromParams(p) {
@@ -51,28 +51,37 @@ export class RunPage {
     this.info = null;
     this.alerts = [];
     this.cards = [];
-    this.heats = new Map();  // attention family prefix -> its heat map, when the model reports it
-    this.layers = null;  // the layers view, when the run has per-layer statistics
-    this.histograms = null;  // the layers' weight and gradient histograms, beside the layers view
+    this.heats = new Map(); // attention family prefix -> its heat map, when the model reports it
+    this.layers = null; // the layers view, when the run has per-layer statistics
+    this.histograms = null; // the layers' weight and gradient histograms, beside the layers view
     this.live = null;
-    this.serverOffset = 0;  // our clock minus the server's
+    this.serverOffset = 0; // our clock minus the server's
     this.disposed = false;
-    this.outliers = [];  // many ranks: the ranks the overlay draws by default
+    this.outliers = []; // many ranks: the ranks the overlay draws by default
     this.pickedRank = (params && params.has("rank")) || false;
     this.timers = { draw: null, derived: null, zoom: null };
     this.zoomOrigin = null;
-    this.origin = null;  // elapsed x: the epoch second of 0 s
+    this.status = null; // the run's state, as the server last said it (the live stream's "state")
+    this.progressNow = null; // its progress, as the server last said it (the live stream's "progress")
+    this.building = null; // the build under way: build() never runs twice at once
+    this.buildAgain = false; // asked for while one ran: one more when it ends
     this.banner = h("div", { class: "banner", id: "banner", hidden: true });
     this.waiting = h("div", { class: "waiting", id: "run-waiting", role: "status", hidden: true });
     this.progress = h("span", { class: "progress", id: "run-progress" });
     this.controls = h("section", { class: "toolbar" });
-    this.actions = new RunActions(runId);  // stop / checkpoint / lr buttons, only with --allow-control
+    this.actions = new RunActions(runId); // stop / checkpoint / lr buttons, only with --allow-control
     this.grid = h("section", { class: "charts", id: "charts" });
     this.side = h("aside", { class: "side" });
     document.title = `mindwatch: ${runId}`;
-    this.notes = new RunNotes(runId);  // its display name and note; rename / note buttons only with --allow-control
-    main.replaceChildren(h("div", { class: "run-head" }, this.notes.title, h("span", { id: "run-state" }), this.progress, this.actions.el),
-      this.notes.el, this.banner, this.controls, this.waiting, h("div", { class: "run-body" }, this.grid, this.side));
+    this.notes = new RunNotes(runId); // its display name and note; rename / note buttons only with --allow-control
+    main.replaceChildren(
+      h("div", { class: "run-head" }, this.notes.title, h("span", { id: "run-state" }), this.progress, this.actions.el),
+      this.notes.el,
+      this.banner,
+      this.controls,
+      this.waiting,
+      h("div", { class: "run-body" }, this.grid, this.side),
+    );
     this.onResize = () => this.views().forEach((v) => v.resize());
     window.addEventListener("resize", this.onResize);
     this.rescan = setInterval(() => this.rebuildIfGrown(), RESCAN_MS);
@@ -91,7 +100,9 @@ export class RunPage {
     return [Number(this.view.rank)];
   }
 
-  bandsShown() { return this.view.x === "step" && (this.ranksShown().length > 1 || this.view.rank === "top"); }
+  bandsShown() {
+    return this.view.x === "step" && (this.ranksShown().length > 1 || this.view.rank === "top");
+  }
 
   /** With many ranks: the ranks most often at the edge of the first band metric (step_time first: the stragglers). */
   async loadOutliers() {
@@ -100,8 +111,26 @@ export class RunPage {
     this.outliers = metric ? (await api.outliers(this.runId, metric, OUTLIER_RANKS)).ranks : [];
   }
 
-  async build() {
+  /** Everything from the server's answer: the run, its alerts, the charts, the live stream. Asked for while one runs
+   * (the first points, a reload, a grown run), one more runs when it ends; never two at once. */
+  build() {
+    if (this.building) {
+      this.buildAgain = true;
+      return this.building;
+    }
+    this.building = this.buildOnce().finally(() => {
+      this.building = null;
+      if (this.buildAgain && !this.disposed) {
+        this.buildAgain = false;
+        this.build().catch((e) => this.showError(e.message));
+      }
+    });
+    return this.building;
+  }
+
+  async buildOnce() {
     [this.info] = await Promise.all([api.run(this.runId), loadVocabulary()]);
+    this.status = this.info.status;
     if (this.info.ranks.length > MANY_RANKS) {
       if (!this.pickedRank) this.view.rank = "top";
       await this.loadOutliers();
@@ -112,7 +141,7 @@ export class RunPage {
     this.renderControls();
     this.renderSide();
     this.keepView();
-    this.showStatus(this.info.status);
+    this.showStatus(this.status);
     this.showProgress(this.info.progress);
     await this.buildCharts();
     this.showWaiting();
@@ -120,21 +149,44 @@ export class RunPage {
   }
 
   renderControls() {
-    this.controls.replaceChildren(...runControls(this.runId, this.info.ranks, this.view, {
-      smoothing: (v) => { this.view.smoothing = v; this.keepView(); this.drawAll(); },
-      filter: (text) => { this.view.filter = text; this.keepView(); this.applyFilter(); },
-      log: (on) => { this.view.log = on; this.keepView(); this.drawAll(); },
-      robust: (on) => { this.view.robust = on; this.keepView(); this.drawAll(); },
-      x: async (kind) => { this.view.x = kind; this.view.zoom = null; this.keepView(); await this.buildCharts(); },
-      rank: async (rank) => {
-        this.view.rank = rank;
-        this.pickedRank = true;
-        this.keepView();
-        if (this.info.ranks.length > MANY_RANKS) this.renderControls();  // a rank picked by number joins the list
-        await this.buildCharts();
-        this.connect();
-      },
-    }));
+    this.controls.replaceChildren(
+      ...runControls(this.runId, this.info.ranks, this.view, {
+        smoothing: (v) => {
+          this.view.smoothing = v;
+          this.keepView();
+          this.drawAll();
+        },
+        filter: (text) => {
+          this.view.filter = text;
+          this.keepView();
+          this.applyFilter();
+        },
+        log: (on) => {
+          this.view.log = on;
+          this.keepView();
+          this.drawAll();
+        },
+        robust: (on) => {
+          this.view.robust = on;
+          this.keepView();
+          this.drawAll();
+        },
+        x: async (kind) => {
+          this.view.x = kind;
+          this.view.zoom = null;
+          this.keepView();
+          await this.buildCharts();
+        },
+        rank: async (rank) => {
+          this.view.rank = rank;
+          this.pickedRank = true;
+          this.keepView();
+          if (this.info.ranks.length > MANY_RANKS) this.renderControls(); // a rank picked by number joins the list
+          await this.buildCharts();
+          this.connect();
+        },
+      }),
+    );
   }
 
   async buildCharts() {
@@ -144,26 +196,36 @@ export class RunPage {
     this.histograms = null;
     this.grid.replaceChildren();
     this.cards = chartGroups(this.info.metrics).map((g) => {
-      const read = g.metrics.concat(g.events);  // its curves and the events it marks
+      const read = g.metrics.concat(g.events); // its curves and the events it marks
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": read.join(",") });
       let card = null;
-      this.grid.append(chartFrame(el, { name: g.id, chart: () => card && card.chart.chart,
-        csv: () => csvUrl(this.runId, read, this.ranksShown(), g.id) }));
+      this.grid.append(
+        chartFrame(el, {
+          name: g.id,
+          chart: () => card && card.echarts,
+          csv: () => csvUrl(this.runId, read, this.ranksShown(), g.id),
+        }),
+      );
       card = new ChartCard(el, this.runId, g, this.ranksShown(), this.view.x);
-      card.chart.chart.on("datazoom", () => this.zoomed(card));
+      card.echarts.on("datazoom", () => this.zoomed(card));
       return card;
     });
-    echarts.connect(this.cards.map((c) => c.chart.chart));
+    echarts.connect(this.cards.map((c) => c.echarts));
     // The first chart (loss) first: on a cold server each metric is read from the file in turn.
-    this.origin = this.startedAt();
     if (this.cards.length) await this.loadCard(this.cards[0]);
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
-    if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom);  // the shared link's window
+    if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom); // the shared link's window
     for (const f of attentionFamilies().filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
       const members = this.info.metrics.filter((m) => m.startsWith(f.prefix));
       const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}`, "data-metrics": members.join(",") });
-      this.grid.append(chartFrame(el, { name: f.name, wide: true, chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
-        csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]], f.name) }));
+      this.grid.append(
+        chartFrame(el, {
+          name: f.name,
+          wide: true,
+          chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
+          csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]], f.name),
+        }),
+      );
       this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per layer` }));
     }
     if (hasLayers(this.info.metrics)) {
@@ -182,13 +244,14 @@ export class RunPage {
     let shown = 0;
     for (const frame of this.grid.querySelectorAll(":scope > .card, :scope > .layers-view")) {
       const el = frame.matches(".card") ? frame.querySelector(".chart") : frame;
-      const hit = matches((el.dataset.metrics || "").split(",").filter(Boolean)) && frame.children.length > 0;  // an empty view stays hidden
+      const hit = matches((el.dataset.metrics || "").split(",").filter(Boolean)) && frame.children.length > 0; // an empty view stays hidden
       frame.hidden = !hit;
       shown += hit ? 1 : 0;
     }
     const none = $("#filter-none", this.grid);
     if (none) none.remove();
-    if (!shown && words.length) this.grid.append(h("p", { class: "empty", id: "filter-none" }, `no chart has a metric matching "${this.view.filter}"`));
+    if (!shown && words.length)
+      this.grid.append(h("p", { class: "empty", id: "filter-none" }, `no chart has a metric matching "${this.view.filter}"`));
     // charts that were hidden drew at zero size
     this.views().forEach((v) => v.resize());
   }
@@ -199,19 +262,9 @@ export class RunPage {
     this.draw(card);
   }
 
-  /** The run's start (epoch seconds), 0 s on the elapsed axis; null when meta.json does not say (the first point then). */
-  startedAt() {
-    const m = (this.info && this.info.meta) || {};
-    return m.started_at || (this.info.attempts && this.info.attempts[0] && this.info.attempts[0].started_at) || null;
-  }
-
-  /** Where elapsed time counts from: the run's start, else the first point drawn. */
+  /** Where elapsed time counts from (epoch seconds): the server's one origin for the run (/api/run's elapsed_origin). */
   xOrigin() {
-    if (this.origin === null) {
-      const first = this.cards.flatMap((c) => c.defs).map((d) => d.points[0]).filter(Boolean).map((p) => p[0]);
-      if (first.length) this.origin = Math.min(...first);
-    }
-    return this.origin ?? 0;
+    return this.info.elapsed_origin || 0;
   }
 
   /** The view into the URL's hash, without a new history entry or a rebuild: reload and share show the same. */
@@ -221,15 +274,24 @@ export class RunPage {
     if (location.hash !== hash) history.replaceState(null, "", hash);
   }
 
-  fetchHeat(prefix) { return api.heatmap(this.runId, this.ranksShown()[0], prefix); }
+  fetchHeat(prefix) {
+    return api.heatmap(this.runId, this.ranksShown()[0], prefix);
+  }
 
-  draw(card) { card.draw(this.view, this.alerts, this.restarts(), this.xOrigin()); }
+  draw(card) {
+    card.draw(this.view, this.alerts, this.restarts(), this.xOrigin());
+  }
 
   /** Where each attempt after the first began (meta.json's attempts), for the charts' restart lines. */
   restarts() {
-    return ((this.info && this.info.attempts) || []).slice(1).map((a, i) => ({ step: a.first_step, t: a.started_at, attempt: a.attempt || i + 2 }));
+    return ((this.info && this.info.attempts) || [])
+      .slice(1)
+      .map((a, i) => ({ step: a.first_step, t: a.started_at, attempt: a.attempt || i + 2 }));
   }
-  drawAll() { this.cards.forEach((c) => this.draw(c)); this.showWaiting(); }
+  drawAll() {
+    this.cards.forEach((c) => this.draw(c));
+    this.showWaiting();
+  }
 
   zoomed(card) {
     // Connected charts all fire "datazoom": the window comes from the one the user zoomed (the first),
@@ -243,26 +305,31 @@ export class RunPage {
       this.keepView();
       for (const other of this.cards) {
         if (win) this.loadCard(other, win);
-        else { other.showOverview(); this.draw(other); }
+        else {
+          other.showOverview();
+          this.draw(other);
+        }
       }
     }, ZOOM_MS);
   }
 
-  renderSide() { this.side.replaceChildren(...sidePanel(this.info, this.alerts, (layer) => this.layers && this.layers.pick(layer))); }
+  renderSide() {
+    this.side.replaceChildren(...sidePanel(this.info, this.alerts, (layer) => this.layers && this.layers.pick(layer)));
+  }
 
   showProgress(p) {
-    this.info.progress = p;
-    this.progress.replaceChildren(...progressBar(p, this.info.status.state));
+    this.progressNow = p;
+    this.progress.replaceChildren(...progressBar(p, this.status.state));
   }
 
   /** A live run before its first step (the graph compiles, the first batch loads): what it waits for, and how long. */
   showWaiting() {
-    const st = this.info && this.info.status;
+    const st = this.status;
     const drawn = this.cards.some((c) => c.defs.some((d) => d.points.length));
     const waits = Boolean(st) && st.state === "running" && (st.last_step === null || st.last_step === undefined) && !drawn;
     this.waiting.hidden = !waits;
     if (!waits) return;
-    const started = this.startedAt();
+    const started = this.info.elapsed_origin || null;
     const secs = started ? Math.max(0, Math.round(Date.now() / 1000 - this.serverOffset - started)) : null;
     this.waiting.textContent = `compiling the graph / waiting for the first step${secs === null ? "" : `: ${secs} s`}`;
   }
@@ -275,7 +342,7 @@ export class RunPage {
     this.banner.hidden = !text;
     this.banner.className = `banner banner-${st.state}`;
     this.banner.textContent = text;
-    this.banner.title = st.error || "";  // the sentence names what went wrong; the whole error on hover
+    this.banner.title = st.error || ""; // the sentence names what went wrong; the whole error on hover
   }
 
   showError(message) {
@@ -290,32 +357,57 @@ export class RunPage {
     if (this.disposed) return;
     const metrics = this.cards.flatMap((c) => c.group.metrics.concat(c.group.events));
     const liveDot = (on) => $("#run-live") && $("#run-live").classList.toggle("on", on);
-    this.live = openLive({ run: this.runId, metrics: metrics.join(","), cursor: this.info.cursor }, {
-      open: () => liveDot(true),
-      error: () => liveDot(false),
-      points: (d) => {
-        if (this.waitsForCharts()) { this.live.close(); this.build(); return; }  // the first step: the charts it has
-        const added = mergePoints(this.cards.flatMap((c) => c.allDefs), d, this.view.x);
-        if (added) { this.scheduleDraw(); this.refreshDerived(); }
+    this.live = openLive(
+      { run: this.runId, metrics: metrics.join(","), cursor: this.info.cursor },
+      {
+        open: () => liveDot(true),
+        error: () => liveDot(false),
+        points: (d) => {
+          if (this.waitsForCharts()) {
+            this.live.close();
+            this.build();
+            return;
+          } // the first step: the charts it has
+          const added = mergePoints(
+            this.cards.flatMap((c) => c.allDefs),
+            d,
+            this.view.x,
+          );
+          if (added) {
+            this.scheduleDraw();
+            this.refreshDerived();
+          }
+        },
+        alert: (d) => {
+          this.alerts = this.alerts.concat(d.alerts);
+          this.renderSide();
+          this.scheduleDraw();
+        },
+        state: (st) => {
+          this.status = st;
+          this.showStatus(st);
+          if (this.progressNow) this.showProgress(this.progressNow); // its look follows the state
+        },
+        progress: (p) => this.showProgress(p),
+        reload: async () => {
+          this.live.close();
+          await this.build();
+        },
       },
-      alert: (d) => {
-        this.alerts = this.alerts.concat(d.alerts);
-        this.info.alert_count = this.alerts.length;
-        this.renderSide();
-        this.scheduleDraw();
-      },
-      state: (st) => { this.info.status = st; this.showStatus(st); this.showProgress(this.info.progress); },
-      progress: (p) => this.showProgress(p),
-      reload: async () => { this.live.close(); await this.build(); },
-    });
+    );
   }
 
   /** Whether points came for metrics the page has no chart for yet (it opened before the first step). */
-  waitsForCharts() { return !this.cards.length; }
+  waitsForCharts() {
+    return !this.cards.length;
+  }
 
   scheduleDraw() {
     if (this.timers.draw) return;
-    this.timers.draw = setTimeout(() => { this.timers.draw = null; this.drawAll(); }, DRAW_MS);
+    this.timers.draw = setTimeout(() => {
+      this.timers.draw = null;
+      this.drawAll();
+    }, DRAW_MS);
   }
 
   refreshDerived() {
@@ -327,7 +419,9 @@ export class RunPage {
         if (this.histograms) await this.histograms.refresh();
         if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
         this.drawAll();
-      } catch (e) { /* the next points try again */ }
+      } catch (e) {
+        /* the next points try again */
+      }
       this.timers.derived = null;
     }, DERIVED_MS);
   }
@@ -335,8 +429,7 @@ export class RunPage {
   async rebuildIfGrown() {
     // metrics that appear later (a new rank, a user metric): rebuild once the run lists more
     if (!this.info || document.hidden) return;
-    const fresh = await api.run(this.runId).catch(() => null);
-    if (fresh) this.showProgress(fresh.progress);
+    const fresh = await api.run(this.runId).catch(() => null); // progress comes by the live stream alone
     if (fresh && (fresh.metrics.length !== this.info.metrics.length || fresh.ranks.length !== this.info.ranks.length)) {
       if (this.live) this.live.close();
       await this.build();

@@ -25,40 +25,77 @@ export class RunsPage {
   constructor(main, params) {
     this.view = {
       columns: params.has("columns") ? params.get("columns").split(",").filter(Boolean) : DEFAULT_COLUMNS.slice(),
-      sort: params.get("sort") || "", filter: params.get("filter") || "",
-      project: params.get("project") || "", tag: params.get("tag") || "",
+      sort: params.get("sort") || "",
+      filter: params.get("filter") || "",
+      project: params.get("project") || "",
+      tag: params.get("tag") || "",
     };
     this.selected = new Set();
     this.runs = [];
     this.available = [];
-    this.serverOffset = 0;  // our clock minus the server's, so "last point … ago" is right on a skewed laptop
+    this.serverOffset = 0; // our clock minus the server's, so "last point … ago" is right on a skewed laptop
     this.live = null;
     this.disposed = false;
-    this.total = undefined;  // runs under LOGDIR before the filter, once the server said
+    this.total = undefined; // runs under LOGDIR before the filter, once the server said
     this.projectSel = h("select", { id: "filter-project", onchange: (e) => this.go({ project: e.target.value }) });
-    this.tagInput = h("input", { id: "filter-tag", placeholder: "tag, e.g. mode=graph", value: this.view.tag,
-      oninput: (e) => { this.view.tag = e.target.value.trim(); this.render(); }, onchange: () => this.go({}) });
-    this.filterInput = h("input", { id: "filter-expr", size: 40, value: this.view.filter,
-      onchange: (e) => this.go({ filter: e.target.value.trim() }) });
+    this.tagInput = h("input", {
+      id: "filter-tag",
+      placeholder: "tag, e.g. mode=graph",
+      value: this.view.tag,
+      oninput: (e) => {
+        this.view.tag = e.target.value.trim();
+        this.render();
+      },
+      onchange: () => this.go({}),
+    });
+    this.filterInput = h("input", {
+      id: "filter-expr",
+      size: 40,
+      value: this.view.filter,
+      onchange: (e) => this.go({ filter: e.target.value.trim() }),
+    });
     this.filterError = h("span", { class: "error", id: "filter-error" });
-    this.columnInput = h("input", { id: "add-column", list: "column-names", placeholder: "add column: config key, tag, summary",
-      onchange: (e) => { const c = e.target.value.trim(); if (c && !this.view.columns.includes(c)) this.go({ columns: this.view.columns.concat([c]) }); } });
+    this.columnInput = h("input", {
+      id: "add-column",
+      list: "column-names",
+      placeholder: "add column: config key, tag, summary",
+      onchange: (e) => {
+        const c = e.target.value.trim();
+        if (c && !this.view.columns.includes(c)) this.go({ columns: this.view.columns.concat([c]) });
+      },
+    });
     this.columnNames = h("datalist", { id: "column-names" });
-    this.compareBtn = h("button", { id: "compare-btn", disabled: true, onclick: () => {
-      location.hash = `#/compare?runs=${[...this.selected].map(encodeURIComponent).join(",")}`;
-    } }, "Compare selected");
+    this.compareBtn = h(
+      "button",
+      {
+        id: "compare-btn",
+        disabled: true,
+        onclick: () => {
+          location.hash = `#/compare?runs=${[...this.selected].map(encodeURIComponent).join(",")}`;
+        },
+      },
+      "Compare selected",
+    );
     this.head = h("tr");
     this.tbody = h("tbody");
     this.count = h("span", { class: "muted", id: "runs-count" });
     this.empty = h("p", { class: "empty" }, "Waiting for runs… (start a training with the monitor on)");
     document.title = "mindwatch: runs";
     main.replaceChildren(
-      h("section", { class: "toolbar" }, h("label", {}, "project ", this.projectSel), h("label", {}, "tag ", this.tagInput),
-        h("label", {}, "filter ", this.filterInput), this.filterError, this.compareBtn,
-        h("span", { class: "live-dot", id: "runs-live", title: "live updates" }, "live")),
+      h(
+        "section",
+        { class: "toolbar" },
+        h("label", {}, "project ", this.projectSel),
+        h("label", {}, "tag ", this.tagInput),
+        h("label", {}, "filter ", this.filterInput),
+        this.filterError,
+        this.compareBtn,
+        h("span", { class: "live-dot", id: "runs-live", title: "live updates" }, "live"),
+      ),
       h("section", { class: "toolbar" }, h("label", {}, this.columnInput, this.columnNames), this.count),
       h("table", { class: "runs", id: "runs-table" }, h("thead", {}, this.head), this.tbody),
-      this.empty);
+      this.empty,
+    );
     this.renderHead();
     this.connect();
     this.tick = setInterval(() => this.render(), 1000);
@@ -93,7 +130,10 @@ export class RunsPage {
     }
     if (this.disposed) return;
     this.live = openLive(q, {
-      runs: (d) => { $("#runs-live").classList.add("on"); this.show(d); },
+      runs: (d) => {
+        $("#runs-live").classList.add("on");
+        this.show(d);
+      },
       error: () => $("#runs-live") && $("#runs-live").classList.remove("on"),
     });
   }
@@ -119,16 +159,36 @@ export class RunsPage {
     if (!key) return text;
     const on = this.view.sort.replace(/^-/, "") === key;
     const desc = on && this.view.sort.startsWith("-");
-    return h("button", { type: "button", class: "sort link", "data-sort": key,
-      onclick: () => this.go({ sort: on && !desc ? `-${key}` : key }) }, text, on ? (desc ? " ▼" : " ▲") : "");
+    return h(
+      "button",
+      { type: "button", class: "sort link", "data-sort": key, onclick: () => this.go({ sort: on && !desc ? `-${key}` : key }) },
+      text,
+      on ? (desc ? " ▼" : " ▲") : "",
+    );
   }
 
   renderHead() {
     this.head.replaceChildren(
       ...FIXED.map((key) => h("th", {}, this.sortButton(key === "tags" ? "" : key, key && label(key, this.labels || {})))),
-      ...this.view.columns.map((c) => h("th", { "data-column": c, title: c }, this.sortButton(c, label(c, this.labels || {})),
-        h("button", { type: "button", class: "remove link", title: "remove column", "aria-label": `remove column ${c}`,
-          onclick: () => this.go({ columns: this.view.columns.filter((x) => x !== c) }) }, " ×"))));
+      ...this.view.columns.map((c) =>
+        h(
+          "th",
+          { "data-column": c, title: c },
+          this.sortButton(c, label(c, this.labels || {})),
+          h(
+            "button",
+            {
+              type: "button",
+              class: "remove link",
+              title: "remove column",
+              "aria-label": `remove column ${c}`,
+              onclick: () => this.go({ columns: this.view.columns.filter((x) => x !== c) }),
+            },
+            " ×",
+          ),
+        ),
+      ),
+    );
   }
 
   shownRuns() {
@@ -164,7 +224,10 @@ export class RunsPage {
         row = kept;
         if (kept.className !== tr.className) kept.className = tr.className;
         if (kept.cells.length !== tr.cells.length) kept.replaceChildren(...tr.cells);
-        else [...tr.cells].forEach((td, ci) => { if (ci > 0 && kept.cells[ci].outerHTML !== td.outerHTML) kept.cells[ci].replaceWith(td); });
+        else
+          [...tr.cells].forEach((td, ci) => {
+            if (ci > 0 && kept.cells[ci].outerHTML !== td.outerHTML) kept.cells[ci].replaceWith(td);
+          });
         const box = kept.cells[0].querySelector("input");
         if (box && box.checked !== this.selected.has(tr.dataset.run)) box.checked = !box.checked;
       }
@@ -176,23 +239,47 @@ export class RunsPage {
   /** A run's row; each cell names its column (data-label), which a phone shows when the table stacks (style.css). */
   row(r, now) {
     const steps = r.last_step ?? "–";
-    const td = (i, attrs, ...content) => h("td", Object.assign({ "data-label": FIXED[i] && label(FIXED[i], this.labels || {}) }, attrs), ...content);
-    return h("tr", { "data-run": r.id, class: `row-${r.state}` },
-      td(0, {}, h("input", { type: "checkbox", checked: this.selected.has(r.id), "aria-label": `select ${r.name || r.run_id}`, onchange: (e) => {
-        e.target.checked ? this.selected.add(r.id) : this.selected.delete(r.id);
-        this.compareBtn.disabled = this.selected.size < 1;
-      } })),
-      td(1, { class: "run-name" }, h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.name || r.run_id),
-        r.name ? h("span", { class: "muted run-id" }, ` ${r.run_id}`) : null, r.note ? h("div", { class: "note" }, r.note) : null),
+    const td = (i, attrs, ...content) =>
+      h("td", Object.assign({ "data-label": FIXED[i] && label(FIXED[i], this.labels || {}) }, attrs), ...content);
+    return h(
+      "tr",
+      { "data-run": r.id, class: `row-${r.state}` },
+      td(
+        0,
+        {},
+        h("input", {
+          type: "checkbox",
+          checked: this.selected.has(r.id),
+          "aria-label": `select ${r.name || r.run_id}`,
+          onchange: (e) => {
+            e.target.checked ? this.selected.add(r.id) : this.selected.delete(r.id);
+            this.compareBtn.disabled = this.selected.size < 1;
+          },
+        }),
+      ),
+      td(
+        1,
+        { class: "run-name" },
+        h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.name || r.run_id),
+        r.name ? h("span", { class: "muted run-id" }, ` ${r.run_id}`) : null,
+        r.note ? h("div", { class: "note" }, r.note) : null,
+      ),
       td(2, {}, r.project),
       td(3, {}, ...r.tag_texts.map((t) => h("span", { class: "tag" }, t))),
       // what went wrong (analysis/state_text.py's headline); the whole error on hover
       td(4, {}, badge(r.state), r.error ? h("div", { class: "err", title: r.error }, `⚠ ${r.error_headline}`) : null),
       td(5, { class: "num" }, r.total_steps ? `${steps}/${r.total_steps}` : steps),
-      td(6, { class: "num age", "data-t": r.last_time ?? "" }, r.last_time ? `${formatDuration(Math.max(0, now - r.last_time))} ago` : "–"),
+      td(
+        6,
+        { class: "num age", "data-t": r.last_time ?? "" },
+        r.last_time ? `${formatDuration(Math.max(0, now - r.last_time))} ago` : "–",
+      ),
       td(7, { class: "num" }, r.alert_count ? h("span", { class: "alerts" }, r.alert_count) : "0"),
       td(8, { class: "num" }, formatDuration(r.duration)),
-      ...this.view.columns.map((c) => h("td", { class: "num", "data-column": c, "data-label": label(c, this.labels || {}) }, cell(r.values[c]))));
+      ...this.view.columns.map((c) =>
+        h("td", { class: "num", "data-column": c, "data-label": label(c, this.labels || {}) }, cell(r.values[c])),
+      ),
+    );
   }
 
   dispose() {

@@ -5,15 +5,20 @@
 
 import { getJSON } from "./api.js";
 
-let asked = null;  // the request, once made (again after a failure)
-let loaded = null;  // its answer
+let asked = null; // the request, once made (again after a failure)
+let loaded = null; // its answer
 
 /** The vocabulary, asked for once; a failure says what did not load (and the next call asks again). */
 export function loadVocabulary() {
-  asked = asked || getJSON("/api/vocabulary").then((v) => (loaded = v), (e) => {
-    asked = null;
-    throw new Error(`the metric vocabulary (/api/vocabulary) did not load: ${e.message}`);
-  });
+  asked =
+    asked ||
+    getJSON("/api/vocabulary").then(
+      (v) => (loaded = v),
+      (e) => {
+        asked = null;
+        throw new Error(`the metric vocabulary (/api/vocabulary) did not load: ${e.message}`);
+      },
+    );
   return asked;
 }
 
