@@ -11,7 +11,8 @@ setup:
 demo: setup
 	$(VENV)/bin/mindwatch demo $(ARGS)
 
-# CI runs this: everything `make lint` checks (ruff, the import contracts, the format, mypy), then the tests, in three
+# CI runs this: everything `make lint` checks (ruff, the import contracts, the format, mypy; eslint and prettier on the
+# JavaScript), then the tests (tests/test_javascript.py runs the JavaScript's `node --test` suite), in three
 # pytest-xdist workers, a module to a worker, the slow modules first (tests/conftest.py). Three on a 2-core machine: the
 # suite mostly waits (msrun jobs paced by their data, browsers, servers), and with two workers the cores were ~55 % busy. The checkout's bytecode is
 # written first: where PYTHONDONTWRITEBYTECODE is set, each of the suite's hundreds of processes would compile it again.
@@ -25,6 +26,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check mindwatch tests bench
 	$(VENV)/bin/mypy
+	npm run --silent lint
 
 bench: setup
 	$(PY) -m bench $(ARGS)

@@ -1,12 +1,9 @@
-// The run page's chart cards: which metrics share a chart, one series per metric and rank, and how a card
-// loads its points (the overview, or the detail of a zoomed window) and its min..max band across ranks.
+// The run page's chart cards: which metrics share a chart, and a card that draws its series (one SeriesStore per
+// metric and rank, series.js) as the page has loaded them: the overview, a zoomed window, the band across ranks.
 
-import { api } from "./api.js";
 import { PALETTE, line, unitAxis } from "./charts.js";
-import { POINTS, SeriesStore, eventXs } from "./series.js";
+import { SeriesStore, eventXs } from "./series.js";
 import { isFamilyMetric, isLayerMetric, vocab } from "./vocabulary.js";
-
-export { POINTS, eventXs };
 
 const unitOf = (m) => (vocab().metrics.find((x) => x.name === m) || {}).unit || "";
 /** How a chart's y axes range: by the unit of its first metric (charts.js's unitAxis: memory from 0, ...). */
@@ -69,7 +66,7 @@ function seriesStores(runId, group, ranks) {
 }
 
 /** One chart of the run page: its group, its series (one SeriesStore per metric and rank), its events' series (marked,
- * not drawn) and the ECharts line chart. It draws what its stores hold; the page loads and merges them. */
+ * not drawn) and the ECharts line chart. It draws what its stores hold; the page loads, zooms and merges them. */
 export class ChartCard {
   /** x: the view's x ("step", "time" or "elapsed": time since the origin draw() is given). */
   constructor(el, runId, group, ranks, x) {
@@ -105,23 +102,9 @@ export class ChartCard {
     return this.defs.some((d) => d.loaded);
   }
 
-  /** Fetch the overview, or with win = [lo, hi] the detail of that window (the overview outside it). */
-  async load(win) {
-    await Promise.all(this.allDefs.map((d) => d.load(this.x, win)));
-  }
-
   /** Back to the overview after a zoom out. */
   showOverview() {
     this.allDefs.forEach((d) => d.showOverview());
-  }
-
-  /** Across ranks: the min..max band of each metric behind the per-rank lines (mindwatch.analysis.bands). */
-  async loadBands(bandMetrics) {
-    await Promise.all(
-      this.group.metrics
-        .filter((m) => bandMetrics.includes(m))
-        .map(async (m) => this.defs.find((d) => d.metric === m).takeBand((await api.band(this.runId, m, POINTS)).points)),
-    );
   }
 
   /** xOrigin: the epoch second an elapsed axis counts from. */

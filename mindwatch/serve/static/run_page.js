@@ -12,6 +12,7 @@ import { chartFrame, csvUrl } from "./chart_tools.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
+import { POINTS } from "./series.js";
 import { attentionFamilies, loadVocabulary, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
 import { RunNotes } from "./run_notes.js";
@@ -257,9 +258,18 @@ export class RunPage {
   }
 
   async loadCard(card, win) {
-    await card.load(win);
-    if (!win && this.bandsShown()) await card.loadBands(this.info.band_metrics || []);
+    await Promise.all(card.allDefs.map((store) => store.load(card.x, win)));
+    if (!win && this.bandsShown()) await this.loadBands(card);
     this.draw(card);
+  }
+
+  /** Across ranks: the min..max band of each of the card's metrics the run bands, behind its per-rank lines
+   * (mindwatch.analysis.bands), into the store of its first rank. */
+  async loadBands(card) {
+    const banded = card.group.metrics.filter((m) => (this.info.band_metrics || []).includes(m));
+    await Promise.all(
+      banded.map(async (m) => card.defs.find((d) => d.metric === m).takeBand((await api.band(this.runId, m, POINTS)).points)),
+    );
   }
 
   /** Where elapsed time counts from (epoch seconds): the server's one origin for the run (/api/run's elapsed_origin). */
@@ -417,7 +427,7 @@ export class RunPage {
         for (const [prefix, m] of this.heats) m.update(await this.fetchHeat(prefix));
         if (this.layers) await this.layers.refresh();
         if (this.histograms) await this.histograms.refresh();
-        if (this.bandsShown()) await Promise.all(this.cards.map((c) => c.loadBands(this.info.band_metrics || [])));
+        if (this.bandsShown()) await Promise.all(this.cards.map((c) => this.loadBands(c)));
         this.drawAll();
       } catch (e) {
         /* the next points try again */

@@ -38,7 +38,10 @@ export class SeriesStore {
   take(wire, win) {
     if (win) {
       const before = this.overview.filter((p) => p[0] < win[0]);
-      this.points = before.concat(wire.points, this.overview.filter((p) => p[0] > win[1]));
+      this.points = before.concat(
+        wire.points,
+        this.overview.filter((p) => p[0] > win[1]),
+      );
       return;
     }
     this.overview = wire.points;
