@@ -238,6 +238,12 @@ class MindFormersWatch(_LayerStatsStep):
         self.grad_reducer.skipping = True
         self._watch_update()
 
+    @staticmethod
+    def _set_flag(flag: ms.Parameter, value: int) -> None:
+        """``ops.assign``, not ``set_data``: with MindFormers' wrapper on MindSpore 2.9, a flag changed by ``set_data``
+        after the step compiled kept, inside the step, the value it had before."""
+        ops.assign(flag, ms.Tensor(value, ms.int32))
+
     def measure_layers(self, layers: bool, histograms: bool = False) -> None:
         if not self.mindwatch_layers_on:  # the first call, at train begin: the measuring branch joins the step
             self.mindwatch_layers_on = self.grad_reducer.layers_on = True

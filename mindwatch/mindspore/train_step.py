@@ -92,6 +92,12 @@ class _LayerStatsStep:
             extra += (vocab.SKIPPED,)
         self.mindwatch_outputs = (*type(self).mindwatch_outputs, *extra)
 
+    @staticmethod
+    def _set_flag(flag: ms.Parameter, value: int) -> None:
+        """Set a flag the compiled step reads, between steps: a host-side ``set_data``, no kernel launched (a kernel
+        queued behind a collective a dead rank never joins would wait there, and the training thread with it)."""
+        flag.set_data(ms.Tensor(value, ms.int32))
+
     def skip_steps(self, settings: Any) -> None:
         """Skip the update of a step whose metric is an outlier (``monitor_config.skip_steps``); before compilation.
 
@@ -112,7 +118,7 @@ class _LayerStatsStep:
     def pass_over(self, on: bool) -> None:
         """From the next step on, apply no update (``on``), or apply them again; between steps."""
         assert self.mindwatch_pass_over is not None, "pass_over needs can_pass_over() before the graph compiled"
-        set_flag(self.mindwatch_pass_over, int(on))
+        self._set_flag(self.mindwatch_pass_over, int(on))
 
     def _skip(self, loss, norm, skip_update):
         """``(skip_update or the decision's skip, (skipped,))``; ``(skip_update, ())`` with ``skip_steps`` off. A batch
@@ -149,7 +155,7 @@ class _LayerStatsStep:
         wanted = (measure, bool(histograms))
         for flag, on, was in zip((stats.flag, stats.hist_flag), wanted, self._flags_on, strict=True):
             if on != was:
-                set_flag(flag, int(on))
+                self._set_flag(flag, int(on))
         self._flags_on = wanted
 
     def __call__(self, *inputs, **kwargs):
@@ -229,12 +235,6 @@ class _LayerStatsStep:
             return (stats.zeros, stats.zeros)
         m, v = stats.moments
         return (squares(tuple(ops.depend(x, loss) for x in m)), squares(tuple(ops.depend(x, loss) for x in v)))
-
-
-def set_flag(flag: ms.Parameter, value: int) -> None:
-    """Set a flag the compiled step reads, between steps. ``ops.assign``, not ``set_data``: the compiled graph keeps its
-    buffers (with MindFormers' wrapper on MindSpore 2.9, a flag changed by ``set_data`` kept its old value in the step)."""
-    ops.assign(flag, ms.Tensor(value, ms.int32))
 
 
 def _clip(grads: tuple, norm: ms.Tensor, max_norm: float) -> tuple:
