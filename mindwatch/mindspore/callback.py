@@ -28,6 +28,7 @@ from mindwatch.mindspore.failures import StepFailures
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     could_not_start,
+    eval_metrics,
     failure_text,
     listed_ids,
     log_metrics,
@@ -106,6 +107,8 @@ class MonitorCallback(Callback):
         self._failures = StepFailures(self.config)
         #: ``cur_step_num`` of the last step end (what a fault at the next step begin is said at).
         self._last_step = 0
+        #: When the evaluation under way began (``on_eval_begin``); None: none is.
+        self._eval_began: float | None = None
 
     # -- public ------------------------------------------------------------
     @property
@@ -339,6 +342,36 @@ class MonitorCallback(Callback):
                 self._cell.off()
             except Exception as e:  # noqa: BLE001  # said with the others: nothing more to do
                 self._failures.failed(e, step=self._last_step, where="TrainCell.off")
+
+    def on_eval_begin(self, run_context: Any) -> None:
+        """``Model.fit``'s evaluation (or ``Model.eval`` with this callback) begins: its time is no step's."""
+        self._eval_began = _perf()
+
+    def on_eval_step_end(self, run_context: Any) -> None:
+        recorder = self.recorder
+        if self.enabled and recorder is not None and recorder.watchdog is not None:
+            recorder.watchdog.last_beat = _perf()  # an evaluation is no stall
+
+    def on_eval_end(self, run_context: Any) -> None:
+        """The evaluation's results (``eval_results`` in ``Model.fit``: the metrics and ``eval_loss``; ``metrics`` from
+        ``Model.eval``) as ``eval/<name>`` at the training's last step, with ``eval_time``; the time it took is left out
+        of the next step's time, data wait and throughput."""
+        recorder = self.recorder
+        if not self.enabled or recorder is None or recorder.state.closed:
+            return
+        now = _perf()
+        secs = now - (self._eval_began or now)
+        self._eval_began = None
+        try:
+            cb = run_context.original_args()
+            results = self._read(cb, "eval_results", None) or self._read(cb, "metrics", None)
+            recorder.timer.paused(secs)
+            self._prev_step_end += secs
+            metrics = eval_metrics(results, secs)
+            if metrics:
+                log_metrics(recorder, self._last_step + recorder.state.offset, metrics)
+        except Exception as e:
+            self._failures.failed(e, step=self._last_step, where="on_eval_end")
 
     def on_train_end(self, run_context: Any) -> None:
         if not self.enabled or self.recorder is None:

@@ -48,6 +48,7 @@ from mindwatch.mindspore.failures import StepFailures
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     could_not_start,
+    eval_metrics,
     failure_text,
     listed_ids,
     log_metrics,
@@ -377,6 +378,19 @@ class Run:
     def log(self, step: int | None = None, **metrics: float) -> None:
         """Record scalars of your own at ``step`` (default: the last step), without counting a step."""
         log_metrics(self.recorder, self._step if step is None else step, metrics)
+
+    def eval(self, step: int | None = None, *, eval_time: float | None = None, **results: Any) -> None:
+        """Record an evaluation's ``results`` as ``eval/<name>`` at ``step`` (default: the last step), e.g.
+        ``run.eval(loss=0.41, accuracy=0.87)``; ``eval_time``: the seconds it took, recorded beside them and left out of
+        the next step's time and throughput. A result that is not a number is left out with a warning."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        if eval_time is not None:
+            recorder.timer.paused(float(eval_time))
+        metrics = eval_metrics(results, eval_time)
+        if metrics:
+            log_metrics(recorder, self._step if step is None else step, metrics)
 
     def finish(self, state: str | None = None, *, error: str | None = None) -> None:
         """End the run: ``stopped`` (with the reason) after a stop, ``failed`` with ``error``, else ``finished``."""

@@ -93,6 +93,10 @@ class StepTimer:
         self.data_wait = 0.0
         self.samples = 0
 
+    def paused(self, secs: float) -> None:
+        """The training stood still ``secs`` (an evaluation between its steps): not a step's time, nor its throughput."""
+        self.last_recorded += secs
+
     def waited(self, secs: float) -> None:
         """The loop waited ``secs`` for a batch."""
         self.data_wait += secs
