@@ -217,7 +217,12 @@ def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes
     (saved,) = interventions(Path(mon.run_dir), "checkpoint")
     before = max((f for f in (tmp_path / "ckpt").glob("ref-*.ckpt") if f.stat().st_mtime < asked["t"]), key=os.path.getmtime)
     assert saved["last_healthy_checkpoint"] == str(before) and before.name == "ref-1_100.ckpt"
-    assert states.snapshots[at - 1][-1] <= 100 and states.snapshots[at] == [60, 80], "a rewind drops what came after"
+    # a rewind drops the snapshots after the step it went back to and keeps the ones before (which depends on how many
+    # steps the rewind took to land on a loaded machine: 60 and 80, or 80 alone once step 100's pushed 60 out)
+    before_rewind = states.snapshots[at - 1]
+    assert before_rewind[-1] <= 100
+    assert states.snapshots[at] == [s for s in before_rewind if s <= 80], "a rewind drops what came after"
+    assert states.snapshots[at][-1] == 80
     assert states.snapshots[at + SKIP] == [60, 80], "and the batches passed over take none"
     final = STEPS - (at - 80) - SKIP
     assert states.snapshots[STEPS] == list(range(EVERY, final + 1, EVERY))[-2:]
