@@ -263,14 +263,18 @@ class RunSession:
         return self.lifeline if isinstance(self.lifeline, LifelineClient) else None
 
     def rank_lost(self, lost: Any, alert: Alert) -> None:
-        """This worker saw a rank die (rank 0 any rank, rank 1 rank 0): the notification first (the launcher may kill
-        this process within 0.1 s), then this rank's status; with ``on_rank_lost: stop``, stop every survivor."""
+        """This worker saw a rank die (rank 0 any rank, rank 1 rank 0): its alert's line and the notification first (the
+        launcher may kill this process within 0.1 s), then this rank's status; with ``on_rank_lost: stop``, stop every
+        survivor."""
         if self.writer.check_superseded():  # a relaunch took the run over: this process's view is the old attempt's
             log.info("mindwatch: %s (an earlier attempt's; not reported)", lost.message)
             return
         stop = self.config.distributed.on_rank_lost == "stop"
         if stop:
             alert["on_rank_lost"] = "stop"  # not in "actions": no step ahead can be agreed with a rank gone
+        # its line in alerts.jsonl first (one small append): the hand-off below starts a process, and the launcher that
+        # saw the rank die may end this one before the worker's next turn would write it
+        self.writer.append_alert_now(alert)
         if self.notify_now is not None:
             self.notify_now(alert)
         self.writer.lost_ranks[str(lost.rank)] = lost.as_record()

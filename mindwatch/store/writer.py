@@ -58,6 +58,8 @@ class RunWriter(BaseSink):
         self.attempt = attempt
         #: A later attempt of the run took it over: nothing more is written (see :meth:`check_superseded`).
         self.superseded_by: int | None = None
+        #: Alerts written ahead of the worker's turn (:meth:`append_alert_now`): their turn writes no second line.
+        self._written_early: list[dict[str, Any]] = []
         self.flush_secs = flush_secs
         self.state = "running"
         self.error: str | None = None
@@ -158,8 +160,18 @@ class RunWriter(BaseSink):
         self.dropped = count
 
     # -- alerts and status ----------------------------------------------
+    def append_alert_now(self, alert: dict[str, Any]) -> None:
+        """Append ``alert`` now, ahead of the sinks' turn on the worker (which then writes no second line): a rank seen
+        to die, whose launcher may end this process a moment later."""
+        self.append_alert(alert)
+        self._written_early.append(alert)
+
     def append_alert(self, alert: dict[str, Any]) -> None:
         """Append one alert to ``alerts.jsonl`` (shared by all ranks; one small write each, O_APPEND)."""
+        for i, early in enumerate(self._written_early):
+            if early is alert:  # written already, by append_alert_now
+                del self._written_early[i]
+                return
         if self.superseded_by is not None:
             return
         try:
