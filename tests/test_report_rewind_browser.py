@@ -5,21 +5,15 @@ rewind abandoned, faint and dashed behind the line the training kept, as the das
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import mindspore as ms
 import pytest
-from conftest import CHROMIUM, wait_for
-from mindspore import nn
+from conftest import CHROMIUM
 from test_report import open_page
-from test_rewind import EVERY, dataset, raw_records, read_request, the_rewind, training
+from test_rewind import raw_records, rewound_from_a_shell, the_rewind
 
-import mindwatch.mindspore as mw
 from mindwatch.cli import main
-from mindwatch.demo.tutorial_step import jit_train_step
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -40,18 +34,7 @@ def test_the_reports_loss_chart_draws_the_branch_a_rewind_abandoned(tmp_path: Pa
     """Rewound at step 40 to step 20: the report's loss chart holds a faint, dashed ``loss abandoned`` series with the
     losses the training wrote at steps 21-40 before it went back (read from the metrics file), all of which the
     training wrote again after it."""
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    net, opt, _ = training()
-    train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
-    config = {"save_dir": str(tmp_path / "out"), "rewind": {"every": EVERY, "skip": 5, "keep": 3}}
-    with mw.start_run(config, network=net, optimizer=opt) as run:
-        for i, (x, y) in enumerate(run.batches(dataset(bad=None, steps=100).create_tuple_iterator()), 1):
-            loss, grads = train_step(x, y)
-            run.step(loss=loss, grads=grads)
-            if i == 40:
-                command = [sys.executable, "-m", "mindwatch.cli", "rewind", str(run.run_dir), "--to", "20"]
-                subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-                wait_for(lambda: read_request(run.run_dir), 30, "the request read")
+    run = rewound_from_a_shell(tmp_path, at=40, skip=5)
     at = the_rewind(run.run_dir)["step"]
     written = [r for r in raw_records(run.run_dir / "metrics.rank0.jsonl") if "loss" in r]
     gone = written[20:at]  # steps 21..at, before the training went back to step 20

@@ -363,23 +363,30 @@ def read_request(run_dir: Path) -> bool:
     return alerts.exists() and any(a["rule"] == "request" for a in raw_records(alerts))
 
 
+def rewound_from_a_shell(tmp_path: Path, *, at: int, skip: int) -> mw.Run:
+    """A loop of 100 clean steps (PyNative) that a person rewinds to step 20 with `mindwatch rewind` after call ``at``,
+    passing over ``skip`` batches; the run, ended."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net, opt, _ = training()
+    train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
+    config = {"save_dir": str(tmp_path / "out"), "rewind": {"every": EVERY, "skip": skip, "keep": 3}}
+    with mw.start_run(config, network=net, optimizer=opt) as run:
+        for i, (x, y) in enumerate(run.batches(dataset(bad=None, steps=100).create_tuple_iterator()), 1):
+            loss, grads = train_step(x, y)
+            run.step(loss=loss, grads=grads)
+            if i == at:
+                command = [sys.executable, "-m", "mindwatch.cli", "rewind", str(run.run_dir), "--to", "20"]
+                subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+                wait_for(lambda: read_request(run.run_dir), 30, "the request read")  # the next step boundary takes it
+    return run
+
+
 @pytest.mark.slow  # a training of 10 s or more here: `-m "not slow"` stays a quick loop
 def test_the_runs_page_and_the_report_agree_on_the_best_loss_across_a_rewind(tmp_path: Path) -> None:
     """A person rewinds a run from step 70 back to step 20 and passes over 20 batches: the kept line ends before the abandoned
     branch's last steps, which hold the lowest losses written; neither the runs page (the status file's running best)
     nor the report counts them."""
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    net, opt, _ = training()
-    train_step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
-    config = {"save_dir": str(tmp_path / "out"), "rewind": {"every": EVERY, "skip": 20, "keep": 3}}
-    with mw.start_run(config, network=net, optimizer=opt) as run:
-        for i, (x, y) in enumerate(run.batches(dataset(bad=None, steps=100).create_tuple_iterator()), 1):
-            loss, grads = train_step(x, y)
-            run.step(loss=loss, grads=grads)
-            if i == 70:
-                command = [sys.executable, "-m", "mindwatch.cli", "rewind", str(run.run_dir), "--to", "20"]
-                subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-                wait_for(lambda: read_request(run.run_dir), 30, "the request read")  # the next step boundary takes it
+    run = rewound_from_a_shell(tmp_path, at=70, skip=20)
     assert the_rewind(run.run_dir)["to_step"] == 20
     line: dict[int, float] = {}  # the line the training kept: a step going back drops every step from it on
     written = [r for r in raw_records(run.run_dir / "metrics.rank0.jsonl") if "loss" in r]
