@@ -106,6 +106,8 @@ def test_a_loop_records_its_own_evaluation_and_leaves_out_what_is_not_a_number(
             if i % 3 == 0:
                 with caplog.at_level(logging.WARNING, logger="mindwatch"):
                     run.eval(loss=float(i), accuracy=ms.Tensor(np.float32(0.5)), confusion=np.eye(2), eval_time=0.25)
+        with pytest.raises(TypeError, match=r"eval_time=\.\.\.\) takes the evaluation's seconds as a number, got 'soon'"):
+            run.eval(loss=1.0, eval_time="soon")  # said at once, nothing recorded
         run.eval(step=2, loss=float("nan"))
     recorded = mindwatch.open_run(run.run_dir)
     assert recorded.series("eval/loss").step.tolist() == [2, 3, 6]

@@ -383,6 +383,8 @@ class Run:
         """Record an evaluation's ``results`` as ``eval/<name>`` at ``step`` (default: the last step), e.g.
         ``run.eval(loss=0.41, accuracy=0.87)``; ``eval_time``: the seconds it took, recorded beside them and left out of
         the next step's time and throughput. A result that is not a number is left out with a warning."""
+        if eval_time is not None and (isinstance(eval_time, bool) or not isinstance(eval_time, (int, float))):
+            raise TypeError(f"run.eval(eval_time=...) takes the evaluation's seconds as a number, got {eval_time!r}")
         recorder = self.recorder
         if recorder is None:
             return
