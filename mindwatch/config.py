@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model, field_vali
 from mindwatch import metrics as vocab
 from mindwatch.alerts.hang import HangSettings
 from mindwatch.alerts.registry import rule_specs
+from mindwatch.alerts.rules.early_stopping import early_stopping_given
 from mindwatch.alerts.skip import SkipStepsSettings
 from mindwatch.alerts.straggler import StragglerSettings
 from mindwatch.mindformers_config import MINDFORMERS_KEYS, OWNER, MindFormersKeyError, ReadSection, read_mindformers_keys
@@ -153,6 +154,12 @@ class _AlertsSettings(Section):
     """
 
     enabled: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _early_stopping_on_when_given(cls, data: Any) -> Any:
+        return early_stopping_given(data)
+
     #: The same rule (and metric) does not fire again within this many seconds.
     cooldown_secs: float = Field(default=300.0, ge=0)
     #: Seconds without a step end before the run counts as stalled; null: derived from the step time.
@@ -181,6 +188,30 @@ else:
         __doc__=_AlertsSettings.__doc__,
         **{spec.key: (spec.settings, Field(default_factory=spec.settings)) for spec in rule_specs()},
     )
+
+
+class EvaluationSettings(Section):
+    """``evaluation``: what a training is judged by."""
+
+    #: The metric the rules judge (``eval/loss``; a bare ``loss`` means ``eval/loss``); default: ``eval/loss`` when
+    #: recorded, else the first metric of the first evaluation.
+    primary: str | None = Field(default=None, min_length=1)
+    #: ``min`` (a loss) or ``max`` (an accuracy); default: ``max`` for a name that reads as a score, else ``min``.
+    mode: Literal["min", "max"] | None = None
+    #: In a multi-rank run, the value the rules judge: rank 0's (``zero``), or the ranks' mean (``mean``: ranks that
+    #: each evaluate a shard).
+    ranks: Literal["zero", "mean"] = "zero"
+    #: The loss is a token cross-entropy: record ``perplexity`` = exp(loss) each step and ``eval/perplexity``.
+    perplexity: bool = False
+    #: Save ``checkpoints/best.ckpt`` at each new best evaluation (rank 0).
+    keep_best: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_mode(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("mode") not in (None, "min", "max"):
+            raise ValueError(f"evaluation.mode is {data['mode']!r}: use min (a loss) or max (an accuracy)")
+        return data
 
 
 class RewindSettings(Section):
@@ -398,6 +429,8 @@ class MonitorConfig(Section):
     rewind: RewindSettings = Field(default_factory=RewindSettings)
     #: What ``shrink_batch`` / ``grow_batch`` do to the batch size of a ``DynamicBatch`` (docs/alerts.md).
     dynamic_batch: DynamicBatchSection = Field(default_factory=DynamicBatchSection)
+    #: What evaluations are judged by (``primary``, ``mode``), how ranks agree on one, ``perplexity``, ``keep_best``.
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     notify: list[Annotated[Union[NotifyChannel, EmailChannel], Field(discriminator="type")]] = Field(default_factory=list)
     #: The dashboard's address (``http://host:8080``, serving this ``save_dir``): notifications link to the run's page.
     dashboard_url: str | None = Field(default=None, pattern=r"^https?://")

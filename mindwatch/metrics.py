@@ -71,6 +71,7 @@ class Metric:
 
 
 LOSS, LR, GRAD_NORM, LOSS_SCALE, OVERFLOW = "loss", "lr", "grad_norm", "loss_scale", "overflow"
+PERPLEXITY = "perplexity"
 LOCAL_GRAD_NORM = "local_grad_norm"
 STEP_TIME, DATA_TIME, SAMPLES_PER_SECOND, TOKENS_PER_SECOND = "step_time", "data_time", "samples_per_second", "tokens_per_second"
 HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB = "host_rss_gb", "device_mem_gb", "device_mem_peak_gb"
@@ -87,6 +88,12 @@ ITERATION = "iteration"
 #: The per-step metrics, in the order tables and reports list them.
 STEP_METRICS: tuple[Metric, ...] = (
     Metric(LOSS, "the training loss", group="loss", switch=LOSS, band=True),
+    Metric(
+        PERPLEXITY,
+        "exp(loss): the perplexity of a token cross-entropy loss (recorded with evaluation.perplexity: true)",
+        group="perplexity",
+        default=False,
+    ),
     Metric(LR, "the learning rate the optimizer used this step", group="lr", across_ranks="same", switch=LR),
     Metric(GRAD_NORM, "the global L2 norm of the gradients", group="grad_norm", across_ranks="same", switch=GRAD_NORM),
     Metric(
@@ -263,6 +270,7 @@ class ChartGroup:
 #: The run page's chart cards, in page order; a metric of none of them gets a card of its own.
 CHART_GROUPS: tuple[ChartGroup, ...] = (
     ChartGroup("loss", "loss"),
+    ChartGroup("perplexity", "perplexity"),
     ChartGroup("lr", "learning rate"),
     ChartGroup("grad_norm", "gradient norm"),
     # samples/s and tokens/s differ by the sequence length: on one chart's twin axes their lines hide each other
@@ -303,7 +311,7 @@ SKIP_METRICS: tuple[str, ...] = (GRAD_NORM, LOSS)
 #: The times a slow rank shows in, the data wait first (rank 0's straggler rule; the page's outlier ranks).
 STRAGGLER_METRICS: tuple[str, ...] = (DATA_TIME, STEP_TIME)  # also each rank's slots of the cross-rank signal, in order
 #: Record keys that are not charted: where a step is (its epoch, its batch in the epoch, the framework's count).
-NOT_CHARTED: tuple[str, ...] = ("epoch", "batch", ITERATION)
+NOT_CHARTED: tuple[str, ...] = ("epoch", "batch", ITERATION, "eval_time", "eval_samples")
 
 _BY_NAME = {m.name: m for m in STEP_METRICS}
 _FAMILY = {m.name: m for m in FAMILIES}
@@ -338,6 +346,43 @@ def layer_stat_names(moments: bool = True) -> tuple[str, ...]:
 def attention_names() -> tuple[str, ...]:
     """The attention statistics in ``AttentionStats``' order: ``('attention_entropy', 'attention_max_logit')``."""
     return tuple(m.name for m in ATTENTION_FAMILIES)
+
+
+# -- evaluation ------------------------------------------------------------------------------------------------------
+#: The prefix of an evaluation's results among a run's metrics: ``eval/loss``, ``eval/accuracy``; one point per
+#: evaluation, at the training's step it ran after (docs/evaluation.md).
+EVAL_PREFIX = "eval/"
+#: Recorded beside an evaluation's results: its seconds, its samples, the epoch it ran after.
+EVAL_TIME, EVAL_SAMPLES = "eval_time", "eval_samples"
+#: The train metric an evaluation's chart draws its ``eval/loss`` beside.
+EVAL_LOSS = f"{EVAL_PREFIX}{LOSS}"
+#: Words in a result's name that mean higher is better (``mode: max`` when ``evaluation.mode`` is not given).
+_HIGHER_IS_BETTER = ("acc", "precision", "recall", "f1", "auc", "top", "bleu", "rouge", "score", "map", "iou", "dice")
+
+
+def is_eval(name: str) -> bool:
+    """Whether ``name`` is an evaluation's result (``eval/<name>``)."""
+    return name.startswith(EVAL_PREFIX)
+
+
+def eval_primary(names: Any, configured: str | None = None) -> str | None:
+    """The evaluation metric the run is judged by: ``configured`` (``evaluation.primary``; ``eval/`` is added to a bare
+    name), else ``eval/loss`` when recorded, else the first ``eval/<name>`` of ``names`` in their order (None: none)."""
+    if configured:
+        return configured if is_eval(configured) else f"{EVAL_PREFIX}{configured}"
+    found = [n for n in names if is_eval(n)]
+    if EVAL_LOSS in found:
+        return EVAL_LOSS
+    return found[0] if found else None
+
+
+def eval_mode(name: str, configured: str | None = None) -> Literal["min", "max"]:
+    """Whether a smaller (``min``) or a larger (``max``) ``name`` is better: ``configured`` (``evaluation.mode``), else
+    ``max`` for a name that reads as a score (accuracy, f1, precision, recall, auc, top-k ...), ``min`` otherwise."""
+    if configured in ("min", "max"):
+        return configured  # type: ignore[return-value]
+    leaf = name.removeprefix(EVAL_PREFIX).lower()
+    return "max" if any(word in leaf for word in _HIGHER_IS_BETTER) and "loss" not in leaf else "min"
 
 
 def banded() -> tuple[str, ...]:
@@ -390,4 +435,5 @@ def vocabulary() -> dict[str, Any]:
         "attention": [m.prefix for m in ATTENTION_FAMILIES],
         "stragglers": list(STRAGGLER_METRICS),
         "not_charted": list(NOT_CHARTED),
+        "evaluation": {"prefix": EVAL_PREFIX, "loss": EVAL_LOSS, "beside": LOSS, "time": EVAL_TIME, "samples": EVAL_SAMPLES},
     }

@@ -378,6 +378,7 @@ def test_default_config_switches_on_the_documented_rules() -> None:
         "layer_vanishing",
         "memory",
         "nonfinite",
+        "overfitting",
         "spike",
         "throughput_drop",
     ]

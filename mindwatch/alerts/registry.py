@@ -47,7 +47,9 @@ def build_rules(
     alerts = config.alerts
     if not alerts.enabled:
         return []
-    ctx = RuleContext(config.callback.params.warn_on_value, rank, device_total_gb, checks_in_step)
+    ctx = RuleContext(
+        config.callback.params.warn_on_value, rank, device_total_gb, checks_in_step, getattr(config, "evaluation", None)
+    )
     out: list[Rule] = []
     for spec in rule_specs():
         settings = getattr(alerts, spec.key)

@@ -12,6 +12,7 @@ Example::
 from mindwatch.alerts.rules import (
     data_wait,
     divergence,
+    early_stopping,
     layer_collapse,
     layer_frozen,
     layer_spike,
@@ -19,6 +20,7 @@ from mindwatch.alerts.rules import (
     layer_vanishing,
     memory,
     nonfinite,
+    overfitting,
     spike,
     stall,
     threshold,
@@ -39,6 +41,7 @@ SPECS: tuple[RuleSpec, ...] = tuple(
         (
             data_wait.SPEC,
             divergence.SPEC,
+            early_stopping.SPEC,
             layer_collapse.SPEC,
             layer_frozen.SPEC,
             layer_spike.SPEC,
@@ -46,6 +49,7 @@ SPECS: tuple[RuleSpec, ...] = tuple(
             layer_vanishing.SPEC,
             memory.SPEC,
             nonfinite.SPEC,
+            overfitting.SPEC,
             spike.SPEC,
             stall.SPEC,
             threshold.SPEC,

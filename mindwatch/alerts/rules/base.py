@@ -21,7 +21,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 from pydantic import Field
@@ -31,6 +31,7 @@ from mindwatch.alerts.alert import Alert, make_alert
 from mindwatch.schema import RuleSettings
 from mindwatch.store.jsonl import decode_value
 from mindwatch.store.layerfiles import LAYER_KEY, LayerRow
+from mindwatch.units import format_number
 
 Record = dict[str, Any]
 #: The record keys that name a step's batch (``epoch``, its ``batch`` index in the epoch, its ``sample_ids``),
@@ -50,6 +51,8 @@ class RuleContext:
     #: The training thread runs the checks that must act on the very step (the MindSpore adapter: the non-finite
     #: rule's, ``nonfinite.checked_in_step``), so the worker's rules skip them.
     checks_in_step: bool = False
+    #: ``monitor_config.evaluation``: the metric evaluations are judged by and its mode (an ``EvaluationSettings``).
+    evaluation: Any = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,73 @@ class Streak:
         self.seen += 1
         self.history.add(v)
         return fired
+
+
+# -- evaluations: what the overfitting and early-stopping rules count --------------------------------------------
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation as the rules see it: the step and epoch it ran after, its primary metric's value."""
+
+    step: int | None
+    epoch: int | None
+    value: float
+
+    def where(self) -> str:
+        return f"step {self.step}" + (f", epoch {self.epoch}" if self.epoch is not None else "")
+
+
+class Progress:
+    """The best evaluation so far and the evaluations in a row since that did not improve on it.
+
+    Example::
+
+        p = Progress("min", min_delta=0.0)
+        p.add(Evaluation(10, 1, 0.9))    # True: the first is the best
+        p.add(Evaluation(20, 2, 0.95))   # False; p.waited == 1, p.best.value == 0.9
+    """
+
+    def __init__(self, mode: Literal["min", "max"], min_delta: float = 0.0) -> None:
+        self.mode, self.min_delta = mode, min_delta
+        self.best: Evaluation | None = None
+        #: Evaluations since the best that did not improve on it.
+        self.waited = 0
+        self.last: Evaluation | None = None
+
+    def improves(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.best is None:
+            return True
+        if self.mode == "min":
+            return value < self.best.value - self.min_delta
+        return value > self.best.value + self.min_delta
+
+    def add(self, ev: Evaluation) -> bool:
+        """Count ``ev``; True when it is the new best."""
+        self.last = ev
+        if self.improves(ev.value):
+            self.best, self.waited = ev, 0
+            return True
+        self.waited += 1
+        return False
+
+
+def not_improved(name: str, progress: Progress) -> str:
+    """``eval/loss has not improved for 5 evaluations (best 0.55 at step 120, epoch 11)``."""
+    best = progress.best
+    since = f"{progress.waited} evaluation" + ("s" if progress.waited != 1 else "")
+    if best is None:
+        return f"{name} has no finite value in {since}"
+    return f"{name} has not improved for {since} (best {format_number(best.value)} at {best.where()})"
+
+
+def evaluation_of(rec: Record, name: str) -> Evaluation | None:
+    """The evaluation ``rec`` records of ``name`` (None: it records none)."""
+    value = value_of(rec, name)
+    if value is None:
+        return None
+    epoch = rec.get("epoch")
+    return Evaluation(rec.get("step"), int(epoch) if isinstance(epoch, int) else None, value)
 
 
 SettingsT = TypeVar("SettingsT", bound=RuleSettings)
