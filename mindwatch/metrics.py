@@ -356,6 +356,8 @@ EVAL_PREFIX = "eval/"
 EVAL_TIME, EVAL_SAMPLES = "eval_time", "eval_samples"
 #: The train metric an evaluation's chart draws its ``eval/loss`` beside.
 EVAL_LOSS = f"{EVAL_PREFIX}{LOSS}"
+#: ``Model.fit``'s own evaluation loss (``eval_results["eval_loss"]``).
+EVAL_FIT_LOSS = f"{EVAL_PREFIX}eval_loss"
 #: Words in a result's name that mean higher is better (``mode: max`` when ``evaluation.mode`` is not given).
 _HIGHER_IS_BETTER = ("acc", "precision", "recall", "f1", "auc", "top", "bleu", "rouge", "score", "map", "iou", "dice")
 
@@ -367,12 +369,14 @@ def is_eval(name: str) -> bool:
 
 def eval_primary(names: Any, configured: str | None = None) -> str | None:
     """The evaluation metric the run is judged by: ``configured`` (``evaluation.primary``; ``eval/`` is added to a bare
-    name), else ``eval/loss`` when recorded, else the first ``eval/<name>`` of ``names`` in their order (None: none)."""
+    name), else ``eval/loss`` when recorded, else MindSpore's own ``eval/eval_loss`` (``Model.fit``'s), else the first
+    ``eval/<name>`` of ``names`` in their order (None: none)."""
     if configured:
         return configured if is_eval(configured) else f"{EVAL_PREFIX}{configured}"
     found = [n for n in names if is_eval(n)]
-    if EVAL_LOSS in found:
-        return EVAL_LOSS
+    for preferred in (EVAL_LOSS, EVAL_FIT_LOSS):
+        if preferred in found:
+            return preferred
     return found[0] if found else None
 
 

@@ -7,6 +7,7 @@ training's step count (``cur_step_num``) at the train step before it.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -89,7 +90,7 @@ def test_model_fit_records_each_evaluation_at_its_step_and_its_time_is_no_steps(
     assert run.state == "finished" and run.series("loss").step.tolist() == list(range(1, STEPS_PER_EPOCH * EPOCHS + 1))
 
 
-def test_a_loop_records_its_own_evaluation_and_leaves_out_what_is_not_a_number(
+def test_a_loop_records_its_own_evaluation_and_keeps_a_matrix_as_a_table(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     set_mode("pynative")
@@ -105,8 +106,16 @@ def test_a_loop_records_its_own_evaluation_and_leaves_out_what_is_not_a_number(
             run.step(loss=loss, grads=grads)
             if i % 3 == 0:
                 with caplog.at_level(logging.WARNING, logger="mindwatch"):
-                    run.eval(loss=float(i), accuracy=ms.Tensor(np.float32(0.5)), confusion=np.eye(2), eval_time=0.25)
-        with pytest.raises(TypeError, match=r"eval_time=\.\.\.\) takes the evaluation's seconds as a number, got 'soon'"):
+                    run.eval(
+                        loss=float(i),
+                        accuracy=ms.Tensor(np.float32(0.5)),
+                        confusion=np.eye(2),
+                        label=object(),
+                        eval_time=0.25,
+                        epoch=i // 3,
+                        samples=64,
+                    )
+        with pytest.raises(TypeError, match=r"run.eval\(eval_time=\.\.\.\) takes a number, got 'soon'"):
             run.eval(loss=1.0, eval_time="soon")  # said at once, nothing recorded
         run.eval(step=2, loss=float("nan"))
     recorded = mindwatch.open_run(run.run_dir)
@@ -114,5 +123,119 @@ def test_a_loop_records_its_own_evaluation_and_leaves_out_what_is_not_a_number(
     assert recorded.series("eval/loss").value.tolist()[1:] == [3.0, 6.0] and math.isnan(recorded.series("eval/loss").value[0])
     assert recorded.series("eval/accuracy").value.tolist() == [0.5, 0.5]
     assert recorded.series("eval_time").value.tolist() == [0.25, 0.25]
-    assert "eval/confusion" not in recorded.metrics
-    assert "the evaluation's 'confusion' is not a number (ndarray): not recorded" in caplog.text
+    assert recorded.series("eval_samples").value.tolist() == [64, 64]
+    assert recorded.series("epoch").value.tolist()[-2:] == [1, 2]  # the last train step's, then the evaluation's
+    assert "eval/confusion" not in recorded.metrics and "eval/label" not in recorded.metrics
+    assert "the evaluation's 'label' is not a number (object): not recorded" in caplog.text
+    tables = [json.loads(line) for line in (run.run_dir / "evaluations.rank0.jsonl").read_text().splitlines()]
+    assert [(t["step"], t["epoch"], t["tables"]) for t in tables] == [
+        (3, 1, {"confusion": np.eye(2).tolist()}),
+        (6, 2, {"confusion": np.eye(2).tolist()}),
+    ]
+    nan = [a for a in recorded.alerts if a["rule"] == "nonfinite"]
+    assert [(a["step"], a["metric"]) for a in nan] == [(2, "eval/loss")], nan
+
+
+# -- judged: over-fitting, early stopping, the best weights kept ---------------------------------------------------
+OVERFIT_EPOCHS, OVERFIT_BATCH = 40, 8
+
+
+def overfitting_model(seed: int = 0) -> tuple[nn.Cell, Model, ds.Dataset, ds.Dataset]:
+    """A wide network on 32 noisy samples, evaluated on 256 clean ones: its eval loss falls, then rises as it learns
+    the noise (the minimum near epoch 15, here)."""
+    ms.set_seed(seed)
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(FEATURES, 1)).astype(np.float32)
+    xt = rng.normal(size=(32, FEATURES)).astype(np.float32)
+    yt = (xt @ w + rng.normal(size=(32, 1))).astype(np.float32)
+    xv = rng.normal(size=(256, FEATURES)).astype(np.float32)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 256), nn.ReLU(), nn.Dense(256, 256), nn.ReLU(), nn.Dense(256, 1))
+    model = Model(net, nn.MSELoss(), nn.Adam(net.trainable_params(), 1e-3), metrics={"mae": nn.MAE()})
+    train = ds.NumpySlicesDataset((xt, yt), ["x", "y"], shuffle=False).batch(OVERFIT_BATCH)
+    valid = ds.NumpySlicesDataset((xv, (xv @ w).astype(np.float32)), ["x", "y"], shuffle=False).batch(64)
+    return net, model, train, valid
+
+
+def first_stop(values: list[float], patience: int) -> int | None:
+    """The evaluation (0-based) at which ``patience`` evaluations in a row did not go below the best (min_delta 0)."""
+    best, waited = math.inf, 0
+    for i, v in enumerate(values):
+        if v < best:
+            best, waited = v, 0
+        else:
+            waited += 1
+            if waited == patience:
+                return i
+    return None
+
+
+def first_overfitting(evals: list[tuple[int, float]], losses: dict[int, float], patience: int) -> int | None:
+    """The evaluation (0-based) the documented over-fitting rule fires at, from the recorded values: ``patience``
+    evaluations without a new best, and the mean train loss since the best below the mean between the evaluation
+    before the best and the best."""
+    best, best_i, waited = math.inf, -1, 0
+    for i, (step, v) in enumerate(evals):
+        if v < best:
+            best, best_i, waited = v, i, 0
+            continue
+        waited += 1
+        if waited < patience:
+            continue
+        lo = evals[best_i - 1][0] if best_i > 0 else 0
+        before = [x for s, x in losses.items() if lo < s <= evals[best_i][0]]
+        since = [x for s, x in losses.items() if evals[best_i][0] < s <= step]
+        if before and since and np.mean(since) < np.mean(before):
+            return i
+    return None
+
+
+def test_model_fit_stops_early_warns_of_overfitting_and_puts_the_best_weights_back(tmp_path: Path) -> None:
+    """Its eval loss falls, then rises: ``overfitting`` warns at the evaluation the documented rule gives from the
+    recorded values; ``early_stopping`` stops at the end of the epoch whose evaluation decided it; the final weights
+    are, bit for bit, those ``ModelCheckpoint`` saved at the best epoch, as is ``checkpoints/best.ckpt``."""
+    from mindspore.train import CheckpointConfig, ModelCheckpoint
+
+    set_mode("graph")
+    net, model, train, valid = overfitting_model()
+    per_epoch = train.get_dataset_size()
+    seen = EvalResults()
+    config = {
+        "save_dir": str(tmp_path),
+        "project": "p",
+        "interval": 60,
+        "evaluation": {"keep_best": True},
+        "alerts": {"early_stopping": {"patience": 5, "restore_best": True}},
+    }
+    monitor = MonitorCallback(config)
+    every_epoch = CheckpointConfig(save_checkpoint_steps=per_epoch, keep_checkpoint_max=100)
+    saved = ModelCheckpoint(prefix="e", directory=str(tmp_path / "ckpt"), config=every_epoch)
+    model.fit(OVERFIT_EPOCHS, train, valid, valid_frequency=1, callbacks=[monitor, seen, saved], dataset_sink_mode=False)
+    run = mindwatch.open_run(monitor.run_dir)
+
+    losses = [float(r["eval_loss"]) for r in seen.results]
+    stop = first_stop(losses, 5)
+    assert stop is not None and stop < OVERFIT_EPOCHS - 1, f"the eval loss must rise again: {losses}"
+    assert len(seen.results) == stop + 1, "no evaluation after the one that decided"
+    assert run.series("loss").step.tolist()[-1] == (stop + 1) * per_epoch, "no training step after that epoch"
+    best = int(np.argmin(losses))
+    assert run.state == "stopped"
+    assert run.statuses[0]["reason"] == (
+        f"stopped by mindwatch: early stopping: eval/eval_loss has not improved for 5 evaluations "
+        f"(best {mindwatch.units.format_number(losses[best])} at step {(best + 1) * per_epoch}, epoch {best + 1})"
+    )
+    recorded = run.series("eval/eval_loss")
+    assert recorded.value.tolist() == pytest.approx(losses, rel=1e-6)
+
+    train_losses = dict(zip(run.series("loss").step.tolist(), run.series("loss").value.tolist(), strict=True))
+    at = first_overfitting(list(zip(recorded.step.tolist(), recorded.value.tolist(), strict=True)), train_losses, 3)
+    warned = [a for a in run.alerts if a["rule"] == "overfitting"]
+    assert at is not None and [a["step"] for a in warned] == [int(recorded.step[at])], warned
+    assert warned[0]["best_step"] == (best + 1) * per_epoch and warned[0]["best_epoch"] == best + 1
+
+    best_file = tmp_path / "ckpt" / f"e-{best + 1}_{per_epoch}.ckpt"
+    reference = ms.load_checkpoint(str(best_file))
+    kept = ms.load_checkpoint(str(run.path / "checkpoints" / "best.ckpt"))
+    for p in net.trainable_params():
+        assert np.array_equal(p.asnumpy(), reference[p.name].asnumpy()), f"{p.name}: not the best epoch's weights"
+        assert np.array_equal(kept[p.name].asnumpy(), reference[p.name].asnumpy()), f"best.ckpt's {p.name}"
+    assert run.meta["evaluation"]["best_copy_bytes"] > sum(p.asnumpy().nbytes for p in net.trainable_params())

@@ -295,17 +295,24 @@ class Interventions:
         boundary. Failures are warnings."""
         while due := self.session.control.take(step):
             for action, alert in due:
-                try:
-                    done = getattr(self, f"_{action}")(alert, step, boundary)
-                except Exception as e:
-                    log.warning(
-                        "mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e
-                    )
-                    done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
-                # None: nothing to do (a rewind that an earlier one covers), or recorded later (a batch size change,
-                # once the ranks agreed its step)
-                if done is not None:
-                    self.report(action, alert, step, done)
+                self._do(action, alert, step, boundary)
+
+    def act(self, alert: Alert, step: int, boundary: StepBoundary) -> None:
+        """Carry out ``alert``'s actions at this boundary, now (an alert every rank raised alike at this very boundary:
+        early stopping, decided on the ranks' agreed evaluation)."""
+        for action in alert.get("actions") or ():
+            self._do(action, alert, step, boundary)
+
+    def _do(self, action: str, alert: Alert, step: int, boundary: StepBoundary) -> None:
+        try:
+            done = getattr(self, f"_{action}")(alert, step, boundary)
+        except Exception as e:
+            log.warning("mindwatch: the %s action for the %s alert failed: %r; training continues", action, alert.get("rule"), e)
+            done = {"message": f"{action} failed: {e!r}", "severity": "warning", "error": repr(e)}
+        # None: nothing to do (a rewind that an earlier one covers), or recorded later (a batch size change,
+        # once the ranks agreed its step)
+        if done is not None:
+            self.report(action, alert, step, done)
 
     def report(self, action: str, alert: Alert, step: int, done: dict[str, Any]) -> None:
         """The ``intervention`` alert of ``action`` done at the boundary after ``step`` for ``alert``: ``done`` says what

@@ -28,7 +28,6 @@ from mindwatch.mindspore.failures import StepFailures
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     could_not_start,
-    eval_metrics,
     failure_text,
     listed_ids,
     log_metrics,
@@ -109,6 +108,8 @@ class MonitorCallback(Callback):
         self._last_step = 0
         #: When the evaluation under way began (``on_eval_begin``); None: none is.
         self._eval_began: float | None = None
+        #: Batches of the evaluation under way (its samples: these x the validation set's batch size).
+        self._eval_steps = 0
 
     # -- public ------------------------------------------------------------
     @property
@@ -349,6 +350,7 @@ class MonitorCallback(Callback):
 
     def on_eval_step_end(self, run_context: Any) -> None:
         recorder = self.recorder
+        self._eval_steps += 1
         if self.enabled and recorder is not None and recorder.watchdog is not None:
             recorder.watchdog.last_beat = _perf()  # an evaluation is no stall
 
@@ -362,14 +364,20 @@ class MonitorCallback(Callback):
         now = _perf()
         secs = now - (self._eval_began or now)
         self._eval_began = None
+        steps, self._eval_steps = self._eval_steps, 0
         try:
             cb = run_context.original_args()
             results = self._read(cb, "eval_results", None) or self._read(cb, "metrics", None)
             recorder.timer.paused(secs)
             self._prev_step_end += secs
-            metrics = eval_metrics(results, secs)
-            if metrics:
-                log_metrics(recorder, self._last_step + recorder.state.offset, metrics)
+            valid = self._read(cb, "valid_dataset", None)
+            samples = steps * int(valid.get_batch_size()) if valid is not None and steps else None
+            # the training's run_context (MindSpore gives the evaluation one of its own): a stop ends this epoch
+            boundary = self._boundary if self._boundary.run_context is not None else None
+            step = self._last_step + recorder.state.offset
+            recorder.evaluations.add(
+                step, self._read(cb, "cur_epoch_num", None), results, secs=secs, samples=samples, boundary=boundary
+            )
         except Exception as e:
             self._failures.failed(e, step=self._last_step, where="on_eval_end")
 

@@ -84,39 +84,6 @@ def log_metrics(recorder: StepRecorder | None, step: int, metrics: dict[str, Any
         recorder.session.monitor.record({"step": int(step), "t": _wall(), "rank": recorder.rank, **metrics})
 
 
-#: The prefix of an evaluation's results among a run's metrics: ``eval/loss``, ``eval/accuracy``.
-EVAL_PREFIX = "eval/"
-
-
-def eval_metrics(results: Any, secs: float | None = None) -> dict[str, Any]:
-    """An evaluation's ``results`` (``{name: value}``: MindSpore's ``eval_results``, a loop's ``run.eval(...)``) as the
-    metrics a record holds: ``eval/<name>`` for each scalar (a Tensor or numpy value of one element too; NaN and Inf
-    as they are), and ``eval_time`` (s). A result that is not a scalar (``nn.ConfusionMatrix``'s matrix) is left out
-    with a warning, never a crash."""
-    out: dict[str, Any] = {}
-    for name, value in dict(results or {}).items():
-        number = _scalar(value)
-        if number is None:
-            log.warning("mindwatch: the evaluation's %r is not a number (%s): not recorded", name, type(value).__name__)
-            continue
-        out[f"{EVAL_PREFIX}{name}"] = number
-    if out and secs is not None:
-        out["eval_time"] = float(secs)
-    return out
-
-
-def _scalar(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    if isinstance(value, ms.Tensor):
-        value = value.asnumpy()
-    if isinstance(value, np.ndarray) and value.size == 1:
-        return float(value.reshape(-1)[0])
-    return None
-
-
 def failure_text(exc_type: Any, exc: BaseException) -> str:
     """The error a run that failed records: the exception's last line(s), as Python prints them."""
     return "".join(traceback.format_exception_only(exc_type, exc)).strip()

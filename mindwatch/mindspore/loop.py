@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import mindspore as ms
-import numpy as np
 
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.actions import network_and_optimizer
@@ -48,7 +47,6 @@ from mindwatch.mindspore.failures import StepFailures
 from mindwatch.mindspore.front_door import (
     ConfigLike,
     could_not_start,
-    eval_metrics,
     failure_text,
     listed_ids,
     log_metrics,
@@ -57,7 +55,7 @@ from mindwatch.mindspore.front_door import (
     stop_reason,
 )
 from mindwatch.mindspore.layer_stats import LayerGrouping, optimizer_moments
-from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
+from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange, sum_over_ranks
 from mindwatch.mindspore.ranks import RankError, RankInfo, discover
 from mindwatch.mindspore.recorder import LayersFound, StepRecorder, Training, trained_weights
 from mindwatch.mindspore.reduction import LoopLayerStats, StepReduction
@@ -170,7 +168,7 @@ class Run:
         signal = self._signal
         announced = Announcement()
         if signal is not None and who.rank > 0:  # never wait for another host's file: rank 0 says which run
-            announced = signal.announced(_sum(signal.tensor()))
+            announced = signal.announced(sum_over_ranks(signal.tensor()))
         try:
             self.recorder = start_recorder(self.config, self._training(who, announced, total_steps, batch))
             if self.recorder is not None and who.rank == 0:
@@ -178,7 +176,7 @@ class Run:
         finally:
             if signal is not None and who.rank == 0:  # the other ranks wait in the sum for the run id (or none)
                 signal.announce(announced)
-                _sum(signal.tensor())
+                sum_over_ranks(signal.tensor())
                 signal.announce(None)
         #: The step the run resumes after: rank 0's (from meta.json), announced to every rank, so they number alike.
         self._step = self._resumed = announced.resumed_step
@@ -304,7 +302,7 @@ class Run:
         self._step = number
         if recorder is None or recorder.state.closed:
             if self._signal is not None and self._summed_in_step is None and self._calls % self._sum_every == 0:
-                _sum(self._signal.tensor())  # the other ranks sum it at this call: take part
+                sum_over_ranks(self._signal.tensor())  # the other ranks sum it at this call: take part
             return
         now = _perf()
         try:
@@ -373,26 +371,43 @@ class Run:
             if in_step is not None:
                 raise
             self._failures.failed(e, step=number, where="run.step (before the ranks' sum)")
-        exchange.after_step(_sum(exchange.signal.tensor()), number)  # one small AllReduce on every rank, at this call
+        exchange.after_step(sum_over_ranks(exchange.signal.tensor()), number)  # one small AllReduce on every rank, at this call
 
     def log(self, step: int | None = None, **metrics: float) -> None:
         """Record scalars of your own at ``step`` (default: the last step), without counting a step."""
         log_metrics(self.recorder, self._step if step is None else step, metrics)
 
-    def eval(self, step: int | None = None, *, eval_time: float | None = None, **results: Any) -> None:
+    def eval(
+        self,
+        step: int | None = None,
+        *,
+        eval_time: float | None = None,
+        epoch: int | None = None,
+        samples: int | None = None,
+        **results: Any,
+    ) -> None:
         """Record an evaluation's ``results`` as ``eval/<name>`` at ``step`` (default: the last step), e.g.
         ``run.eval(loss=0.41, accuracy=0.87)``; ``eval_time``: the seconds it took, recorded beside them and left out of
-        the next step's time and throughput. A result that is not a number is left out with a warning."""
-        if eval_time is not None and (isinstance(eval_time, bool) or not isinstance(eval_time, (int, float))):
-            raise TypeError(f"run.eval(eval_time=...) takes the evaluation's seconds as a number, got {eval_time!r}")
+        the next step's time and throughput; ``epoch`` and ``samples`` (evaluated), recorded beside them. A result that
+        is not a number is kept apart (a matrix) or left out with a warning. In a multi-rank run every rank calls it
+        at the same step (the ranks agree on the value the rules judge). ``alerts.early_stopping`` may set
+        :attr:`should_stop` here."""
+        for name, value in (("eval_time", eval_time), ("samples", samples), ("epoch", epoch)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"run.eval({name}=...) takes a number, got {value!r}")
         recorder = self.recorder
         if recorder is None:
             return
         if eval_time is not None:
             recorder.timer.paused(float(eval_time))
-        metrics = eval_metrics(results, eval_time)
-        if metrics:
-            log_metrics(recorder, self._step if step is None else step, metrics)
+        recorder.evaluations.add(
+            self._step if step is None else step,
+            epoch,
+            results,
+            secs=eval_time,
+            samples=None if samples is None else int(samples),
+            boundary=self._boundary,
+        )
 
     def finish(self, state: str | None = None, *, error: str | None = None) -> None:
         """End the run: ``stopped`` (with the reason) after a stop, ``failed`` with ``error``, else ``finished``."""
@@ -522,16 +537,3 @@ class _LoopBoundary:
         if run._batch < 0 and recorder.rewinds is not None and recorder.rewinds.passing:
             log.warning("mindwatch: a rewind passes over batches that run.batches(...) gives; this loop's go on unskipped")
             recorder.rewinds.passing = 0
-
-
-_ALL_REDUCE: Any = None
-
-
-def _sum(vector: ms.Tensor) -> np.ndarray:
-    """The signal vector summed over every rank (one ``AllReduce``)."""
-    global _ALL_REDUCE
-    if _ALL_REDUCE is None:
-        from mindspore import ops
-
-        _ALL_REDUCE = ops.AllReduce()
-    return _ALL_REDUCE(vector).asnumpy()

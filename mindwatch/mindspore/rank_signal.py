@@ -317,3 +317,15 @@ class SignalExchange:
                 }
             info = {"at_step": step, "requested_by": asked.rank, "collective": True}
             self.session.control.schedule(asked.action, {**alert, "coordination": info}, step)
+
+
+_ALL_REDUCE: Any = None
+
+
+def sum_over_ranks(vector: ms.Tensor) -> np.ndarray:
+    """``vector`` summed over every rank (one ``AllReduce`` outside any step: a loop's signal, an evaluation's agreed
+    value); every rank must call it at the same point."""
+    global _ALL_REDUCE
+    if _ALL_REDUCE is None:
+        _ALL_REDUCE = ops.AllReduce()
+    return _ALL_REDUCE(vector).asnumpy()

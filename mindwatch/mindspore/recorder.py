@@ -43,6 +43,7 @@ from mindwatch.mindspore.actions import Interventions, StepBoundary, network_and
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.attention_watch import AttentionWatch
 from mindwatch.mindspore.dynamic_batch import DynamicBatch, warn_unagreed
+from mindwatch.mindspore.evaluation import Evaluations, perplexity
 from mindwatch.mindspore.layer_stats import LayerGrouping, moments_settle_steps
 from mindwatch.mindspore.layer_watch import LayerWatch
 from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cells, device_memory_sampler, model_seq_length
@@ -188,6 +189,10 @@ class StepRecorder:
             collective=collective,
             rewound=lambda: self.state.rewound,
         )
+        #: The run's evaluations: recorded, agreed across ranks, judged (early stopping), the best kept.
+        self.evaluations = self._evaluations(training)
+        #: ``evaluation.perplexity``: each step's record gets exp(loss).
+        self._perplexity = cfg.evaluation.perplexity
         #: The training's DynamicBatch (``batch=``), whose size each step's record and throughput follow; None: none.
         self.batch: DynamicBatch | None = training.batch
         warn_unagreed(training.batch, session.world_size, agreed=collective)
@@ -274,6 +279,18 @@ class StepRecorder:
             session.meta["rewind"] = memory  # written with total_steps: start() plans the run next
         return rewinds
 
+    def _evaluations(self, training: Training) -> Evaluations:
+        """The run's evaluations; the best copy's size (``early_stopping.restore_best``) goes into ``meta.json``."""
+        cfg = self.config
+        restore = cfg.alerts.early_stopping.enabled and cfg.alerts.early_stopping.restore_best
+        state = rewind_state(training.network, training.optimizer) if restore else None
+        evaluations = Evaluations(self.session, state=state, saved=training.saved, act=self.actions.act)
+        memory = evaluations.memory()
+        session = self.session
+        if memory is not None and session.role.keeps_meta and session.meta:
+            session.meta["evaluation"] = memory  # written with total_steps: start() plans the run next
+        return evaluations
+
     def _layers(self, found: LayersFound | None, optimizer: Any) -> LayerWatch | None:
         """Per-layer statistics of ``found``'s layers: the writer's layer files and the inbox's live settings; the rules
         judge ``optimizer``'s moments once they settled."""
@@ -351,6 +368,8 @@ class StepRecorder:
         if self.entropy is not None and self.entropy.values:
             rec.update(self.entropy.take())
         self.state.first_pending = False
+        if self._perplexity and "loss" in rec:
+            rec[vocab.PERPLEXITY] = perplexity(rec["loss"])
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
             self.actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
         if rec.get(vocab.SKIPPED):
@@ -378,6 +397,7 @@ class StepRecorder:
             self.entropy.remove()
             self.entropy = None
         self.measuring = False
+        self.evaluations.close(state)
         self.session.close(state, error=error, reason=reason)
 
 
