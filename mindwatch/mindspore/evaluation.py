@@ -139,6 +139,7 @@ class Evaluations:
         self.count = 0
         self._stopped = False
         self._said_missing = False
+        self._said_unagreed = False
 
     def memory(self) -> dict[str, Any] | None:
         """What ``meta.json`` states of the best copy: its bytes (None: none is kept)."""
@@ -244,17 +245,19 @@ class Evaluations:
         if self.world_size <= 1:
             return own
         share = self.settings.ranks == "mean" or self.rank == 0
-        vector = np.zeros(2, np.float64)
+        vector = np.zeros(3, np.float32)  # the value in two float32 parts (the collective takes no float64), present
         if own is not None and share:
-            vector[:] = (own, 1.0)
+            high = np.float32(own)
+            vector[:] = (high, np.float32(own - float(high)) if math.isfinite(own) else 0.0, 1.0)
         try:
             summed = sum_over_ranks(ms.Tensor(vector))
-        except Exception as e:  # noqa: BLE001  # no collective here: this rank's own value, said once
-            if self.count == 1:
-                log.warning("mindwatch: the ranks could not agree on the evaluation (%r): each judges its own", e)
-            return own
-        count = float(summed[1])
-        return float(summed[0]) / count if count > 0 else None
+        except Exception as e:  # noqa: BLE001  # no collective here: no value every rank shares, so no rule acts on one
+            if not self._said_unagreed:
+                self._said_unagreed = True
+                log.warning("mindwatch: the ranks could not agree on the evaluation (%r): early stopping acts on none", e)
+            return None
+        count = float(summed[2])
+        return (float(summed[0]) + float(summed[1])) / count if count > 0 else None
 
     def _min_delta(self) -> float:
         return self.stopping.min_delta if self.stopping is not None else 0.0
