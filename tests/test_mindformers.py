@@ -163,3 +163,27 @@ def test_register_says_what_to_install_without_mindformers() -> None:
     code = "from mindwatch.mindspore.mindformers import register\ntry:\n    register()\nexcept ImportError as e:\n    print(e)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert "mindformers==1.9.0" in out.stdout, out.stdout + out.stderr
+
+
+_EVAL_LINE = re.compile(r"_execute_eval: Eval result: (?P<result>\{.*\}), eval time is (?P<secs>[\d.]+) s\.")
+
+
+def test_do_eval_is_recorded_as_what_mindformers_logs_at_its_step(tmp_path: Path) -> None:
+    """MindFormers' ``do_eval`` (its ``EvalCallBack`` only logs the result) every 3 steps: ``eval/loss`` and
+    ``eval/PPL`` at steps 3 and 6 are what its own log line prints; the evaluation's time is no step's."""
+    import ast
+
+    run, _ = _train("yaml", tmp_path, "--eval-every", "3")
+    log_file = next((tmp_path / "output" / "log").glob("rank_0/info.log"))
+    logged = [m for line in log_file.read_text().splitlines() if (m := _EVAL_LINE.search(line))]
+    results = [ast.literal_eval(m["result"])["PerplexityMetric"] for m in logged]
+    assert len(results) == 2, f"MindFormers evaluated twice: {logged}"
+    for name in ("loss", "PPL"):
+        s = run.series(f"eval/{name}")
+        assert s.step.tolist() == [3, 6], name
+        assert s.value.tolist() == pytest.approx([r[name] for r in results], rel=1e-9), name
+    took = run.series("eval_time")
+    assert took.step.tolist() == [3, 6]
+    step_time = dict(zip(run.series("step_time").step.tolist(), run.series("step_time").value.tolist(), strict=True))
+    assert step_time[4] < float(logged[0]["secs"]) / 2, "the step after the evaluation is timed without it"
+    assert run.series("eval_samples").value.tolist() == [4.0, 4.0]  # 2 batches of 2

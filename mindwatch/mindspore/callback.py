@@ -35,6 +35,7 @@ from mindwatch.mindspore.front_door import (
     start_recorder,
     stop_reason,
 )
+from mindwatch.mindspore.mindformers_eval import listen, stop_listening
 from mindwatch.mindspore.rank_signal import Announcement, RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import discover
 from mindwatch.mindspore.recorder import StepRecorder, StepState, Training
@@ -139,6 +140,7 @@ class MonitorCallback(Callback):
             self.enabled = False
 
     def _train_begin(self, cb: Any) -> None:
+        listen(self.evaluated)  # MindFormers' do_eval, which evaluates without callbacks
         self.recorder = self._exchange = self._signal = self._cell = None
         self._deferred = False
         params = self._params = TrainParams(cb)
@@ -358,8 +360,7 @@ class MonitorCallback(Callback):
         """The evaluation's results (``eval_results`` in ``Model.fit``: the metrics and ``eval_loss``; ``metrics`` from
         ``Model.eval``) as ``eval/<name>`` at the training's last step, with ``eval_time``; the time it took is left out
         of the next step's time, data wait and throughput."""
-        recorder = self.recorder
-        if not self.enabled or recorder is None or recorder.state.closed:
+        if not self.enabled or self.recorder is None or self.recorder.state.closed:
             return
         now = _perf()
         secs = now - (self._eval_began or now)
@@ -368,18 +369,33 @@ class MonitorCallback(Callback):
         try:
             cb = run_context.original_args()
             results = self._read(cb, "eval_results", None) or self._read(cb, "metrics", None)
-            recorder.timer.paused(secs)
-            self._prev_step_end += secs
             valid = self._read(cb, "valid_dataset", None)
             samples = steps * int(valid.get_batch_size()) if valid is not None and steps else None
-            # the training's run_context (MindSpore gives the evaluation one of its own): a stop ends this epoch
-            boundary = self._boundary if self._boundary.run_context is not None else None
-            step = self._last_step + recorder.state.offset
-            recorder.evaluations.add(
-                step, self._read(cb, "cur_epoch_num", None), results, secs=secs, samples=samples, boundary=boundary
-            )
         except Exception as e:
             self._failures.failed(e, step=self._last_step, where="on_eval_end")
+            return
+        self.evaluated(results, eval_time=secs, samples=samples)
+
+    def evaluated(self, results: Any, *, eval_time: float | None = None, samples: int | None = None) -> None:
+        """Record an evaluation this callback's hooks did not see (MindFormers' ``do_eval``, which evaluates without
+        callbacks: heard through :mod:`~mindwatch.mindspore.mindformers_eval`; one of your own between steps) as
+        ``eval/<name>`` at the training's last step and epoch: ``results`` is ``{name: value}`` (a nested
+        ``{metric: {name: value}}`` too); ``eval_time`` (s) is left out of the next step's time. Early stopping may
+        stop the training at this boundary."""
+        recorder = self.recorder
+        if not self.enabled or recorder is None or recorder.state.closed:
+            return
+        try:
+            if eval_time is not None:
+                recorder.timer.paused(eval_time)
+                self._prev_step_end += eval_time
+            # the training's run_context (MindSpore gives an evaluation one of its own): a stop ends this epoch / step
+            boundary = self._boundary if self._boundary.run_context is not None else None
+            epoch = self._read(self._boundary.cb, "cur_epoch_num", None) if self._boundary.cb is not None else None
+            step = self._last_step + recorder.state.offset
+            recorder.evaluations.add(step, epoch, results, secs=eval_time, samples=samples, boundary=boundary)
+        except Exception as e:
+            self._failures.failed(e, step=self._last_step, where="evaluated")
 
     def on_train_end(self, run_context: Any) -> None:
         if not self.enabled or self.recorder is None:
@@ -435,6 +451,7 @@ class MonitorCallback(Callback):
     def _finish(self, state: str, error: str | None = None) -> None:
         recorder = self.recorder
         assert recorder is not None
+        stop_listening(self.evaluated)
         self._failures.close()
         try:
             if self._cell is not None:  # the cell may train again without us

@@ -60,7 +60,7 @@ def eval_metrics(results: Any, secs: float | None = None) -> tuple[dict[str, flo
     not scalars (``{name: nested list}``: a confusion matrix), kept apart."""
     out: dict[str, float] = {}
     tables: dict[str, Any] = {}
-    for name, value in dict(results or {}).items():
+    for name, value in flattened(results).items():
         number = _scalar(value)
         if number is not None:
             out[f"{vocab.EVAL_PREFIX}{name}"] = number
@@ -73,6 +73,21 @@ def eval_metrics(results: Any, secs: float | None = None) -> tuple[dict[str, flo
     if out and secs is not None:
         out[vocab.EVAL_TIME] = float(secs)
     return out, tables
+
+
+def flattened(results: Any) -> dict[str, Any]:
+    """``{name: value}`` of an evaluation's results: a metric's own dict (MindFormers' ``{'PerplexityMetric': {'loss':
+    5.55, 'PPL': 257.6}}``) gives its names as they are when it is the only metric, else ``<metric>/<name>``."""
+    results = dict(results or {})
+    nested = [k for k, v in results.items() if isinstance(v, dict)]
+    out: dict[str, Any] = {}
+    for name, value in results.items():
+        if isinstance(value, dict):
+            for inner, v in value.items():
+                out[str(inner) if len(results) == 1 else f"{name}/{inner}"] = v
+        else:
+            out[str(name)] = value
+    return out if nested else results
 
 
 def _scalar(value: Any) -> float | None:

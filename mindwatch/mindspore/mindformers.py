@@ -41,6 +41,7 @@ if __name__ == "__main__":  # run as a file (msrun's task script): its folder, f
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 from mindwatch.mindspore.callback import MonitorCallback  # noqa: E402  (after the path is safe)
+from mindwatch.mindspore.mindformers_eval import watch_evaluations  # noqa: E402  (after the path is safe)
 
 log = logging.getLogger("mindwatch")
 
@@ -87,6 +88,9 @@ def register(wrapper: bool = True) -> type[MonitorCallback]:
         MindFormerRegister.register_cls(MonitorCallback, MindFormerModuleType.CALLBACK, alias=name)
     _wrapping["on"] = wrapper
     _build_wrappers_watched(MindFormerRegister, MindFormerModuleType.WRAPPER)
+    import mindformers.trainer.base_trainer  # noqa: F401  # its do_eval, recorded (mindformers_eval)
+
+    watch_evaluations()
     return MonitorCallback
 
 

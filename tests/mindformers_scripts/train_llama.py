@@ -45,6 +45,7 @@ def main() -> int:
     p.add_argument("--inf-rank", type=int, default=0)
     p.add_argument("--keep-wrapper", action="store_true", help="register(wrapper=False): MindFormers' wrapper as it is")
     p.add_argument("--dump-norms", default=None, help="JSON file: numpy's norms of every parameter at every step")
+    p.add_argument("--eval-every", type=int, default=0, help="YAML: do_eval every N steps on held-out tokens (0: none)")
     args = p.parse_args()
     os.environ.setdefault("GLOG_v", "3")
 
@@ -171,6 +172,9 @@ def main() -> int:
         config["runner_wrapper"]["local_norm"] = args.local_norm
         config["runner_config"]["epochs"] = args.epochs
         config["lr_schedule"]["warmup_steps"] = args.warmup
+        if args.eval_every:  # MindFormers' own evaluation in training: its EvalCallBack, which only logs the result
+            config.update(do_eval=True, eval_step_interval=args.eval_every, eval_epoch_interval=-1)
+            config["metric"] = {"type": "PerplexityMetric"}
         if args.save_every:
             saves = {"save_checkpoint_steps": args.save_every, "keep_checkpoint_max": 100}
             config["callbacks"].append({"type": "CheckpointMonitor", "prefix": "llama_tiny", **saves})
@@ -178,7 +182,14 @@ def main() -> int:
         partial = config_path.with_name(f".{config_path.name}.{os.getpid()}")
         partial.write_text(yaml.safe_dump(config, sort_keys=False))
         os.replace(partial, config_path)
-        trainer = Trainer(args=str(config_path), train_dataset=dataset, callbacks=extra or None)
+        held_out = [(row,) for row in rng.integers(1, VOCAB, size=(2 * BATCH, SEQ), dtype=np.int32)]
+        eval_dataset = GeneratorDataset(held_out, ["input_ids"], shuffle=False).batch(BATCH, drop_remainder=True)
+        trainer = Trainer(
+            args=str(config_path),
+            train_dataset=dataset,
+            eval_dataset=eval_dataset if args.eval_every else None,
+            callbacks=extra or None,
+        )
         trainer.train()
         run_dir = _only_run(Path(args.save_dir) / "mindformers")
 
