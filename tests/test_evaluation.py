@@ -239,3 +239,17 @@ def test_model_fit_stops_early_warns_of_overfitting_and_puts_the_best_weights_ba
         assert np.array_equal(p.asnumpy(), reference[p.name].asnumpy()), f"{p.name}: not the best epoch's weights"
         assert np.array_equal(kept[p.name].asnumpy(), reference[p.name].asnumpy()), f"best.ckpt's {p.name}"
     assert run.meta["evaluation"]["best_copy_bytes"] > sum(p.asnumpy().nbytes for p in net.trainable_params())
+
+
+def test_memory_is_sampled_into_the_step_not_into_the_evaluation_after_it(tmp_path: Path) -> None:
+    """The worker's samplers add to the newest step's record: an evaluation's record at the same step is not a step."""
+    from mindwatch.monitor.worker import Monitor
+    from mindwatch.store.writer import RunWriter
+
+    writer = RunWriter(tmp_path, 0)
+    mon = Monitor([writer], samplers=[lambda: {"host_rss_gb": 1.5}])  # not started: one drain, by close
+    mon.record({"step": 5, "t": 1.0, "rank": 0, "loss": 0.7, "step_time": 0.01})
+    mon.record({"step": 5, "t": 1.1, "rank": 0, "eval/loss": 0.9})
+    mon.start().close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.rank0.jsonl").read_text().splitlines()]
+    assert [("host_rss_gb" in r, "eval/loss" in r) for r in lines] == [(True, False), (False, True)]

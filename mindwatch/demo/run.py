@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from mindwatch.demo.train import DemoSettings, build_training
+from mindwatch.demo.train import DemoSettings, build_training, evaluate_every, held_out_text
 from mindwatch.serve.process import DashboardProcess
 
 
@@ -32,13 +32,15 @@ def run_demo(args: argparse.Namespace) -> int:
             "interval": args.interval,
             "metrics": metrics,
             "attention_entropy": {"every": 10},
+            "evaluation": {"perplexity": True},  # a next-byte cross-entropy: perplexity = exp(loss)
             "tags": {"model": "tiny-gpt", "mode": settings.mode, "corpus": "python-stdlib"},
         }
     )
     dashboard = None if getattr(args, "no_dashboard", False) else _start_dashboard(args.save_dir, getattr(args, "port", 8765))
     try:
         start = time.time()
-        model.train(1, dataset, callbacks=[monitor], dataset_sink_mode=False)
+        evaluating = evaluate_every(settings.eval_every, model, held_out_text(settings), monitor)
+        model.train(1, dataset, callbacks=[monitor, evaluating], dataset_sink_mode=False)
         print(f"mindwatch demo: trained {settings.steps} steps in {time.time() - start:.1f} s")
         print(f"mindwatch demo: run directory: {monitor.run_dir}")
         if dashboard is not None and monitor.run_dir is not None:

@@ -2,9 +2,13 @@
 
 Example::
 
-    from mindwatch.demo.train import build_training
-    model, dataset = build_training(steps=100, mode="graph")
-    model.train(1, dataset, callbacks=[MonitorCallback({"project": "demo"})])
+    from mindwatch.demo.train import build_training, evaluate_every
+    settings = DemoSettings(steps=300, mode="graph")
+    model, dataset = build_training(settings)
+    monitor = MonitorCallback({"project": "demo", "evaluation": {"perplexity": True}})
+    model.train(1, dataset, callbacks=[monitor, evaluate_every(100, model, held_out_text(settings), monitor)])
+
+The corpus' last tenth is held out: the training's windows come from the rest, the evaluation's from it.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ import mindspore as ms
 import numpy as np
 from mindspore import dataset as ds
 from mindspore import nn
-from mindspore.train import Model
+from mindspore.train import Callback, Model
 
 from mindwatch.demo.corpus import ByteWindows, stdlib_corpus
-from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
+from mindwatch.demo.model import GPTConfig, LanguageModelEval, LanguageModelLoss, TinyGPT
 from mindwatch.mindspore.train_step import TrainOneStepWithGradNorm
 
 
@@ -37,6 +41,10 @@ class DemoSettings:
     #: Per-layer gradient norm, weight norm and update ratio in the graph (docs/layers.md).
     layer_stats: bool = True
     seed: int = 0
+    #: Evaluate on the held-out text every this many steps (and after the last).
+    eval_every: int = 100
+    #: Batches of held-out text an evaluation reads.
+    eval_batches: int = 8
 
 
 def lr_schedule(steps: int, peak: float, warmup: int) -> list[float]:
@@ -55,7 +63,8 @@ def set_mode(mode: str) -> None:
 
 
 def build_training(settings: DemoSettings = DemoSettings()) -> tuple[Model, ds.Dataset]:
-    """The demo's Model (with :class:`TrainOneStepWithGradNorm`) and dataset of ``steps`` batches."""
+    """The demo's Model (with :class:`TrainOneStepWithGradNorm`, and an eval network: the loss and next-byte
+    accuracy, ``metrics={"loss", "accuracy"}``) and its dataset of ``steps`` batches."""
     set_mode(settings.mode)
     ms.set_seed(settings.seed)
     cfg = GPTConfig(seq_length=settings.seq_length, layers=settings.layers, d_model=settings.d_model, heads=settings.heads)
@@ -66,6 +75,39 @@ def build_training(settings: DemoSettings = DemoSettings()) -> tuple[Model, ds.D
     train_net = TrainOneStepWithGradNorm(
         LanguageModelLoss(net), optimizer, max_grad_norm=settings.max_grad_norm, layer_stats=settings.layer_stats
     )
-    windows = ByteWindows(stdlib_corpus(), settings.seq_length, settings.steps * settings.batch_size, seed=settings.seed)
+    corpus = stdlib_corpus()
+    windows = ByteWindows(
+        corpus[: _held_out_from(corpus)], settings.seq_length, settings.steps * settings.batch_size, seed=settings.seed
+    )
     dataset = ds.GeneratorDataset(windows, ["ids", "targets"], shuffle=False).batch(settings.batch_size, drop_remainder=True)
-    return Model(train_net), dataset
+    metrics = {"loss": nn.Loss().set_indexes([0]), "accuracy": nn.Accuracy().set_indexes([1, 2])}
+    model = Model(train_net, eval_network=LanguageModelEval(net), metrics=metrics)
+    return model, dataset
+
+
+def held_out_text(settings: DemoSettings = DemoSettings()) -> ds.Dataset:
+    """``eval_batches`` batches of windows from the corpus' last tenth, which the training never reads."""
+    corpus = stdlib_corpus()
+    held = ByteWindows(corpus[_held_out_from(corpus) :], settings.seq_length, settings.eval_batches * settings.batch_size, seed=1)
+    return ds.GeneratorDataset(held, ["ids", "targets"], shuffle=False).batch(settings.batch_size, drop_remainder=True)
+
+
+def _held_out_from(corpus: np.ndarray) -> int:
+    return len(corpus) * 9 // 10
+
+
+def evaluate_every(steps: int, model: Model, held_out: ds.Dataset, *callbacks: Callback) -> Callback:
+    """A callback that evaluates ``model`` on ``held_out`` after every ``steps``-th step and the last, with
+    ``callbacks`` (the monitor records what MindSpore hands them: ``eval/loss``, ``eval/accuracy``)."""
+    return _EvaluateEvery(steps, model, held_out, list(callbacks))
+
+
+class _EvaluateEvery(Callback):
+    def __init__(self, steps: int, model: Model, held_out: ds.Dataset, callbacks: list[Callback]) -> None:
+        self.steps, self.model, self.held_out, self.callbacks = steps, model, held_out, callbacks
+
+    def on_train_step_end(self, run_context) -> None:  # noqa: ANN001
+        cb = run_context.original_args()
+        step, last = int(cb.cur_step_num), int(cb.batch_num) * int(cb.epoch_num)
+        if step % self.steps == 0 or step == last:
+            self.model.eval(self.held_out, callbacks=self.callbacks, dataset_sink_mode=False)

@@ -192,9 +192,10 @@ class Monitor:
         if not batch or self.retired():
             return
         now = time.monotonic()
-        if self.samplers and now - self._last_sample >= self.sample_secs:
+        # the newest step's record: an evaluation's (or a user's own metrics') is not a step's, memory is sampled per step
+        newest = next((r for r in reversed(batch) if "loss" in r or "step_time" in r), None)
+        if self.samplers and newest is not None and now - self._last_sample >= self.sample_secs:
             self._last_sample = now
-            newest = batch[-1]
             for sampler in self.samplers:
                 try:
                     for k, v in sampler().items():
