@@ -42,9 +42,9 @@ _MF_LINE = re.compile(
 
 
 def _train(
-    way: str, workdir: Path, *extra: str, launcher: tuple[str, ...] = (), steps: int = STEPS
+    way: str, workdir: Path, *extra: str, launcher: tuple[str, ...] = (), steps: int = STEPS, ran: int | None = None
 ) -> tuple[mindwatch.Run, dict[int, dict[str, str]]]:
-    """Train (``steps`` an epoch); MFLossMonitor's printed lines by their step in the epoch."""
+    """Train (``steps`` an epoch, ``ran`` of them when it stops early); MFLossMonitor's printed lines by their step."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOG_v": "3"}
     script = [str(SCRIPT), "--way", way, "--save-dir", str(workdir / "monitor_output"), "--steps", str(steps)]
@@ -57,7 +57,7 @@ def _train(
         m = _MF_LINE.search(line)
         if m:
             printed[int(m["step"])] = m.groupdict()
-    assert sorted(printed) == list(range(1, steps + 1)), f"MFLossMonitor lines not found in {result['log']}"
+    assert sorted(printed) == list(range(1, (ran or steps) + 1)), f"MFLossMonitor lines not found in {result['log']}"
     return mindwatch.open_run(result["run_dir"]), printed
 
 
@@ -171,12 +171,8 @@ _EVAL_LINE = re.compile(r"_execute_eval: Eval result: (?P<result>\{.*\}), eval t
 def test_do_eval_is_recorded_as_what_mindformers_logs_at_its_step(tmp_path: Path) -> None:
     """MindFormers' ``do_eval`` (its ``EvalCallBack`` only logs the result) every 3 steps: ``eval/loss`` and
     ``eval/PPL`` at steps 3 and 6 are what its own log line prints; the evaluation's time is no step's."""
-    import ast
-
     run, _ = _train("yaml", tmp_path, "--eval-every", "3")
-    log_file = next((tmp_path / "output" / "log").glob("rank_0/info.log"))
-    logged = [m for line in log_file.read_text().splitlines() if (m := _EVAL_LINE.search(line))]
-    results = [ast.literal_eval(m["result"])["PerplexityMetric"] for m in logged]
+    logged, results = _mindformers_evaluations(tmp_path)
     assert len(results) == 2, f"MindFormers evaluated twice: {logged}"
     for name in ("loss", "PPL"):
         s = run.series(f"eval/{name}")
@@ -187,3 +183,32 @@ def test_do_eval_is_recorded_as_what_mindformers_logs_at_its_step(tmp_path: Path
     step_time = dict(zip(run.series("step_time").step.tolist(), run.series("step_time").value.tolist(), strict=True))
     assert step_time[4] < float(logged[0]["secs"]) / 2, "the step after the evaluation is timed without it"
     assert run.series("eval_samples").value.tolist() == [4.0, 4.0]  # 2 batches of 2
+
+
+def _mindformers_evaluations(workdir: Path) -> tuple[list[re.Match[str]], list[dict[str, float]]]:
+    """MindFormers' own "Eval result" log lines, and each line's metric values."""
+    import ast
+
+    log_file = next((workdir / "output" / "log").glob("rank_0/info.log"))
+    logged = [m for line in log_file.read_text().splitlines() if (m := _EVAL_LINE.search(line))]
+    return logged, [ast.literal_eval(m["result"])["PerplexityMetric"] for m in logged]
+
+
+def test_early_stopping_on_do_eval_stops_at_the_step_whose_evaluation_decided_it(tmp_path: Path) -> None:
+    """``patience: 1, min_delta: 0.01`` with an evaluation every 3 of 12 steps: the training ends at the step of the
+    first evaluation whose loss (as MindFormers logs it) is not 0.01 below the best before it; no step after it runs."""
+    monitor = json.dumps({"alerts": {"early_stopping": {"patience": 1, "min_delta": 0.01}}})
+    steps = 12
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GLOG_v": "3"}
+    script = [str(SCRIPT), "--way", "yaml", "--save-dir", str(tmp_path / "monitor_output"), "--steps", str(steps)]
+    cmd = [str(MF_PYTHON), *script, "--eval-every", "3", "--monitor", monitor]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _, results = _mindformers_evaluations(tmp_path)
+    losses = [r["loss"] for r in results]
+    stop = next((i for i in range(1, len(losses)) if not losses[i] < min(losses[:i]) - 0.01), None)
+    assert stop is not None, f"the held-out loss must stop improving within {steps} steps: {losses}"
+    assert len(losses) == stop + 1, "no evaluation after the one that decided"
+    run = mindwatch.open_run(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    assert run.series("loss").step.tolist() == list(range(1, 3 * (stop + 1) + 1)), "no step after the deciding one"
+    assert run.state == "stopped" and "early stopping: eval/loss has not improved for 1 evaluation" in run.statuses[0]["reason"]
