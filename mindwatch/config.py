@@ -194,7 +194,7 @@ class EvaluationSettings(Section):
     """``evaluation``: what a training is judged by."""
 
     #: The metric the rules judge (``eval/loss``; a bare ``loss`` means ``eval/loss``); default: ``eval/loss`` when
-    #: recorded, else ``Model.fit``'s ``eval/eval_loss``, else the first metric of the first evaluation.
+    #: recorded, else ``Model.fit``'s ``eval/eval_loss``, else the first metric of the first evaluation by name.
     primary: str | None = Field(default=None, min_length=1)
     #: ``min`` (a loss) or ``max`` (an accuracy); default: ``max`` for a name that reads as a score, else ``min``.
     mode: Literal["min", "max"] | None = None

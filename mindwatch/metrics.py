@@ -73,6 +73,8 @@ class Metric:
 LOSS, LR, GRAD_NORM, LOSS_SCALE, OVERFLOW = "loss", "lr", "grad_norm", "loss_scale", "overflow"
 PERPLEXITY = "perplexity"
 LOCAL_GRAD_NORM = "local_grad_norm"
+#: The epoch a record's step is in (recorded when known); a coordinate, not a curve.
+EPOCH = "epoch"
 STEP_TIME, DATA_TIME, SAMPLES_PER_SECOND, TOKENS_PER_SECOND = "step_time", "data_time", "samples_per_second", "tokens_per_second"
 HOST_RSS_GB, DEVICE_MEM_GB, DEVICE_MEM_PEAK_GB = "host_rss_gb", "device_mem_gb", "device_mem_peak_gb"
 DEVICE_UTIL, DEVICE_MEM_UTIL = "device_util", "device_mem_util"
@@ -311,7 +313,7 @@ SKIP_METRICS: tuple[str, ...] = (GRAD_NORM, LOSS)
 #: The times a slow rank shows in, the data wait first (rank 0's straggler rule; the page's outlier ranks).
 STRAGGLER_METRICS: tuple[str, ...] = (DATA_TIME, STEP_TIME)  # also each rank's slots of the cross-rank signal, in order
 #: Record keys that are not charted: where a step is (its epoch, its batch in the epoch, the framework's count).
-NOT_CHARTED: tuple[str, ...] = ("epoch", "batch", ITERATION, "eval_time", "eval_samples")
+NOT_CHARTED: tuple[str, ...] = (EPOCH, "batch", ITERATION, "eval_time", "eval_samples")
 
 _BY_NAME = {m.name: m for m in STEP_METRICS}
 _FAMILY = {m.name: m for m in FAMILIES}
@@ -358,6 +360,8 @@ EVAL_TIME, EVAL_SAMPLES = "eval_time", "eval_samples"
 EVAL_LOSS = f"{EVAL_PREFIX}{LOSS}"
 #: ``Model.fit``'s own evaluation loss (``eval_results["eval_loss"]``).
 EVAL_FIT_LOSS = f"{EVAL_PREFIX}eval_loss"
+#: The title of the chart that draws the evaluations beside the training (the run page's card, the report's section).
+EVAL_TITLE = "Evaluation"
 #: Words in a result's name that mean higher is better (``mode: max`` when ``evaluation.mode`` is not given).
 _HIGHER_IS_BETTER = ("acc", "precision", "recall", "f1", "auc", "top", "bleu", "rouge", "score", "map", "iou", "dice")
 
@@ -367,13 +371,19 @@ def is_eval(name: str) -> bool:
     return name.startswith(EVAL_PREFIX)
 
 
+def is_evaluation(record: Any) -> bool:
+    """Whether a record is an evaluation's (it holds ``eval/<name>`` results), not a training step's."""
+    return any(is_eval(key) for key in record)
+
+
 def eval_primary(names: Any, configured: str | None = None) -> str | None:
     """The evaluation metric the run is judged by: ``configured`` (``evaluation.primary``; ``eval/`` is added to a bare
     name), else ``eval/loss`` when recorded, else MindSpore's own ``eval/eval_loss`` (``Model.fit``'s), else the first
-    ``eval/<name>`` of ``names`` in their order (None: none)."""
+    ``eval/<name>`` of ``names`` by name (None: none). By name, not in the order recorded: the column files a reader
+    opens keep no order, and every view must pick the one the rules judged."""
     if configured:
         return configured if is_eval(configured) else f"{EVAL_PREFIX}{configured}"
-    found = [n for n in names if is_eval(n)]
+    found = sorted(n for n in names if is_eval(n))
     for preferred in (EVAL_LOSS, EVAL_FIT_LOSS):
         if preferred in found:
             return preferred
@@ -439,5 +449,13 @@ def vocabulary() -> dict[str, Any]:
         "attention": [m.prefix for m in ATTENTION_FAMILIES],
         "stragglers": list(STRAGGLER_METRICS),
         "not_charted": list(NOT_CHARTED),
-        "evaluation": {"prefix": EVAL_PREFIX, "loss": EVAL_LOSS, "beside": LOSS, "time": EVAL_TIME, "samples": EVAL_SAMPLES},
+        "evaluation": {
+            "prefix": EVAL_PREFIX,
+            "loss": EVAL_LOSS,
+            "beside": LOSS,
+            "time": EVAL_TIME,
+            "samples": EVAL_SAMPLES,
+            "epoch": EPOCH,
+            "title": EVAL_TITLE,
+        },
     }

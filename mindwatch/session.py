@@ -595,7 +595,14 @@ def _writer(config: MonitorConfig, run_dir: Path, rank: int, attempt: int | None
     """This rank's files in the run directory, and its status."""
     every = COLUMNS_EVERY_SECS
     return RunWriter(
-        run_dir, rank, flush_secs=config.flush_secs, column_files=config.column_files, columns_every_secs=every, attempt=attempt
+        run_dir,
+        rank,
+        flush_secs=config.flush_secs,
+        column_files=config.column_files,
+        columns_every_secs=every,
+        attempt=attempt,
+        eval_primary=config.evaluation.primary,
+        eval_mode=config.evaluation.mode,
     )
 
 

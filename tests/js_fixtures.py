@@ -2,9 +2,10 @@
 
 A loop of our own trains a small network for 60 calls in PyNative mode: step 12's loss is NaN (a bad batch), at call 40
 a person asks for a rewind to step 30's snapshot (taken a few steps later), and the last step's loss is NaN, so the
-responses hold non-finite marks, an abandoned branch and a live row that is not a number. The dashboard's own app
-(``create_app``) answers the requests the pages make; the live stream's ``points`` message comes from its own code
-(``LiveHub._delta``) for the last rows written.
+responses hold non-finite marks, an abandoned branch and a live row that is not a number. Every 15 calls the network
+is evaluated on a held-out batch (``run.eval``: its loss and the share of it within 0.5), so the run has evaluations.
+The dashboard's own app (``create_app``) answers the requests the pages make; the live stream's ``points`` message
+comes from its own code (``LiveHub._delta``) for the last rows written.
 
     .venv/bin/python tests/js_fixtures.py tests/js/fixtures     # the committed fixtures a bare `node --test` reads
 
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-NAN_STEP, REWIND_AT, REWIND_TO, STEPS = 12, 40, 30, 60
+NAN_STEP, REWIND_AT, REWIND_TO, STEPS, EVAL_EVERY = 12, 40, 30, 60, 15
 
 
 def train(save_dir: Path) -> Path:
@@ -39,6 +40,8 @@ def train(save_dir: Path) -> Path:
     opt = nn.Momentum(net.trainable_params(), learning_rate=0.02, momentum=0.9)
     step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
     rng = np.random.default_rng(0)
+    held_x = rng.normal(size=(64, 8)).astype(np.float32)
+    held_y = held_x.sum(axis=1, keepdims=True)
     config = {"save_dir": str(save_dir), "project": "js", "run_name": "fixture", "rewind": {"every": 10, "skip": 0}}
     request = None
     with mw.start_run(config, network=net, optimizer=opt) as run:
@@ -47,6 +50,9 @@ def train(save_dir: Path) -> Path:
             y = ms.Tensor(x.asnumpy().sum(axis=1, keepdims=True))
             loss, grads = step(x, y)
             run.step(loss=float("nan") if i == NAN_STEP else loss, grads=grads)
+            if i % EVAL_EVERY == 0:
+                error = net(ms.Tensor(held_x)).asnumpy() - held_y
+                run.eval(loss=float((error**2).mean()), accuracy=float((np.abs(error) < 0.5).mean()), epoch=i // EVAL_EVERY)
             if i == STEPS:  # the last step's loss NaN too: the live stream's last rows hold one
                 run.step(loss=float("nan"), grads=grads)
             if i == REWIND_AT:
@@ -83,6 +89,7 @@ def capture(run_dir: Path, out: Path) -> dict[str, Any]:
         get("series_loss", "/api/series", run=run_id, metric="loss", rank=0, x="step", points=2000)
         get("series_loss_window", "/api/series", run=run_id, metric="loss", rank=0, x="step", points=2000, lo=20, hi=35)
         get("series_loss_time", "/api/series", run=run_id, metric="loss", rank=0, x="time", points=2000)
+        get("series_eval_loss", "/api/series", run=run_id, metric="eval/loss", rank=0, x="step", points=2000)
         get("band_loss", "/api/band", run=run_id, metric="loss", points=2000)
         get("compare_loss", "/api/compare", runs=run_id, metric="loss", x="elapsed", points=2000)
     view = RunView(run_id, run_dir, logdir.resolve())

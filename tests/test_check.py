@@ -298,3 +298,67 @@ def test_an_option_without_quotes_says_the_value_needs_them(tmp_path: Path) -> N
     proc = check(str(synthetic_run(tmp_path)), "--rule", "alerts(severity=error) == 0")
     assert proc.returncode == 2
     assert "severity='error'" in proc.stderr and "quotes" in proc.stderr
+
+
+# -- evaluations ---------------------------------------------------------------------------------------
+def test_metric_names_with_a_slash_parse_inside_every_function() -> None:
+    rule = parse_rule("best(eval/loss) < 0.5 and final(eval/accuracy) >= 0.9 and count(eval/top_1.k) > 0")
+    assert rule.functions == ("best", "final", "count")
+    calls = [rule.tree.left.left.first, rule.tree.left.right.first, rule.tree.right.first]  # type: ignore[attr-defined]
+    assert [c.metric for c in calls] == ["eval/loss", "eval/accuracy", "eval/top_1.k"]
+    assert parse_rule("best('eval/top-1') > 0.5").tree.first.metric == "eval/top-1"  # type: ignore[attr-defined]
+    with pytest.raises(RuleError, match=r"best\(\) has no option 'last'; options: rank="):
+        parse_rule("best(eval/loss, last=3) < 1")
+
+
+def test_best_and_final_of_a_loops_evaluations(tmp_path: Path) -> None:
+    """A loop evaluates three times; ``check`` judges the values it handed to ``run.eval``: ``best()`` by each
+    metric's mode (a loss the smallest, an accuracy the largest, the primary by ``evaluation.mode``), ``final()`` the
+    last evaluation's."""
+    from evaluated_loop import EvaluatedLoop
+
+    evaluated = [
+        {"loss": 0.7, "accuracy": 0.80, "score": 3.0},
+        {"loss": 0.45, "accuracy": 0.93, "score": 1.0},
+        {"loss": 0.52, "accuracy": 0.91, "score": 2.0},
+    ]
+    # the primary is eval/score, which reads as "higher is better": the config says lower is
+    config = {"interval": 60, "evaluation": {"primary": "score", "mode": "min"}}
+    with EvaluatedLoop(tmp_path, **config) as loop:
+        for epoch, results in enumerate(evaluated, start=1):
+            loop.train(3)
+            loop.eval(**results, eval_time=0.1, epoch=epoch)
+    run = mindwatch.open_run(loop.run_dir)
+    expected = {
+        "best(eval/loss)": min(e["loss"] for e in evaluated),
+        "best(eval/accuracy)": max(e["accuracy"] for e in evaluated),
+        "best(eval/score)": min(e["score"] for e in evaluated),
+        "final(eval/accuracy)": evaluated[-1]["accuracy"],
+        "first(eval/loss)": evaluated[0]["loss"],
+        "count(eval/loss)": len(evaluated),
+        "best(loss)": min(loop.losses.values()),
+    }
+    for call, value in expected.items():
+        result = evaluate(run, f"{call} == {value!r}")
+        assert result.passed and result.values == {call: pytest.approx(value)}, result.values
+    assert [e["step"] for e in loop.evaluations] == [3, 6, 9] and run.series("eval/accuracy").step.tolist() == [3, 6, 9]
+
+    proc = check(str(loop.run_dir), "--rule", "best(eval/loss) < 0.5", "--rule", "final(eval/accuracy) >= 0.9", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = {r["rule"]: r for r in json.loads(proc.stdout)["results"]}
+    assert results["best(eval/loss) < 0.5"]["values"] == {"best(eval/loss)": 0.45}
+    assert results["final(eval/accuracy) >= 0.9"]["values"] == {"final(eval/accuracy)": 0.91}
+    failing = check(str(loop.run_dir), "--rule", "best(eval/loss) < 0.4", "--rule", "best(eval/nothing) < 1")
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "missing (no values of 'eval/nothing')" in failing.stdout
+
+
+def test_best_is_one_ranks_and_leaves_out_what_is_not_finite(tmp_path: Path) -> None:
+    run = mindwatch.open_run(synthetic_run(tmp_path))  # rank 1 has a NaN loss
+    bests = {}
+    for rank in (0, 1):
+        values = run.series("loss", rank=rank).value
+        bests[rank] = float(values[np.isfinite(values)].min())
+        assert evaluate(run, f"best(loss, rank={rank}) == {bests[rank]!r}").passed
+    assert not np.isfinite(run.series("loss", rank=1).value).all()
+    assert evaluate(run, f"best(loss) == {bests[0]!r}").passed  # the lowest rank's, as final() and first()

@@ -346,6 +346,43 @@ def test_real_prometheus_scrapes_a_real_training_and_the_stall_rule_fires(promet
     server._wait(lambda: not server.query('ALERTS{alertname="MindwatchTrainingStalled"}'), 30, "the alert to resolve")
 
 
+@pytest.mark.slow
+@needs_prometheus
+def test_a_real_prometheus_scrapes_each_evaluation_as_gauges_of_its_own(tmp_path: Path) -> None:
+    """A loop that evaluates, scraped by a real Prometheus: ``eval/loss`` is ``mindwatch_eval_loss`` (and so on), the
+    newest evaluation's values as handed to ``run.eval``; ``mindwatch_step`` and its timestamp stay the last step's."""
+    from conftest import wait_for
+    from evaluated_loop import EvaluatedLoop
+
+    port = free_port()
+    server = PrometheusServer(tmp_path, port)
+    selector = '{project="evals", rank="0"}'
+
+    def scraped(name: str) -> float | None:
+        found = server.query(f"{name}{selector}")
+        return float(found[0]["value"][1]) if found else None
+
+    try:
+        with EvaluatedLoop(tmp_path / "runs", interval=60, prometheus={"enabled": True, "port": port}) as loop:
+            for epoch, (loss, accuracy) in enumerate([(0.75, 0.61), (0.5, 0.72)], start=1):
+                loop.train(3)
+                loop.eval(loss=loss, accuracy=accuracy, eval_time=0.25 * epoch, samples=128, epoch=epoch)
+                wait_for(lambda loss=loss: scraped("mindwatch_eval_loss") == loss, 30, f"Prometheus to scrape eval/loss {loss}")
+                assert scraped("mindwatch_eval_accuracy") == accuracy
+                assert scraped("mindwatch_eval_time") == 0.25 * epoch and scraped("mindwatch_eval_samples") == 128
+                assert scraped("mindwatch_step") == loop.step  # the evaluation is no step
+                run = mindwatch.open_run(loop.run_dir)
+                assert scraped("mindwatch_last_step_timestamp_seconds") == run.series("loss").t[-1]
+            url = f"http://127.0.0.1:{port}/metrics"
+            families = {f.name: f for f in text_string_to_metric_families(httpx.get(url, timeout=5).text)}
+            assert families["mindwatch_eval_loss"].documentation.startswith("mindwatch evaluation result 'eval/loss'")
+            assert families["mindwatch_eval_loss"].type == "gauge"
+            history = server.query(f"mindwatch_eval_loss{selector}[1m]")[0]["values"]
+            assert {float(v) for _, v in history} <= {0.75, 0.5}  # every scraped value is one the loop evaluated
+    finally:
+        server.stop()
+
+
 def dashboard_queries() -> list[tuple[str, str]]:
     """Every panel's PromQL with Grafana's variables filled in for the test's run."""
     dash = json.loads(DASHBOARD.read_text())

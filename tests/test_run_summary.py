@@ -78,3 +78,57 @@ def test_the_dashboard_and_the_report_draw_the_same_curve(tmp_path: Path) -> Non
     (loss,) = [m for m in data["metrics"] if m["name"] == "loss"]
     assert api["points"] == loss["series"][0]["points"] == expected
     assert api["nonfinite"] == loss["series"][0]["nonfinite"] == [[3, "nan"]]  # one wire shape
+
+
+#: rank -> its evaluations after steps 2 and 4: (eval/loss, eval/accuracy); rank 0's second eval/loss is NaN.
+EVALS = {0: [(0.9, 0.55), (NAN, 0.6)], 1: [(0.8, 0.5), (0.7, 0.65)]}
+
+
+def write_evaluated_run(run_dir: Path, evals: dict[int, list[tuple[float, float]]], config: dict | None = None) -> None:
+    """Train steps 1-4 with a loss, an evaluation after steps 2 and 4 (the last record of the file: no loss in it)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"run_id": run_dir.name, "project": "p", "world_size": len(evals), "config": config or {}}
+    write_json_atomic(run_dir / "meta.json", meta)
+    t = time.time()
+    for rank, results in evals.items():
+        w = RunWriter(run_dir, rank=rank, **{f"eval_{k}": v for k, v in (config or {}).get("evaluation", {}).items()})
+        records = []
+        for step in range(1, 5):
+            records.append({"step": step, "t": t + step, "rank": rank, "epoch": (step + 1) // 2, "loss": LOSSES[rank][step]})
+            if step % 2 == 0:
+                loss, accuracy = results[step // 2 - 1]
+                records.append(
+                    {"step": step, "t": t + step, "rank": rank, "epoch": step // 2, "eval/loss": loss, "eval/accuracy": accuracy}
+                )
+        w.write(records)
+        w.close("finished")
+
+
+def test_every_view_says_the_same_best_evaluation_and_the_final_loss_survives_it(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_evaluated_run(logs / "p" / "two", EVALS)  # rank 0's best eval/loss (0.9) is the one listed, as its best loss
+    write_evaluated_run(logs / "p" / "acc", {0: EVALS[1]}, {"evaluation": {"primary": "accuracy", "mode": None}})
+    expected = {"two": ("eval/loss", 0.9, 2, 1, "min"), "acc": ("eval/accuracy", 0.65, 4, 2, "max")}
+    with TestClient(create_app(logs)) as c:  # type: ignore[arg-type]
+        body = c.get("/api/runs", params={"columns": "best_eval", "sort": "best_eval"}).json()
+        down = c.get("/api/runs", params={"sort": "-best_eval", "filter": "best_eval > 0.7"}).json()
+    page = {r["run_id"]: r for r in body["runs"]}
+    assert [r["run_id"] for r in body["runs"]] == ["acc", "two"] and [r["run_id"] for r in down["runs"]] == ["two"]
+    assert body["labels"]["best_eval"] == "best eval"
+    for name, (metric, value, step, epoch, mode) in expected.items():
+        run = open_run(logs / "p" / name)
+        full, cheap, shown = summarize_run(run), listing(run.path), page[name]
+        for s in (full.to_dict(), cheap.to_dict(), shown):
+            assert [s[f] for f in ("best_eval_metric", "best_eval", "best_eval_step", "best_eval_epoch", "best_eval_mode")] == [
+                metric,
+                value,
+                step,
+                epoch,
+                mode,
+            ]
+        assert shown["values"]["best_eval"] == value and shown["value_notes"] == {"best_eval": metric}  # the cell names it
+        # the last record is an evaluation's: the final loss is the last train step's all the same
+        assert full.final_loss == cheap.final_loss == shown["final_loss"] == LOSSES[0][4]
+        html = write_report([run], tmp_path / f"{name}.html")[0].read_text()
+        row = html[html.index('<tr data-key="best eval">') :].split("</tr>")[0]
+        assert f"{value:g} ({metric}, step {step}, epoch {epoch})" in row, row

@@ -13,6 +13,7 @@ import pytest
 from mindwatch.store.layout import write_json_atomic
 from mindwatch.store.writer import RunWriter
 from mindwatch.terminal.tail import resolve_run, sparkline
+from mindwatch.units import format_number
 
 
 def spawn_tail(*args: str) -> pexpect.spawn:
@@ -160,3 +161,69 @@ def test_without_a_terminal_tail_prints_a_line_a_step_as_it_comes(tmp_path: Path
         assert proc.wait(20) == 0
     finally:
         proc.kill()
+
+
+def test_an_evaluation_is_a_line_of_its_own_never_a_step(tmp_path: Path) -> None:
+    """A loop that evaluates: ``tail`` (piped) prints each evaluation once, after its step's line, and a step's line
+    holds the step's training values even when the newest record is the evaluation after it."""
+    import select
+    import subprocess
+
+    from evaluated_loop import EvaluatedLoop
+
+    with EvaluatedLoop(tmp_path, project="proj") as loop:
+        loop.train(3)
+        loop.eval(loss=0.551234, accuracy=0.812345, eval_time=0.4, samples=512, epoch=1)
+        wait_for_record(loop.run_dir, "eval/accuracy")  # the evaluation is the newest record when tail starts
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mindwatch.cli", "tail", str(loop.run_dir), "--interval", "0.1"],
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        assert proc.stdout is not None
+
+        def next_line() -> str:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, "tail printed nothing within 30 s"
+            return proc.stdout.readline()
+
+        try:
+            first = next_line()
+            assert first.startswith("step 3 running | loss ") and "eval" not in first and "accuracy" not in first, first
+            assert f"loss {format_number(loop.losses[3])} " in first, (first, loop.losses[3])
+            assert next_line() == "step 3 (epoch 1) eval | loss 0.5512 | accuracy 0.8123 | 0.4 s, 512 samples\n"
+            loop.train(2)
+            passed = [next_line()]
+            while not passed[-1].startswith("step 5 running | loss "):  # tail may read step 4 alone first
+                passed.append(next_line())
+            assert all(line.startswith(("step 4 running | loss ", "step 5 running | loss ")) for line in passed), passed
+            loop.eval(loss=0.4, accuracy=0.9, eval_time=65.0, epoch=2)
+            assert next_line() == "step 5 (epoch 2) eval | loss 0.4 | accuracy 0.9 | 1m 05s\n"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+    once = subprocess.run(
+        [sys.executable, "-m", "mindwatch.cli", "tail", str(loop.run_dir), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert "last evaluation: step 5 (epoch 2) eval | loss 0.4 | accuracy 0.9 | 1m 05s" in once.stdout, once.stdout
+    rows = {line.split()[0] for line in once.stdout.splitlines() if line.strip()}
+    assert {"eval/loss", "eval/accuracy", "loss"} <= rows
+    assert not rows & {"eval_time", "eval_samples", "epoch"}, "coordinates and an evaluation's cost are no metric rows"
+
+
+def wait_for_record(run_dir: Path, key: str, timeout: float = 20) -> None:
+    """Until the rank's metrics file holds a record with ``key`` (the worker writes it a moment after the loop's call)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        path = run_dir / "metrics.rank0.jsonl"
+        if path.exists() and f'"{key}"' in path.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no record with {key} in {run_dir} within {timeout} s")

@@ -141,6 +141,33 @@ def test_alerts_and_non_finite_values_reach_tensorboard(tmp_path: Path) -> None:
                 assert acc.SummaryMetadata(ALERT_TAG).plugin_data.plugin_name == "text"
 
 
+def test_evaluations_are_one_point_each_at_their_steps_in_tensorboard(tmp_path: Path) -> None:
+    """A loop that evaluates every 4 steps, ``tensorboard: true`` and ``evaluation.perplexity``: TensorBoard's reader
+    finds ``eval/loss`` (and the rest) once per evaluation at the step it ran after, with the values handed to
+    ``run.eval``; live and exported alike."""
+    from evaluated_loop import EvaluatedLoop
+
+    config = {"tensorboard": True, "interval": 60, "evaluation": {"perplexity": True}}
+    with EvaluatedLoop(tmp_path, **config) as loop:
+        for epoch in (1, 2, 3):
+            loop.train(4)
+            loop.eval(loss=1.0 / epoch, accuracy=0.5 + epoch / 10, eval_time=0.1 * epoch, samples=64, epoch=epoch)
+    run = mindwatch.open_run(loop.run_dir)
+    for log_dir in (loop.run_dir / "tensorboard", export_tensorboard(loop.run_dir, tmp_path / "exported")):
+        acc = read_events(log_dir / "rank0")
+        assert_events_equal_run(acc, run)  # every metric at every step the run directory holds it
+        for name in ("eval/loss", "eval/accuracy", "eval/perplexity", "eval_time", "eval_samples"):
+            assert [e.step for e in acc.Scalars(name)] == [4, 8, 12], name
+        for key, tag in (("loss", "eval/loss"), ("accuracy", "eval/accuracy"), ("eval_time", "eval_time")):
+            expected = np.array([e[key] for e in loop.evaluations], dtype=np.float32)
+            np.testing.assert_array_equal([e.value for e in acc.Scalars(tag)], expected, err_msg=tag)
+        perplexity = np.exp([e["loss"] for e in loop.evaluations]).astype(np.float32)
+        np.testing.assert_allclose([e.value for e in acc.Scalars("eval/perplexity")], perplexity, rtol=1e-6)
+        assert [e.step for e in acc.Scalars("perplexity")] == list(range(1, 13))  # the training's, every step
+        trained = np.exp([loop.losses[s] for s in range(1, 13)]).astype(np.float32)
+        np.testing.assert_allclose([e.value for e in acc.Scalars("perplexity")], trained, rtol=1e-6)
+
+
 def test_export_names_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no run directory"):
         export_tensorboard(tmp_path / "missing")

@@ -16,9 +16,13 @@ form (:func:`summarize_run`) adds what needs the series. Definitions (docs/repor
 
 - ``last_step``/``last_time``: the newest of the status files and the last records
   (:func:`mindwatch.store.catalog.last_step`);
-- ``final_loss``: the lowest rank's last ``loss``; ``best_loss``: the smallest finite ``loss`` of the
+- ``final_loss``: the lowest rank's last ``loss`` (in a listing its last record's, else, when that record holds no loss, an
+  evaluation's after the last step, its status file's ``final_loss``); ``best_loss``: the smallest finite ``loss`` of the
   lowest rank that has one, on the line the training kept (a rewind's abandoned steps do not count:
   :mod:`mindwatch.store.best_loss`; the status file's running ``best_loss`` in a listing, the series in full);
+- ``best_eval`` (with ``best_eval_metric``, ``_step``, ``_epoch``, ``_mode``): the best value of the run's primary
+  evaluation metric, of the lowest rank that has one (:mod:`mindwatch.store.best_eval`: the status file's running
+  ``best_eval`` in a listing, the columns in full, :func:`mindwatch.analysis.eval_table.eval_table`);
 - ``ranks``: the ranks that wrote a file, ``world_size`` meta.json's (:func:`rank_count` says both);
 - ``state``: :func:`mindwatch.store.states.run_state`; ``error`` a lost rank's message, else the first error;
   ``reason`` why it stopped (the lowest rank's: the rule's alert, or who asked and why), from the status files;
@@ -41,9 +45,11 @@ import numpy as np
 
 from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import SEVERITIES
+from mindwatch.analysis.eval_table import eval_table
 from mindwatch.analysis.progress import total_steps_of
 from mindwatch.analysis.state_text import lost_sentence
 from mindwatch.store.attempts import time_lost
+from mindwatch.store.best_eval import BestEval
 from mindwatch.store.best_loss import kept_best
 from mindwatch.store.catalog import RunHead, last_step, last_time
 from mindwatch.store.reader import Run
@@ -61,6 +67,7 @@ LABELS = {
     "alert_count": "alerts",
     "final_loss": "final loss",
     "best_loss": "best loss",
+    "best_eval": "best eval",
     "first_nonfinite_loss_step": "loss non-finite from",
     "max_grad_norm": "max grad norm",
     "samples_per_second_p50": "samples/s p50",
@@ -116,6 +123,13 @@ class RunSummary:
     alert_count: int = 0
     final_loss: float | None = None
     best_loss: float | None = None
+    #: The best value of the primary evaluation metric (``best_eval_metric``), the step and epoch of that evaluation,
+    #: and whether smaller or larger is better (``best_eval_mode``: ``min``, ``max``); None without an evaluation.
+    best_eval: float | None = None
+    best_eval_metric: str | None = None
+    best_eval_step: int | None = None
+    best_eval_epoch: int | None = None
+    best_eval_mode: str | None = None
     #: meta.json's config snapshot (secrets masked).
     config: dict[str, Any] = field(default_factory=dict)
     #: True for :func:`summarize_run`'s form, False for a listing.
@@ -139,6 +153,15 @@ class RunSummary:
     data_wait_share: float | None = _full()
     #: Alerts per severity, most severe first.
     alerts: dict[str, int] = _full(dict)
+
+    def with_best_eval(self, best: BestEval | None) -> RunSummary:
+        """``self`` with the ``best_eval`` fields of ``best`` (None: no evaluation)."""
+        self.best_eval = best.value if best else None
+        self.best_eval_metric = best.metric if best else None
+        self.best_eval_step = best.step if best else None
+        self.best_eval_epoch = best.epoch if best else None
+        self.best_eval_mode = best.mode if best else None
+        return self
 
     @property
     def duration(self) -> float | None:
@@ -179,8 +202,8 @@ def listed(run: RunFacts, now: float | None = None) -> RunSummary:
     meta, statuses = run.meta, run.statuses
     errors = [s["error"] for s in statuses.values() if s.get("error")]
     reasons = [s["reason"] for _, s in sorted(statuses.items()) if s.get("reason")]
-    lowest = next((rec for _, rec in sorted(run.last_record.items()) if "loss" in rec), None)
     bests = [b for _, s in sorted(statuses.items()) if _number(b := s.get("best_loss")) is not None]
+    best_eval = next((b for _, s in sorted(statuses.items()) if (b := BestEval.from_dict(s.get("best_eval")))), None)
     starts = [s["started_at"] for s in statuses.values() if isinstance(s.get("started_at"), (int, float))]
     started = meta.get("started_at") if isinstance(meta.get("started_at"), (int, float)) else min(starts, default=None)
     ended = meta.get("ended_at")
@@ -203,15 +226,25 @@ def listed(run: RunFacts, now: float | None = None) -> RunSummary:
         started_at=started or None,
         ended_at=ended if isinstance(ended, (int, float)) else None,
         alert_count=run.alert_count,
-        final_loss=_number(lowest.get("loss")) if lowest is not None else None,
+        final_loss=_final_loss(run.last_record, statuses),
         best_loss=_number(bests[0]) if bests else None,
         config=config if isinstance(config := meta.get("config"), dict) else {},
-    )
+    ).with_best_eval(best_eval)
 
 
 def list_run(path: str | os.PathLike[str], now: float | None = None) -> RunSummary:
     """The listing of the run directory at ``path`` (cheap: meta, status files, last records, alert count)."""
     return listed(RunHead(path).refresh(), now)
+
+
+def _final_loss(last_record: dict[int, dict[str, Any]], statuses: dict[int, dict[str, Any]]) -> float | None:
+    """The lowest rank's last loss: its last record's, else (an evaluation's record came last) its status file's."""
+    for rank in sorted(set(last_record) | set(statuses)):
+        if "loss" in (rec := last_record.get(rank, {})):
+            return _number(rec["loss"])
+        if (v := _number(statuses.get(rank, {}).get("final_loss"))) is not None:
+            return v
+    return None
 
 
 def _number(v: Any) -> float | None:
@@ -274,6 +307,8 @@ def summarize_run(run: Run) -> RunSummary:
         finite = np.isfinite(loss.value)
         if not finite.all():
             s.first_nonfinite_loss_step = int(loss.step[np.argmin(finite)])
+    evaluation = eval_table(run)
+    s.with_best_eval(evaluation.best if evaluation else None)
     s.max_grad_norm, s.max_grad_norm_step = _max_with_step(run, "grad_norm")
     s.samples_per_second_p50, s.samples_per_second_p5 = _percentiles(run, "samples_per_second")
     s.tokens_per_second_p50, s.tokens_per_second_p5 = _percentiles(run, "tokens_per_second")

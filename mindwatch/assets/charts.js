@@ -351,15 +351,65 @@ function xAxisOption(o, px) {
   };
 }
 
-/** The axis tooltip: the x, then each series' value (the raw value beside the smoothed one). */
-function tooltipText(params, o) {
+/** The value of a step function at x: the y of the last point at or before x (points sorted by x); undefined before
+ * the first. What the tooltip says of the epoch a step is in. */
+export function valueAt(points, x) {
+  let lo = 0,
+    hi = (points || []).length - 1,
+    found;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (points[mid][0] <= x) {
+      found = points[mid][1];
+      lo = mid + 1;
+    } else hi = mid - 1;
+  }
+  return found === null ? undefined : found;
+}
+
+/** The axis tooltip: the x (and its epoch, given the epochs), then each series' value (the raw value beside the smoothed
+ * one); a series of points (evaluations) names the x of the point it shows when that is not the pointer's. */
+function tooltipText(params, o, epochs, markerNames) {
   const list = Array.isArray(params) ? params : [params];
   if (!list.length) return "";
   const x = list[0].axisValue;
   const rows = list
     .filter((p) => Array.isArray(p.value) && typeof p.value[1] === "number")
-    .map((p) => `${p.marker}${esc(p.seriesName)}: <b>${esc(fmtNumber(p.value[1]))}</b>`);
-  return [esc(fmtX(x, o.x))].concat(rows).join("<br>");
+    .map((p) => {
+      const at =
+        markerNames.has(p.seriesName) && p.value[0] !== x ? ` (${o.x === "step" ? "step " : ""}${fmtX(p.value[0], o.x)})` : "";
+      return `${p.marker}${esc(p.seriesName)}: <b>${esc(fmtNumber(p.value[1]))}</b>${esc(at)}`;
+    });
+  const epoch = epochs.length ? valueAt(epochs, x) : undefined;
+  const head = epoch === undefined ? fmtX(x, o.x) : `${o.x === "step" ? "step " : ""}${fmtX(x, o.x)} · epoch ${epoch}`;
+  return [esc(head)].concat(rows).join("<br>");
+}
+
+/** The colour of the best evaluation's mark. */
+const BEST_COLOR = "#2f9e44";
+
+/** A series' best point (an evaluation metric's best: /api/run's evaluation.bests, mindwatch.store.best_eval) as
+ * line() marks it: {x, y, name}, x the step or (x "time" or "elapsed") the time; undefined without one. origin: what
+ * the series' own x counts from, where the server already drew it from the run's start (the compare page's elapsed). */
+export function bestMark(best, x, origin = 0) {
+  if (!best) return undefined;
+  const at = x === "step" ? best.step : best.t === null || best.t === undefined ? undefined : best.t - origin;
+  if (at === undefined) return undefined;
+  const where = `step ${best.step}${best.epoch !== null && best.epoch !== undefined ? `, epoch ${best.epoch}` : ""}`;
+  return { x: at, y: best.value, name: `best ${best.metric}: ${fmtNumber(best.value)} at ${where} (${best.mode})` };
+}
+
+/** The mark of a series' best point: a diamond with "best" over it. */
+function bestPoint(best, px) {
+  return {
+    coord: [px(best.x), best.y],
+    name: best.name,
+    value: best.y,
+    symbol: "diamond",
+    symbolSize: 16,
+    itemStyle: { color: BEST_COLOR, borderColor: "#fff", borderWidth: 1 },
+    label: { show: true, position: "top", formatter: "best", color: BEST_COLOR, fontWeight: 600 },
+  };
 }
 
 function lineOption(o, win) {
@@ -368,6 +418,8 @@ function lineOption(o, win) {
   const axes = o.axes || [{ name: o.yName }];
   const ranges = axisRanges(o, axes, win);
   const at = (pts) => pts.map(([x, y]) => [px(x), y]);
+  const epochs = (o.epochs || []).filter((p) => p[1] !== null).map(([x, e]) => [px(x), e]);
+  const markerNames = new Set(o.series.filter((s) => s.marker).map((s) => s.name));
   o.series.forEach((s, i) => {
     const color = s.color || PALETTE[i % PALETTE.length];
     const marks = alertMarks(o.alerts, s.metric, o, px);
@@ -422,10 +474,11 @@ function lineOption(o, win) {
         lineStyle: { width: 1, color, opacity: 0.3, type: "dashed" },
       });
     }
-    const pins = marks.pts.length ? { symbol: "pin", symbolSize: 28, data: marks.pts, label: { color: "#fff" } } : undefined;
-    // one point draws as a point; a line of many shows no symbols
-    const showSymbol = s.points.filter((p) => p[1] !== null).length === 1;
-    const smoothed = o.smoothing > 0;
+    const pinned = marks.pts.concat(s.best ? [bestPoint(s.best, px)] : []);
+    const pins = pinned.length ? { symbol: "pin", symbolSize: 28, data: pinned, label: { color: "#fff" } } : undefined;
+    // one point draws as a point; a line of many shows no symbols; a series of evaluations (marker) shows each
+    const showSymbol = s.marker || s.points.filter((p) => p[1] !== null).length === 1;
+    const smoothed = o.smoothing > 0 && !s.marker; // an evaluation is drawn as it is: few points, each one meant
     if (smoothed) {
       // the data itself, faint behind the smoothed line, carrying the pins (they sit on raw values)
       series.push({
@@ -451,7 +504,9 @@ function lineOption(o, win) {
       animation: false,
       yAxisIndex,
       z: 2,
-      data: at(ema(s.points, o.smoothing)),
+      data: at(ema(s.points, smoothed ? o.smoothing : 0)),
+      symbol: s.marker ? "circle" : undefined,
+      symbolSize: s.marker ? 7 : undefined,
       lineStyle: { width: s.width || 1.5, color, opacity: s.opacity || 1 },
       itemStyle: { color },
       markPoint: smoothed ? undefined : pins,
@@ -477,7 +532,11 @@ function lineOption(o, win) {
       top: o.subtitle ? 56 : 36,
       bottom: o.slider ? 66 : 40,
     },
-    tooltip: { trigger: "axis", axisPointer: { type: "cross", snap: true }, formatter: (p) => tooltipText(p, o) },
+    tooltip: {
+      trigger: "axis",
+      axisPointer: { type: "cross", snap: true },
+      formatter: (p) => tooltipText(p, o, epochs, markerNames),
+    },
     legend:
       o.legend === false
         ? undefined
@@ -514,14 +573,16 @@ function lineOption(o, win) {
 
 /**
  * A line chart: series [{name, points, nonfinite?: [[x, value]], color?, yAxisIndex?, band?: {lower, upper}, abandoned?:
- * [[x, y | null]] (the steps a rewind went back over: drawn faint and dashed, a null between branches)}], x in
- * data units (steps, or epoch seconds for "time" and "elapsed").
+ * [[x, y | null]] (the steps a rewind went back over: drawn faint and dashed, a null between branches), marker? (a
+ * series of evaluations: each point drawn, joined by a line, never smoothed), best? ({x, y, name}: bestMark's, marked
+ * with a diamond)}], x in data units (steps, or epoch seconds for "time" and "elapsed").
  * Options: title, subtitle?, axes? ([{name, robust?, fromZero?}]), yName?, alerts?, restarts? ([{step, t, attempt}]),
  * events? ([{name, xs, color?}]: a dashed line at each x in xs, named; what happened at a step, not a curve),
  * x ("step", "time" or "elapsed"), xOrigin? (elapsed: the data x of 0 s), xMin?, xMax?, smoothing (the raw line
  * stays, faint), log, robust (default true: the y range ignores outliers, see robustRange; false: every point sets it),
  * slider (default true: a zoom slider under the x axis; false on paper, where it cannot be used), legend (default true;
- * false where the page names the series once for every chart, as the compare page's key of its runs).
+ * false where the page names the series once for every chart, as the compare page's key of its runs), epochs? ([[x,
+ * epoch]]: the tooltip names the epoch of the x it shows).
  */
 export function line(el, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });

@@ -7,10 +7,18 @@ Example::
 
     results = check_run(mindwatch.open_run(path), ["max(grad_norm, last=100) < 1e5", "alerts(severity='error') == 0"])
     [(r.rule, r.value, r.passed) for r in results]
+    check_run(run, ["best(eval/loss) < 0.5", "final(eval/accuracy) >= 0.9"])   # a run's evaluations (docs/evaluation.md)
 
 Rules are parsed by :mod:`mindwatch.checks.language` (never ``eval``) and evaluated here on numpy
 arrays read through :func:`mindwatch.open_run`. A metric with no values makes its call
 "missing" and the rule fails; NaN compares false (use ``nonfinite(loss) == 0`` to say it).
+
+``best(m)`` is the best finite value of one rank (the lowest that recorded ``m``, or ``rank=R``): the smallest, or the
+largest where :func:`mindwatch.metrics.eval_mode` says ``max`` (an accuracy, an f1). An evaluation's ``eval/<name>``
+is judged as the run's best evaluation is everywhere (:class:`mindwatch.store.best_eval.EvalBests`: every evaluation
+counts, and the run's ``evaluation.mode`` decides for its primary metric); any other metric on the line the training
+kept, as the run's best loss (:mod:`mindwatch.store.best_loss`: a rewind's abandoned steps are not the best).
+``eval/<name>`` has one value per evaluation, so ``final(eval/accuracy)`` is the last evaluation's.
 """
 
 from __future__ import annotations
@@ -26,8 +34,11 @@ from typing import Any
 import numpy as np
 
 from mindwatch import metrics as vocab
+from mindwatch.analysis.eval_table import configured
 from mindwatch.analysis.summary import listed, lowest_rank_with, run_values
 from mindwatch.checks.language import Binary, Call, CheckRule, Compare, Constant, Name, Node, RuleError, Unary, parse_rule
+from mindwatch.store.best_eval import EvalBests
+from mindwatch.store.best_loss import kept
 from mindwatch.store.catalog import last_step
 from mindwatch.store.reader import Run
 
@@ -216,6 +227,8 @@ class Evaluator:
             if s is None or not len(s):
                 return Missing(_no_data(metric, rank))
             return float(s.value[0] if name == "first" else s.value[-1])
+        if name == "best":
+            return self.best(metric, rank)
         values = run_values(run, metric, rank=rank, last=self.option(node, "last", int))
         if name == "count":
             return float(len(values))
@@ -231,6 +244,26 @@ class Evaluator:
             return float(np.percentile(values, q))
         reducer = _REDUCERS[name]
         return float(reducer(values))
+
+    def best(self, metric: str, rank: int | None) -> Value:
+        """``best(metric)`` of ``rank`` (default: the lowest that recorded it); see the module docstring."""
+        run = self.run
+        r = rank if rank is not None else lowest_rank_with(run, metric)
+        cols = run.columns.get(r) if r is not None else None
+        if cols is None:
+            return Missing(_no_data(metric, rank))
+        if vocab.is_eval(metric):
+            found = EvalBests.of_columns(cols, *configured(run.meta)).best(metric)
+            return found.value if found is not None else Missing(_no_finite(metric, rank))
+        line, value = cols.raw_column(metric)  # in the order written: a rewind's abandoned branch is not the best
+        values = value[kept(cols.steps[line]) & np.isfinite(value)]
+        if not len(values):
+            return Missing(_no_finite(metric, rank))
+        return float(values.max() if vocab.eval_mode(metric) == "max" else values.min())
+
+
+def _no_finite(metric: str, rank: int | None) -> str:
+    return f"no finite values of {metric!r}" + (f" on rank {rank}" if rank is not None else "")
 
 
 def _no_data(metric: str, rank: int | None) -> str:

@@ -20,7 +20,8 @@ Grammar (Python-like; ``and``/``or``/``not``, chained comparisons, ``+ - * / % *
     atom       := NUMBER | STRING | true | false | nan | inf | call | "(" rule ")"
     call       := NAME "(" [METRIC ("," ...)] ["," NAME "=" rule]* ")"
 
-A metric is a bare name (``loss``, ``attention_entropy/blocks.0.attn``) or a quoted string.
+A metric is a bare name (``loss``, ``eval/accuracy``, ``attention_entropy/blocks.0.attn``: letters, digits, ``_``,
+and ``.`` or ``/`` between them) or a quoted string (any other name: ``'eval/top-1'``).
 The parser only builds a small tree of the node classes below; :mod:`mindwatch.checks.evaluate`
 evaluates it against a run. Nothing in a rule can reach Python: there are no attributes,
 no subscripts, no lambdas and no names other than the functions in :data:`FUNCTIONS`.
@@ -52,6 +53,12 @@ _WINDOW = ("last", "rank")
 FUNCTIONS: dict[str, Signature] = {
     "final": Signature(True, ("rank",), "the last recorded value (lowest rank unless rank=R)"),
     "first": Signature(True, ("rank",), "the first recorded value (lowest rank unless rank=R)"),
+    "best": Signature(
+        True,
+        ("rank",),
+        "the best finite value (lowest rank unless rank=R): the smallest of a loss, the largest of a score such as "
+        "an accuracy (metrics.eval_mode; the run's evaluation.mode for its primary metric)",
+    ),
     "min": Signature(True, _WINDOW, "smallest value; NaN when any value in the window is NaN"),
     "max": Signature(True, _WINDOW, "largest value; NaN when any value in the window is NaN"),
     "mean": Signature(True, _WINDOW, "mean value"),

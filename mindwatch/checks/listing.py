@@ -8,7 +8,8 @@ Example::
 
 A row holds the columns of one run (:func:`run_columns`): ``config.<dotted key>`` from meta.json's
 config snapshot, ``tag.<key>`` from its tags, and the summary values ``final_loss``, ``best_loss``,
-``steps``, ``duration``, ``alerts``, ``state``, ``project``, ``run``, ``last_time`` (:data:`SUMMARY_COLUMNS`: each
+``best_eval`` (the best value of the run's primary evaluation metric: ``best_eval < 0.5``), ``steps``,
+``duration``, ``alerts``, ``state``, ``project``, ``run``, ``last_time`` (:data:`SUMMARY_COLUMNS`: each
 column's :class:`~mindwatch.analysis.summary.RunSummary` field, whose label is its header). A bare name resolves to the
 column of that name, else ``config.<name>``, else ``tag.<name>``, else the one config key that ends
 in ``.<name>`` (``lr`` finds ``optimizer.lr``). The functions read the summary:
@@ -41,11 +42,14 @@ SUMMARY_COLUMNS = {
     "total_steps": "total_steps",
     "final_loss": "final_loss",
     "best_loss": "best_loss",
+    "best_eval": "best_eval",
     "duration": "duration",
     "alerts": "alert_count",
     "started_at": "started_at",
     "last_time": "last_time",
 }
+#: What a cell of a summary column says beside its value: the listing's field that names it (the best eval's metric).
+COLUMN_NOTES = {"best_eval": "best_eval_metric"}
 #: The runs page's header of each summary column: its field's label (:data:`mindwatch.analysis.summary.LABELS`).
 COLUMN_LABELS = {column: field_label(field_name) for column, field_name in SUMMARY_COLUMNS.items()}
 #: An example filter, shown in the runs page's empty filter box.
@@ -159,6 +163,7 @@ def runs_page(listings: list[dict[str, Any]], columns: list[str], filter_text: s
         row["error_headline"] = error_headline(row.get("error"))  # what went wrong; the whole error stays in "error"
         row["tag_texts"] = tag_texts(row.get("tags"))
         row["values"] = {c: _json_value(values.get(c)) for c in columns}
+        row["value_notes"] = {c: note for c in columns if c in COLUMN_NOTES and (note := listing.get(COLUMN_NOTES[c]))}
         out.append(row)
     return {
         "runs": out,

@@ -33,7 +33,6 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
@@ -332,7 +331,7 @@ class Evaluations:
     def _keep_tables(self, step: int, epoch: int | None, tables: dict[str, Any]) -> None:
         """Results that are not scalars, one line per evaluation in ``evaluations.rank<R>.jsonl``."""
         line = json.dumps({"step": int(step), "epoch": epoch, "rank": self.rank, "tables": tables}) + "\n"
-        path = Path(self.session.run_dir) / f"evaluations.rank{self.rank}.jsonl"
+        path = self.session.layout.evaluation_tables(self.rank)
 
         def write() -> None:  # on the worker, the run directory's writer
             try:

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mindwatch import metrics as vocab
 from mindwatch.store.sink import HOOKS, Sink, hook
 
 log = logging.getLogger("mindwatch")
@@ -193,7 +194,7 @@ class Monitor:
             return
         now = time.monotonic()
         # the newest step's record: an evaluation's (or a user's own metrics') is not a step's, memory is sampled per step
-        newest = next((r for r in reversed(batch) if "loss" in r or "step_time" in r), None)
+        newest = next((r for r in reversed(batch) if not vocab.is_evaluation(r)), None)
         if self.samplers and newest is not None and now - self._last_sample >= self.sample_secs:
             self._last_sample = now
             for sampler in self.samplers:

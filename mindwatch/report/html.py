@@ -12,7 +12,10 @@ mailed or attached to a model as a delivery artefact. Long runs are thinned per 
 :data:`MAX_POINTS` keeping each bucket's min and max, so spikes stay; the heat map is binned
 like the dashboard's (:func:`mindwatch.analysis.heatmap.bin_layers`). The charts are the dashboard's
 too: an event metric (:attr:`mindwatch.metrics.Metric.event`, a step ``skip_steps`` skipped) is no curve
-of its own but a mark at each step it happened on the charts of its group (the loss chart).
+of its own but a mark at each step it happened on the charts of its group (the loss chart); an evaluation's
+(``eval/<name>``) is drawn as points joined by a line, its best marked. A run with evaluations has an Evaluation
+section (:mod:`mindwatch.analysis.eval_table`): the dashboard's Evaluation card (the evaluation loss beside the
+training's loss, the best marked) and a table of every evaluation with its primary's distance from the best.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from mindwatch.alerts.alert import SEVERITIES
 from mindwatch.alerts.hang import locate, newest_dumps
 from mindwatch.analysis.bands import counted_values
 from mindwatch.analysis.batches import flagged_batches, ids_text
+from mindwatch.analysis.eval_table import EvalTable, ResultTables, eval_table, last_tables
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import series_window
@@ -61,6 +65,8 @@ MAX_ALERT_ROWS = 500
 MAX_DUMP_CHARS = 20_000
 #: Steps an event is marked at on a chart, per run: as many as a chart draws (charts.js's MAX_EVENTS).
 MAX_EVENT_MARKS = 500
+#: Evaluations listed in a run's table (every one is drawn).
+MAX_EVAL_ROWS = 1000
 #: Per-layer metrics drawn as one chart of a line per layer (mindwatch.mindspore.attention).
 _PER_LAYER = tuple(m.prefix for m in vocab.ATTENTION_FAMILIES)
 _ENTROPY = f"{vocab.ATTENTION_ENTROPY}/"
@@ -90,8 +96,10 @@ def render_report(runs: list[Run]) -> str:
     """The report page as a string."""
     labels = _labels(runs)
     summaries = [summarize_run(r) for r in runs]
+    evaluations = [eval_table(r) for r in runs]
     data = {
-        "metrics": _metric_charts(runs, labels),
+        "metrics": _metric_charts(runs, labels, evaluations),
+        "evaluation": _evaluation_charts(runs, labels, evaluations),
         "histogram": _histogram(runs, labels),
         "heatmap": _heatmap(runs[0]),
         "layers": _layers(runs[0]),
@@ -112,6 +120,9 @@ def render_report(runs: list[Run]) -> str:
             *(f'<p class="note">note on {_e(lab)}: {_e(s.note)}</p>' for s, lab in zip(summaries, labels, strict=True) if s.note),
             "<h2>Summary</h2>",
             _summary_table(summaries, labels),
+            f"<h2>{_e(vocab.EVAL_TITLE)}</h2>" if data["evaluation"] else "",
+            '<div class="grid" id="evaluation"></div>' if data["evaluation"] else "",
+            _evaluation_tables(runs, labels, evaluations),
             "<h2>Curves</h2>",
             '<div class="grid" id="curves"></div>' if data["metrics"] else '<p class="muted">no metrics recorded yet</p>',
             "<h2>Distributions</h2>" if data["histogram"] or data["heatmap"] else "",
@@ -160,16 +171,18 @@ def _step_range(runs: list[Run]) -> list[int] | None:
     return [min(lo), max(hi)] if lo and hi else None
 
 
-def _metric_names(runs: list[Run]) -> list[str]:
-    # layers: their own charts; events: marks on their group's charts
+def _metric_names(runs: list[Run], evaluations: list[EvalTable | None]) -> list[str]:
+    # layers: their own charts; events: marks on their group's charts; one run's evaluation curve: its Evaluation chart
+    apart = {ev.curve for ev in evaluations if ev is not None} if len(runs) == 1 else set()
     names = {m for r in runs for m in r.metrics if m not in vocab.NOT_CHARTED and not is_layer_metric(m) and not _is_event(m)}
+    names -= apart
     plain = ordered_metrics({m for m in names if not m.startswith(_PER_LAYER)})
     return plain + [p + "*" for p in _PER_LAYER if any(m.startswith(p) for m in names)]  # one chart for all layers
 
 
-def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
+def _metric_charts(runs: list[Run], labels: list[str], evaluations: list[EvalTable | None]) -> list[dict[str, Any]]:
     charts = []
-    for name in _metric_names(runs):
+    for name in _metric_names(runs, evaluations):
         series: list[dict[str, Any]] = []
         thinned = False
         first_curve: dict[int, int] = {}  # a run's first series on the chart: its events take that colour
@@ -189,7 +202,11 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
                         parts.append(metric[len(name) - 1 :])
                     if len(run.ranks) > 1:
                         parts.append(f"rank {rank}")
-                    series.append({"label": " ".join(parts) or metric, **window.wire(nonfinite_cap=100)})
+                    s = {"label": " ".join(parts) or metric, **window.wire(nonfinite_cap=100)}
+                    ev = evaluations[i]
+                    if ev is not None and ev.rank == rank and metric in ev.bests:  # marked, as on the dashboard's card
+                        s["best"] = ev.bests[metric].to_dict()
+                    series.append(s)
         if not series:
             continue
         values = np.array([p[1] for s in series for p in s["points"] if p[1] is not None], dtype=np.float64)
@@ -208,8 +225,32 @@ def _metric_charts(runs: list[Run], labels: list[str]) -> list[dict[str, Any]]:
                 "events": events,
                 "log": log,
                 "points_note": note,
+                "marker": vocab.is_eval(name),  # an evaluation's: each point drawn, joined by a line
             }
         )
+    return charts
+
+
+def _evaluation_charts(runs: list[Run], labels: list[str], evaluations: list[EvalTable | None]) -> list[dict[str, Any]]:
+    """Each run's Evaluation chart, the dashboard's card: its evaluation curve (an evaluation loss, else the primary)
+    as points with its best marked, beside the training's loss on one axis; the epochs for the tooltip."""
+    charts = []
+    for run, label, ev in zip(runs, labels, evaluations, strict=True):
+        if ev is None or ev.curve is None:
+            continue
+        cols = run.columns[ev.rank]
+        series = []
+        for metric in (ev.beside, ev.curve):
+            if metric is None or not len(cols.column(metric)[0]):
+                continue
+            s = {"label": metric, **series_window(cols, metric, points=MAX_POINTS).wire(nonfinite_cap=100)}
+            if metric == ev.curve:
+                s.update(marker=True, best=ev.bests[metric].to_dict() if metric in ev.bests else None)
+            series.append(s)
+        epochs = series_window(cols, vocab.EPOCH, points=MAX_POINTS).line.points
+        title = vocab.EVAL_TITLE + (f": {label}" if len(runs) > 1 else "")
+        note = f"rank {ev.rank}" if len(run.ranks) > 1 else ""
+        charts.append({"title": title, "note": note, "series": series, "epochs": epochs})
     return charts
 
 
@@ -401,6 +442,7 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
                 for s in summaries
             ],
         ),
+        ("best_eval", [_e(_best_eval(s)) for s in summaries]),
         ("first_nonfinite_loss_step", [_e(format_number(s.first_nonfinite_loss_step)) for s in summaries]),
         (
             "max_grad_norm",
@@ -440,6 +482,75 @@ def _summary_table(summaries: list[RunSummary], labels: list[str]) -> str:
         for key, vals in rows
     )
     return f'<table id="summary"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _best_eval(s: RunSummary) -> str:
+    """``0.55 (eval/loss, step 120, epoch 3)``; ``-`` without an evaluation."""
+    if s.best_eval is None:
+        return "-"
+    epoch = f", epoch {s.best_eval_epoch}" if s.best_eval_epoch is not None else ""
+    return f"{format_number(s.best_eval)} ({s.best_eval_metric}, step {s.best_eval_step}{epoch})"
+
+
+def _evaluation_tables(runs: list[Run], labels: list[str], evaluations: list[EvalTable | None]) -> str:
+    """Each run's evaluations: step, epoch, every result, and how far the primary is from its best (the best's row
+    marked)."""
+    out = []
+    multi = sum(ev is not None for ev in evaluations) > 1 or len(runs) > 1
+    for i, (label, ev) in enumerate(zip(labels, evaluations, strict=True)):
+        if ev is None:
+            continue
+        best = ev.best
+        names = [ev.primary] + [m for m in ev.metrics if m != ev.primary] if ev.primary in ev.metrics else ev.metrics
+        behind = f"from best ({ev.primary})"
+        head = "".join(f"<th>{_e(c)}</th>" for c in ("step", "epoch", *names, behind))
+        rows = []
+        table = ev.table()
+        for row in table[:MAX_EVAL_ROWS]:
+            at_best = best is not None and row.step == best.step and row.values.get(best.metric) == best.value
+            cells = [format_number(row.step), format_number(row.epoch), *(format_number(row.values.get(m)) for m in names)]
+            cells.append(format_number(row.behind))
+            tds = "".join(f'<td class="num">{_e(c)}</td>' for c in cells)
+            mark = ' class="best"' if at_best else ""
+            rows.append(f'<tr{mark} data-step="{row.step}">{tds}</tr>')
+        if best is not None:
+            better = "lower" if best.mode == "min" else "higher"
+            where = f"step {best.step}" + (f", epoch {best.epoch}" if best.epoch is not None else "")
+            caption = f"best {best.metric} {format_number(best.value)} at {where} ({better} is better)"
+        else:
+            caption = f"{ev.primary}: no finite value"
+        more = f" · the first {MAX_EVAL_ROWS} of {len(table)} evaluations listed" if len(table) > MAX_EVAL_ROWS else ""
+        table_id = "evaluations" if i == 0 else f"evaluations-{i}"
+        out.append(
+            (f"<h3>{_e(label)}</h3>" if multi else "")
+            + f'<p class="muted">{_e(caption + more)}</p>'
+            + f'<table id="{table_id}" data-run="{_e(label)}"><thead><tr>{head}</tr></thead>'
+            + f"<tbody>{''.join(rows)}</tbody></table>"
+            + _result_tables(last_tables(runs[i], ev.rank), table_id)
+        )
+    return "".join(out)
+
+
+def _result_tables(found: ResultTables | None, table_id: str) -> str:
+    """The newest evaluation's results that are not scalars (a confusion matrix), each a table of its rows."""
+    if found is None:
+        return ""
+    where = f"step {found.step}" + (f", epoch {found.epoch}" if found.epoch is not None else "")
+    out = []
+    for name, rows in found.tables.items():
+        matrix = rows if isinstance(rows, list) and all(isinstance(r, list) for r in rows) else [rows]
+        width = max((len(r) for r in matrix), default=0)
+        head = "<th></th>" + "".join(f"<th>{j}</th>" for j in range(width))
+        body = "".join(
+            f"<tr><th>{i}</th>" + "".join(f'<td class="num">{_e(format_number(v))}</td>' for v in r) + "</tr>"
+            for i, r in enumerate(matrix)
+        )
+        out.append(
+            f'<p class="muted">{_e(name)} at the evaluation after {_e(where)}</p>'
+            f'<table class="result-table" id="{table_id}-{_e(name)}" data-result="{_e(name)}">'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+    return "".join(out)
 
 
 def _alerts_table(runs: list[Run], labels: list[str]) -> str:

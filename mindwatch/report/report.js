@@ -2,7 +2,7 @@
 // mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
-import { PALETTE, esc, heatmap, line, severityColour, titleOption, unitAxis } from "../assets/charts.js";
+import { PALETTE, bestMark, esc, heatmap, line, severityColour, titleOption, unitAxis } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
 const drawn = [];
@@ -69,11 +69,39 @@ DATA.metrics.forEach((m, i) =>
         points: s.points, // the wire shape of analysis/lines.py; one mark where the values stop being finite
         nonfinite: s.nonfinite.slice(0, 1).map(([at]) => [at, `non-finite from step ${at}`]),
         abandoned: s.abandoned, // a rewind's abandoned branch, faint and dashed, as on the dashboard
+        marker: m.marker, // an evaluation's: its points joined by a line, its best marked
+        best: bestMark(s.best, "step"),
       })),
       events: m.events.map((e) => ({
         name: e.name,
         xs: e.xs,
         color: e.series === undefined ? undefined : PALETTE[e.series % PALETTE.length],
+      })),
+    });
+    curveCharts.push(chart);
+    return chart;
+  }),
+);
+
+// -- the Evaluation chart: the dashboard's card (mindwatch.analysis.eval_table) --------------------------------
+// the evaluation loss (else the primary) as points with its best marked, beside the training's loss on one axis
+const evaluation = document.getElementById("evaluation");
+(DATA.evaluation || []).forEach((ev, i) =>
+  make(chartDiv(evaluation, `chart-evaluation-${i}`, true), (el) => {
+    const chart = line(el, {
+      title: ev.title,
+      subtitle: ev.note,
+      slider: !onPaper(),
+      epochs: ev.epochs,
+      xMin: DATA.step_range ? DATA.step_range[0] : undefined,
+      xMax: DATA.step_range ? DATA.step_range[1] : undefined,
+      series: ev.series.map((s) => ({
+        name: s.label,
+        points: s.points,
+        nonfinite: s.nonfinite.slice(0, 1).map(([at]) => [at, `non-finite from step ${at}`]),
+        abandoned: s.abandoned,
+        marker: s.marker,
+        best: bestMark(s.best, "step"),
       })),
     });
     curveCharts.push(chart);

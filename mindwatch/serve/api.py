@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from mindwatch import metrics as vocab
 from mindwatch.analysis.bands import CROSS_RANK_METRICS
 from mindwatch.analysis.compare import compare_tables as compared
+from mindwatch.analysis.eval_table import eval_table
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, family_grid
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import X_KINDS, elapsed_origin, series_window
@@ -161,6 +162,8 @@ def run_info(view: RunView) -> dict[str, Any]:
             "alert_count": len(view.alerts),
             "attempts": view.attempts,
             "band_metrics": [m for m in CROSS_RANK_METRICS if len(view.columns) > 1],
+            # what the Evaluation card draws and each evaluation's card marks (analysis.eval_table); None: no evaluation
+            "evaluation": evaluation.info() if (evaluation := eval_table(view)) else None,
             # where every chart's elapsed x counts from (analysis.lines.elapsed_origin): one definition, the server's
             "elapsed_origin": elapsed_origin(meta, view.columns.get(min(view.columns)) if view.columns else None),
             "cursor": cursor_of(view),
@@ -218,12 +221,16 @@ def compare_series(views: list[RunView], metric: str, x: str = "step", points: i
 
 def compare_tables(views: list[RunView]) -> dict[str, Any]:
     """The compare page's tables (:func:`mindwatch.analysis.compare.compare_tables`)."""
-    runs = []
+    runs, evaluations = [], []
     for view in views:
         view.refresh()
         with view.lock:
             runs.append((view.id, summarize_run(view), view.metrics, view.meta.get("config") or {}))
-    return compared(runs)
+            evaluations.append(evaluation.info() if (evaluation := eval_table(view)) else None)
+    tables = compared(runs)
+    for row, info in zip(tables["runs"], evaluations, strict=True):
+        row["evaluation"] = info  # each evaluation chart marks each run's best, as the run page's cards do
+    return tables
 
 
 def series_csv(view: RunView, metrics: list[str], ranks: list[int] | None = None) -> str:

@@ -12,7 +12,9 @@ Example::
 One gauge per metric, named ``mindwatch_<metric>`` with the run directory's metric names
 (``mindwatch_grad_norm``, ``mindwatch_tokens_per_second``...); each family of :mod:`mindwatch.metrics`
 is one gauge with a ``layer`` label (``attention_max_logit/<layer>`` becomes
-``mindwatch_attention_max_logit{layer="<layer>"}``), plus ``mindwatch_step``,
+``mindwatch_attention_max_logit{layer="<layer>"}``); an evaluation's results are gauges of their own, the newest
+evaluation's (``eval/loss`` becomes ``mindwatch_eval_loss``, ``eval/accuracy`` ``mindwatch_eval_accuracy``, with
+``mindwatch_eval_time`` and ``mindwatch_eval_samples``), plus ``mindwatch_step``,
 ``mindwatch_last_step_timestamp_seconds``, ``mindwatch_host_memory_total_gb``, and the counters
 ``mindwatch_nonfinite_values_total{metric}`` and ``mindwatch_alerts_total{rule,severity}``.
 Every series carries ``project``, ``run`` and ``rank``. The gauges are set on the Monitor's
@@ -50,6 +52,12 @@ def metric_name(name: str) -> tuple[str, dict[str, str]]:
         return PREFIX + member[0], {"layer": member[1]}
     sane = _INVALID.sub("_", name)
     return PREFIX + (sane if not sane[:1].isdigit() else "_" + sane), {}
+
+
+def _help(key: str, name: str, extra: dict[str, str]) -> str:
+    if vocab.is_eval(key):
+        return f"mindwatch evaluation result {key!r}: the newest evaluation's (one value per evaluation)."
+    return f"mindwatch metric {key if not extra else name[len(PREFIX) :]!r}."
 
 
 class PrometheusSink(BaseSink):
@@ -118,7 +126,9 @@ class PrometheusSink(BaseSink):
                 child.set(v)
                 if not math.isfinite(v):
                     self._nonfinite.labels(**self._labels, metric=key).inc()
-        last = records[-1]
+        last = next((rec for rec in reversed(records) if not vocab.is_evaluation(rec)), None)
+        if last is None:  # only evaluations: no step was recorded (their time is no step's, the stall rule's clock)
+            return
         step, t = last.get("step"), last.get("t")
         if isinstance(step, int):
             self._step.labels(**self._labels).set(step)
@@ -154,7 +164,7 @@ class PrometheusSink(BaseSink):
         if gauge is None:
             gauge = self._gauges[name] = Gauge(
                 name,
-                f"mindwatch metric {key if not extra else name[len(PREFIX) :]!r}.",
+                _help(key, name, extra),
                 [*LABELS, *extra],
                 registry=self.registry,
             )

@@ -10,7 +10,9 @@ Example::
     # then: tensorboard --logdir monitor_output/gpt/run_20261129_074500/tensorboard
 
 Every metric keeps its run-directory name as the TensorBoard tag (``loss``, ``lr``,
-``grad_norm``, ``attention_entropy/<layer>``...), at the record's step and wall time.
+``grad_norm``, ``attention_entropy/<layer>``...), at the record's step and wall time. An evaluation's results
+(``eval/loss``, ``eval/accuracy``, ``eval/perplexity``: TensorBoard's ``eval`` section) are one point per evaluation at
+the step it ran after, with ``eval_time`` and ``eval_samples`` (and its record's ``epoch``, as the run directory holds it).
 TensorBoard stores scalars as float32, so a value reads back as ``numpy.float32(value)``.
 Alerts become text entries under the tag ``alerts``. Per-layer statistics (docs/layers.md) are scalars
 ``grad_norm/<layer>``, ...; the layers' histograms are histogram events ``weights/<layer>`` and ``grads/<layer>``.

@@ -84,6 +84,11 @@ class RunLayout:
     def status(self, rank: int) -> Path:
         return self._where(f"status.rank{rank}.json") if self.also else self.root / f"status.rank{rank}.json"
 
+    def evaluation_tables(self, rank: int) -> Path:
+        """An evaluation's results that are not scalars (a confusion matrix), one line per evaluation."""
+        name = f"evaluations.rank{rank}.jsonl"
+        return self._where(name) if self.also else self.root / name
+
     def tensorboard(self, rank: int) -> Path:
         return self.root / "tensorboard" / f"rank{rank}"
 

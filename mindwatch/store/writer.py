@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from mindwatch.store.attempts import this_attempt
+from mindwatch.store.best_eval import EvalBests, Mode
 from mindwatch.store.best_loss import BestLoss
 from mindwatch.store.columnfiles import ColumnFilesWriter
 from mindwatch.store.columns import RankColumns
-from mindwatch.store.jsonl import encode_line
+from mindwatch.store.jsonl import encode_line, encode_number
 from mindwatch.store.layerfiles import HISTOGRAM_KEY, LAYER_KEY, LayerFilesWriter, layers_dir
 from mindwatch.store.layout import RunLayout, read_json, write_json_atomic
 from mindwatch.store.sink import BaseSink
@@ -49,10 +50,14 @@ class RunWriter(BaseSink):
         column_files: bool = True,
         columns_every_secs: float = 0.0,
         attempt: int | None = None,
+        eval_primary: str | None = None,
+        eval_mode: Mode | None = None,
     ) -> None:
         """``columns_every_secs``: how often heartbeats also append to the column files (0: at every one).
         ``attempt``: the attempt of the run this process writes for (``meta.json``'s ``attempts``); once a later
-        attempt takes the run over (a relaunch while this process lingers), it writes nothing more."""
+        attempt takes the run over (a relaunch while this process lingers), it writes nothing more.
+        ``eval_primary``, ``eval_mode``: the config's ``evaluation.primary`` and ``evaluation.mode``, which the status'
+        ``best_eval`` follows (``store/best_eval.py``)."""
         self.layout = RunLayout(Path(run_dir))
         self.rank = rank
         self.attempt = attempt
@@ -68,6 +73,10 @@ class RunWriter(BaseSink):
         self.last_step_time: float | None = None
         #: The best loss of the line kept so far (``store/best_loss.py``): the runs page's "best loss" without a scan.
         self.best = BestLoss()
+        #: The last loss written: the listing's final loss when the last record is an evaluation's (no loss).
+        self.final_loss: Any = None
+        #: Each evaluation metric's best so far (``store/best_eval.py``): the runs page's "best eval" without a scan.
+        self.evals = EvalBests(eval_primary, eval_mode)
         self.records_written = 0
         self.records_lost = 0
         self.dropped = 0  # records the Monitor's full queue turned away (records_dropped)
@@ -81,7 +90,10 @@ class RunWriter(BaseSink):
         self.layout.root.mkdir(parents=True, exist_ok=True)
         self._end_torn_line()
         if self.layout.metrics(rank).exists():  # a resumed run: its earlier attempts' line, which this one may go back on
-            self.best = BestLoss(_written_losses(self.layout.metrics(rank)))
+            written = RankColumns(self.layout.metrics(rank))
+            written.refresh()
+            self.best = BestLoss(_written_losses(written))
+            self.evals = EvalBests.of_columns(written, eval_primary, eval_mode)
         self.columns = ColumnFilesWriter(self.layout.metrics(rank), enabled=column_files, every_secs=columns_every_secs)
         self.layers: LayerFilesWriter | None = None
         self._valid_lines: int | None = None  # lines with an integer step in the JSONL, once layer rows need it
@@ -126,6 +138,8 @@ class RunWriter(BaseSink):
         for r in records:
             if "loss" in r and type(step := r.get("step")) is int:
                 self.best.add(step, r["loss"])
+                self.final_loss = r["loss"]
+            self.evals.add(r)
         last = records[-1]
         self.last_step = last.get("step", self.last_step)
         self.last_step_time = last.get("t", self.last_step_time)
@@ -213,6 +227,8 @@ class RunWriter(BaseSink):
             "last_step": self.last_step,
             "last_step_time": self.last_step_time,
             "best_loss": self.best.value,
+            "final_loss": encode_number(v) if isinstance(v := self.final_loss, float) else v,
+            "best_eval": best_eval.to_dict() if (best_eval := self.evals.best()) is not None else None,
             "updated_at": time.time(),
             "started_at": self.started_at,
             "heartbeat_secs": self.flush_secs,
@@ -274,9 +290,7 @@ class RunWriter(BaseSink):
             log.warning(msg)
 
 
-def _written_losses(path: Path) -> Iterable[tuple[int, float]]:
-    """Every ``(step, loss)`` an earlier attempt wrote to ``path``, in the order written."""
-    cols = RankColumns(path)
-    cols.refresh()
+def _written_losses(cols: RankColumns) -> Iterable[tuple[int, float]]:
+    """Every ``(step, loss)`` earlier attempts wrote to the columns ``cols`` read, in the order written."""
     line, value = cols.raw_column("loss")
     return zip(cols.steps[line].tolist(), value.tolist(), strict=True)

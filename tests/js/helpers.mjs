@@ -20,6 +20,8 @@ function answerFor(url) {
   if (u.pathname === "/api/run") return fixture("run");
   if (u.pathname === "/api/band") return fixture("band_loss");
   if (u.pathname === "/api/compare") return fixture("compare_loss");
+  if (u.pathname === "/api/series" && q.get("metric") === fixture("vocabulary").evaluation.loss)
+    return fixture("series_eval_loss");
   if (u.pathname === "/api/series" && q.get("metric") === "loss") {
     if (q.has("lo")) return fixture("series_loss_window");
     return fixture(q.get("x") === "step" ? "series_loss" : "series_loss_time");

@@ -5,7 +5,7 @@
 // #/compare?runs=p/a,p/b&smoothing=0.6&log=1&y=all&x=elapsed&config=all
 
 import { api } from "./api.js";
-import { PALETTE, line } from "./charts.js";
+import { PALETTE, bestMark, line } from "./charts.js";
 import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { badge, h } from "./dom.js";
 import { chartGroups, metricAxis } from "./run_charts.js";
@@ -33,6 +33,12 @@ const SUMMARY_ROWS = [
   ["last_step", (r) => (r.summary.last_step ?? "–") + (r.summary.total_steps ? ` of ${r.summary.total_steps}` : "")],
   ["best_loss", (r) => number(r, "best_loss") + (r.summary.best_loss_step != null ? ` (step ${r.summary.best_loss_step})` : "")],
   ["final_loss", (r) => number(r, "final_loss")],
+  [
+    "best_eval",
+    (r) =>
+      number(r, "best_eval") +
+      (r.summary.best_eval_metric ? ` (${r.summary.best_eval_metric}, step ${r.summary.best_eval_step})` : ""),
+  ],
   ["duration", (r) => number(r, "duration")],
   ["ranks", (r) => r.rank_text],
   ["alert_count", (r) => String(r.summary.alert_count)],
@@ -78,7 +84,7 @@ export class ComparePage {
   /** params: the hash's query (compareViewFromParams). */
   constructor(main, params) {
     this.view = compareViewFromParams(params);
-    this.runs = []; // /api/compare/runs: [{id, summary, rank_text, metrics}]
+    this.runs = []; // /api/compare/runs: [{id, summary, rank_text, metrics, evaluation}]
     this.config = [];
     this.labels = {};
     this.charts = []; // [{metric, events, chart, series, marks}]
@@ -257,6 +263,7 @@ export class ComparePage {
         this.charts.push({
           metric: m,
           events: g.events,
+          marked: g.marked.includes(m), // an evaluation: each run's points, its best marked
           series: [],
           marks: [],
           chart: line(el, { title: m, subtitle, series: [], axes: [metricAxis(m)], x: this.view.x, legend: false }),
@@ -277,7 +284,14 @@ export class ComparePage {
         if (this.disposed) return;
         c.series = d.series
           .map((s, i) => {
-            const store = new SeriesStore({ run: s.run, metric: c.metric }, { name: names[s.run] || s.run, color: runColor(i) });
+            const look = { name: names[s.run] || s.run, color: runColor(i), marker: c.marked };
+            if (c.marked) {
+              // the server draws each run's elapsed x from its own start: its best's time too
+              const evaluation = this.runs[i].evaluation;
+              const best = evaluation && evaluation.rank === s.rank ? evaluation.bests[c.metric] : undefined;
+              look.best = bestMark(best, this.view.x, this.view.x === "elapsed" ? s.elapsed_origin : 0);
+            }
+            const store = new SeriesStore({ run: s.run, metric: c.metric }, look);
             store.take(s); // one request for every run's series: /api/compare, each in the wire shape of /api/series
             return store;
           })

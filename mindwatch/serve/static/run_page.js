@@ -13,13 +13,13 @@ import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { POINTS } from "./series.js";
-import { attentionFamilies, loadVocabulary, vocab } from "./vocabulary.js";
+import { attentionFamilies, isEvalMetric, loadVocabulary, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
 import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const DRAW_MS = 100; // live points are drawn at most this often
-const DERIVED_MS = 1000; // the heat map and the bands are binned on the server: fetched again at most this often
+const DERIVED_MS = 1000; // the heat map, the bands and the best evaluations are the server's: fetched again at most this often
 const ZOOM_MS = 250;
 const RESCAN_MS = 10000;
 const OUTLIER_RANKS = 5;
@@ -60,7 +60,7 @@ export class RunPage {
     this.disposed = false;
     this.outliers = []; // many ranks: the ranks the overlay draws by default
     this.pickedRank = (params && params.has("rank")) || false;
-    this.timers = { draw: null, derived: null, zoom: null };
+    this.timers = { draw: null, derived: null, zoom: null, evaluation: null };
     this.zoomOrigin = null;
     this.status = null; // the run's state, as the server last said it (the live stream's "state")
     this.progressNow = null; // its progress, as the server last said it (the live stream's "progress")
@@ -196,7 +196,7 @@ export class RunPage {
     this.layers = null;
     this.histograms = null;
     this.grid.replaceChildren();
-    this.cards = chartGroups(this.info.metrics).map((g) => {
+    this.cards = chartGroups(this.info.metrics, this.info.evaluation).map((g) => {
       const read = g.metrics.concat(g.events); // its curves and the events it marks
       const el = h("div", { class: "chart", id: `chart-${g.id}`, "data-metrics": read.join(",") });
       let card = null;
@@ -289,7 +289,7 @@ export class RunPage {
   }
 
   draw(card) {
-    card.draw(this.view, this.alerts, this.restarts(), this.xOrigin());
+    card.draw(this.view, this.alerts, this.restarts(), this.xOrigin(), this.info.evaluation);
   }
 
   /** Where each attempt after the first began (meta.json's attempts), for the charts' restart lines. */
@@ -365,7 +365,7 @@ export class RunPage {
   connect() {
     if (this.live) this.live.close();
     if (this.disposed) return;
-    const metrics = this.cards.flatMap((c) => c.group.metrics.concat(c.group.events));
+    const metrics = [...new Set(this.cards.flatMap((c) => c.allDefs.map((d) => d.metric)))];
     const liveDot = (on) => $("#run-live") && $("#run-live").classList.toggle("on", on);
     this.live = openLive(
       { run: this.runId, metrics: metrics.join(","), cursor: this.info.cursor },
@@ -386,6 +386,7 @@ export class RunPage {
           if (added) {
             this.scheduleDraw();
             this.refreshDerived();
+            if (Object.keys(d.metrics).some(isEvalMetric)) this.refreshEvaluation();
           }
         },
         alert: (d) => {
@@ -433,6 +434,23 @@ export class RunPage {
         /* the next points try again */
       }
       this.timers.derived = null;
+    }, DERIVED_MS);
+  }
+
+  /** A new evaluation: the bests the cards mark are the server's (/api/run's evaluation), asked for again. */
+  refreshEvaluation() {
+    if (this.timers.evaluation) return;
+    this.timers.evaluation = setTimeout(async () => {
+      try {
+        const fresh = await api.run(this.runId);
+        if (!this.disposed) {
+          this.info.evaluation = fresh.evaluation;
+          this.drawAll();
+        }
+      } catch (e) {
+        /* the next evaluation asks again */
+      }
+      this.timers.evaluation = null;
     }, DERIVED_MS);
   }
 

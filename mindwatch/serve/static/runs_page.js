@@ -7,7 +7,7 @@ import { getJSON, openLive } from "./api.js";
 import { formatDuration } from "./charts.js";
 import { $, badge, h } from "./dom.js";
 
-const DEFAULT_COLUMNS = ["final_loss", "best_loss"];
+const DEFAULT_COLUMNS = ["final_loss", "best_loss", "best_eval"];
 // the fixed columns (the first: the checkboxes), each a column the server sorts by but "tags"; their headers are the server's
 const FIXED = ["", "run", "project", "tags", "state", "steps", "last_time", "alerts", "duration"];
 /** A column's header: the server's words for summary values (mindwatch.analysis.summary.LABELS), "lr" for
@@ -19,6 +19,9 @@ function cell(v) {
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(5)));
   return String(v);
 }
+
+/** What a cell says beside its value (the server's value_notes: the metric of the best eval). */
+const cellNote = (note) => (note ? h("span", { class: "muted cell-note" }, ` ${note}`) : null);
 
 export class RunsPage {
   /** params: the hash's query (columns, sort, filter, project, tag). */
@@ -277,7 +280,12 @@ export class RunsPage {
       td(7, { class: "num" }, r.alert_count ? h("span", { class: "alerts" }, r.alert_count) : "0"),
       td(8, { class: "num" }, formatDuration(r.duration)),
       ...this.view.columns.map((c) =>
-        h("td", { class: "num", "data-column": c, "data-label": label(c, this.labels || {}) }, cell(r.values[c])),
+        h(
+          "td",
+          { class: "num", "data-column": c, "data-label": label(c, this.labels || {}) },
+          cell(r.values[c]),
+          cellNote((r.value_notes || {})[c]),
+        ),
       ),
     );
   }

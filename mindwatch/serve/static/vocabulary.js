@@ -22,7 +22,7 @@ export function loadVocabulary() {
   return asked;
 }
 
-/** {metrics, families, groups, layer_stats, attention, stragglers, not_charted, state_css}: see
+/** {metrics, families, groups, layer_stats, attention, stragglers, not_charted, evaluation, state_css}: see
  * mindwatch.serve.api.page_vocabulary. Only after loadVocabulary() resolved. */
 export function vocab() {
   if (!loaded) throw new Error("the metric vocabulary is read before it loaded: await loadVocabulary() first");
@@ -37,3 +37,5 @@ export const attentionFamilies = () => vocab().families.filter((f) => f.per === 
 export const isFamilyMetric = (m) => vocab().families.some((f) => m.startsWith(f.prefix));
 /** Whether ``m`` is a per-layer statistic (the layers view draws it). */
 export const isLayerMetric = (m) => layerFamilies().some((f) => m.startsWith(f.prefix));
+/** Whether ``m`` is an evaluation's result ("eval/<name>"): one point per evaluation, drawn as points joined by a line. */
+export const isEvalMetric = (m) => m.startsWith(vocab().evaluation.prefix);
