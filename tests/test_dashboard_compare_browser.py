@@ -185,7 +185,8 @@ def test_a_spiking_run_leaves_the_others_readable_and_the_view_survives_a_reload
         assert lo >= 1.0 and hi <= 3.0, (lo, hi)  # the others' 1.2..2.05 fill the chart; 1e6 is a triangle at its edge
         assert "p/spiky off scale" in page.evaluate(CHARTS)["loss"]["series"]
         page.check("#y-all")
-        wait_for(lambda: page.evaluate(CHARTS)["loss"]["y"][1] >= 1e6, 10, "every point in range")
+        # the chart is drawn again: until its lazy update its y axis has no extent yet ([])
+        wait_for(lambda: (page.evaluate(CHARTS)["loss"]["y"] or [0, 0])[1] >= 1e6, 10, "every point in range")
 
         # the view: smoothing, log scale, x, every point, every config key; kept in the URL
         page.fill("#smoothing", "0.6")

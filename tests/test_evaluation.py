@@ -253,3 +253,43 @@ def test_memory_is_sampled_into_the_step_not_into_the_evaluation_after_it(tmp_pa
     mon.start().close()
     lines = [json.loads(line) for line in (tmp_path / "metrics.rank0.jsonl").read_text().splitlines()]
     assert [("host_rss_gb" in r, "eval/loss" in r) for r in lines] == [(True, False), (False, True)]
+
+
+def test_a_loops_early_stop_lands_at_its_evaluation_and_a_primary_never_recorded_is_said(tmp_path: Path) -> None:
+    """A loop that evaluates every 2 steps with scripted results: ``patience: 2`` stops it at the second evaluation
+    that does not beat the best (``run.should_stop`` right after ``run.eval``); a configured primary that no
+    evaluation records is an error alert at the first evaluation, and nothing stops."""
+    set_mode("pynative")
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 1))
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
+    x = ms.Tensor(np.ones((BATCH, FEATURES), np.float32))
+    scripted = [0.9, 0.7, 0.8, 0.7, 0.75, 0.6]  # the 4th and 5th do not beat 0.7: the stop is at the 5th (step 10)
+    stop = first_stop(scripted, 2)
+    for primary, expected in ((None, stop), ("f1", None)):
+        config = {"save_dir": str(tmp_path / str(primary)), "project": "p", "alerts": {"early_stopping": {"patience": 2}}}
+        if primary:
+            config["evaluation"] = {"primary": primary}
+        stopped_after = None
+        with mw.start_run(config, network=net, optimizer=opt) as run:
+            for i in range(1, 2 * len(scripted) + 1):
+                loss, grads = step(x, ms.Tensor(np.ones((BATCH, 1), np.float32)))
+                run.step(loss=loss, grads=grads)
+                if i % 2 == 0:
+                    run.eval(loss=scripted[i // 2 - 1])
+                if run.should_stop:
+                    stopped_after = i
+                    break
+        recorded = mindwatch.open_run(run.run_dir)
+        if expected is None:
+            assert stopped_after is None and recorded.state == "finished"
+            (said,) = [a for a in recorded.alerts if a["rule"] == "evaluation"]
+            assert said["severity"] == "error" and "evaluation.primary is eval/f1" in said["message"]
+            assert "it recorded eval/loss" in said["message"]
+        else:
+            assert stopped_after == 2 * (expected + 1), "the loop stops at the evaluation that decided"
+            assert recorded.state == "stopped" and recorded.series("loss").step.tolist()[-1] == stopped_after
+            assert recorded.statuses[0]["reason"] == (
+                "stopped by mindwatch: early stopping: eval/loss has not improved for 2 evaluations (best 0.7 at step 4)"
+            )

@@ -28,7 +28,7 @@ def sums_at(monkeypatch: pytest.MonkeyPatch, rank: int, save_dir: Path, steps: l
         return vector.asnumpy()
 
     monkeypatch.setattr(loop, "discover", lambda: RankInfo(rank, 2))
-    monkeypatch.setattr(loop, "_sum", recorded_sum)
+    monkeypatch.setattr(loop, "sum_over_ranks", recorded_sum)
     config = {"save_dir": str(save_dir), "run_name": run_name, "distributed": {"coordination": {"loop_every": 10}}}
     with loop.start_run(config) as run:
         for kw in steps:
