@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from pathlib import Path
 
@@ -293,3 +294,27 @@ def test_a_loops_early_stop_lands_at_its_evaluation_and_a_primary_never_recorded
             assert recorded.statuses[0]["reason"] == (
                 "stopped by mindwatch: early stopping: eval/loss has not improved for 2 evaluations (best 0.7 at step 4)"
             )
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        ({"evaluation": {"mode": "lowest"}}, "evaluation.mode is 'lowest': use min (a loss) or max (an accuracy)"),
+        ({"alerts": {"early_stopping": {"patience": 0}}}, "alerts.early_stopping.patience"),
+        ({"alerts": {"overfitting": {"min_delta": -1}}}, "alerts.overfitting.min_delta"),
+    ],
+)
+def test_bad_evaluation_settings_are_said_when_the_config_loads(section: dict, said: str) -> None:
+    from mindwatch.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_config(section)
+
+
+def test_early_stopping_is_off_unless_given_and_on_when_given() -> None:
+    from mindwatch.config import load_config
+
+    assert not load_config({}).alerts.early_stopping.enabled
+    given = load_config({"alerts": {"early_stopping": {"patience": 3}}}).alerts.early_stopping
+    assert given.enabled and given.actions == ["stop"] and given.patience == 3
+    assert not load_config({"alerts": {"early_stopping": {"enabled": False}}}).alerts.early_stopping.enabled
