@@ -59,3 +59,15 @@ def test_early_stopping_stops_every_rank_at_the_evaluation_their_mean_decides(tm
     assert [(a["rank"], a["step"]) for a in decided] == [(0, (stop + 1) * per_epoch)], "rank 0 speaks for the run"
     best = int(np.argmin(mean[: stop + 1]))
     assert decided[0]["best_step"] == (best + 1) * per_epoch and decided[0]["value"] == pytest.approx(mean[stop], rel=1e-6)
+
+
+def test_a_loop_that_evaluates_on_rank_0_alone_is_not_held_by_a_collective(tmp_path: Path) -> None:
+    """Without early stopping nothing acts on an evaluation: rank 0's ``run.eval`` calls no collective the other rank
+    would have to join, and both ranks train to the end."""
+    from test_distributed import msrun_to_the_end
+
+    msrun_to_the_end(tmp_path / "logs", "--save-dir", str(tmp_path / "out"), "--steps", "20", "--loop", "--eval-rank", "0")
+    run = mindwatch.open_run(only_run_dir(tmp_path / "out" / "dist"))
+    assert run.series("eval/loss", rank=0).step.tolist() == [5, 10, 15, 20]
+    assert not len(run.series("eval/loss", rank=1)) and run.statuses[1]["state"] == "finished"
+    assert run.statuses[0]["state"] == "finished" and run.series("loss", rank=1).step.tolist()[-1] == 20

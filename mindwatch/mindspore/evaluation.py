@@ -13,9 +13,10 @@ callback's ``on_eval_end``, a loop's ``run.eval``), at the boundary after the tr
   ``eval_samples``; ``eval/perplexity`` (exp of ``eval/loss``, else ``eval/eval_loss``) with
   ``evaluation.perplexity``. A result that is not a scalar (``nn.ConfusionMatrix``'s matrix) is not a metric: it is
   kept in ``evaluations.rank<R>.jsonl`` (a table the report shows), never a crash.
-- **agreed**: in a multi-rank run every rank evaluates, and the value the rules judge is the primary metric's (rank
-  0's, or the ranks' mean: ``evaluation.ranks``), summed over the ranks in one small ``AllReduce`` at this boundary,
-  the same on every rank. So every rank decides alike, at the same evaluation.
+- **agreed**: in a multi-rank run where something acts on it (early stopping, the non-finite rule's actions) every rank
+  evaluates, and the value judged is the primary metric's (rank 0's, or the ranks' mean: ``evaluation.ranks``), summed
+  over the ranks in one small ``AllReduce`` at this boundary, the same on every rank. So every rank decides alike, at
+  the same evaluation. Where nothing acts, there is no collective: a loop may evaluate on rank 0 alone.
 - **judged**: ``alerts.early_stopping`` (``base.Progress``) acts at this boundary, on every rank: its ``stop``
   lands at the end of the epoch (or loop step) whose evaluation decided it. A NaN/Inf result is a ``nonfinite``
   alert (the agreed primary with the rule's actions).
@@ -152,6 +153,9 @@ class Evaluations:
             log.warning("mindwatch: evaluation.keep_best needs the network (start_run(network=)): no best.ckpt")
         self.count = 0
         self._stopped = False
+        #: Whether anything acts on the agreed value (early stopping, the non-finite rule's actions): only then do
+        #: the ranks agree on it in a collective, which every rank must then reach at every evaluation.
+        self._acts = self.stopping is not None or bool(cfg.alerts.nonfinite.enabled and cfg.alerts.nonfinite.actions)
         self._said_missing = False
         self._said_unagreed = False
 
@@ -256,8 +260,8 @@ class Evaluations:
         if own is None and not self._said_missing:
             self._said_missing = True
             self._missing(metrics)
-        if self.world_size <= 1:
-            return own
+        if self.world_size <= 1 or not self._acts:
+            return own  # nothing acts on it: no collective (a loop may evaluate on rank 0 alone)
         share = self.settings.ranks == "mean" or self.rank == 0
         vector = np.zeros(3, np.float32)  # the value in two float32 parts (the collective takes no float64), present
         if own is not None and share:

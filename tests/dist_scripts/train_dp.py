@@ -36,6 +36,7 @@ runs 14 batches ahead of the training, the others 84.
 ``--fault-rank R --fault WHERE:S1,S2``: a bug of mindwatch's own on rank R, at steps S1, S2 (repeatable): ``record``,
 the step's timing (``StepTimer.add``) raises; ``sum``, the code just before a loop's own sum of the signal
 (``SignalExchange.timed``) raises.
+``--eval-rank R``: with ``--loop``, rank R alone calls ``run.eval`` every 5 steps (the other ranks never evaluate).
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
 ``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
@@ -198,6 +199,7 @@ def main() -> None:
     p.add_argument("--ids", action="store_true", help="an ids column, named by callback.sample_ids")
     p.add_argument("--adamw", action="store_true", help="AdamWeightDecay in place of Momentum")
     p.add_argument("--then-per-rank", action="store_true", help="then train again, each rank in its own folder")
+    p.add_argument("--eval-rank", type=int, default=-1, help="--loop: this rank alone calls run.eval every 5 steps")
     p.add_argument("--fault-rank", type=int, default=-1)
     p.add_argument("--fault", action="append", default=[], help="WHERE:S1,S2 (record | sum) on --fault-rank")
     args = p.parse_args()
@@ -276,7 +278,10 @@ def train(rank: int, args: argparse.Namespace) -> None:
         time.sleep(args.late_secs)
     if args.loop:
         rows = f"{args.rows}.rank{rank}.json" if args.rows else None
-        run_dir = train_loop(net, optimizer, data, config, in_reducer=args.signal_in_reducer, batch=batch, rows=rows)
+        evaluates = rank == args.eval_rank
+        run_dir = train_loop(
+            net, optimizer, data, config, in_reducer=args.signal_in_reducer, batch=batch, rows=rows, evaluates=evaluates
+        )
     else:
         cb = MonitorCallback(config, batch=batch)
         callbacks = [cb, CountSteps(), PrintSteps(rank)] if args.print_steps else [cb, CountSteps()]
@@ -305,6 +310,7 @@ def train_loop(
     in_reducer: bool,
     batch: mw.DynamicBatch | None = None,
     rows: str | None = None,
+    evaluates: bool = False,
 ) -> object:
     """The data-parallel functional loop: each rank's gradients all-reduced (mean), then the update; ``in_reducer``:
     mindwatch's signal rides on that reduction (``mw.DistributedGradReducer``), else the loop sums it itself. With a
@@ -330,6 +336,8 @@ def train_loop(
             seen[step] = int(x.shape[0])
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)
+            if evaluates and step % 5 == 0:
+                run.eval(loss=float(loss.asnumpy()))  # this rank alone: nothing acts on it, so no collective waits
             STEPS_DONE.done(STEPS_DONE.count + 1)
             if run.should_stop:
                 break
