@@ -100,6 +100,8 @@ class LayersSection(Section):
     group: Union[int, list[str], None] = None
     #: Histograms of each layer's weights and gradients every N steps (32 bins); null: none.
     histogram_every: int | None = Field(default=100, ge=1)
+    #: The stable rank of every weight matrix every N steps (``stable_rank/<parameter>``, docs/layers.md); null: none.
+    stable_rank_every: int | None = Field(default=100, ge=1)
 
     @field_validator("group")
     @classmethod

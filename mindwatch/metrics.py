@@ -27,8 +27,9 @@ from typing import Any, Literal
 #: How a metric's values of one step combine across ranks: ``same`` (identical on every rank, e.g. after the
 #: gradient all-reduce: one rank speaks for the run), ``mean``, ``max`` (the slowest or fullest rank), ``sum``.
 Aggregation = Literal["same", "mean", "max", "sum"]
-#: What a family is recorded per: each measured layer, or each attention layer (``AttentionStats``).
-Per = Literal["step", "layer", "attention layer"]
+#: What a family is recorded per: each measured layer, each attention layer (``AttentionStats``), or each weight
+#: matrix (a Parameter's full name).
+Per = Literal["step", "layer", "attention layer", "weight"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Metric:
 
 LOSS, LR, GRAD_NORM, LOSS_SCALE, OVERFLOW = "loss", "lr", "grad_norm", "loss_scale", "overflow"
 PERPLEXITY = "perplexity"
+STABLE_RANK = "stable_rank"
 LOCAL_GRAD_NORM = "local_grad_norm"
 #: The epoch a record's step is in (recorded when known); a coordinate, not a curve.
 EPOCH = "epoch"
@@ -247,7 +249,20 @@ ATTENTION_FAMILIES: tuple[Metric, ...] = (
     ),
 )
 
-FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + LOCAL_FAMILIES + ATTENTION_FAMILIES
+#: Per weight matrix, every ``layers.stable_rank_every`` steps (``mindspore/stable_rank.py``): in the metrics file, each
+#: weight a metric of its own (``stable_rank/<parameter>``, ``stable_rank/<parameter>/<expert>``).
+WEIGHT_FAMILIES: tuple[Metric, ...] = (
+    Metric(
+        STABLE_RANK,
+        "||W||_F^2 / sigma_max(W)^2 of a weight matrix: how many directions carry its norm (1: one; its smaller side at "
+        "most); a weight whose stable rank falls has stopped using its width",
+        per="weight",
+        across_ranks="same",
+        title="stable rank",
+    ),
+)
+
+FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + LOCAL_FAMILIES + ATTENTION_FAMILIES + WEIGHT_FAMILIES
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,7 @@ def test_a_bad_stretch_is_rewound_to_the_snapshot_before_it_and_the_run_finishes
     assert before_rewind[-1] <= 100
     assert states.snapshots[at] == [s for s in before_rewind if s <= 80], "a rewind drops what came after"
     assert states.snapshots[at][-1] == 80
-    assert states.snapshots[at + SKIP] == [60, 80], "and the batches passed over take none"
+    assert states.snapshots[at + SKIP] == states.snapshots[at], "and the batches passed over take none"
     final = STEPS - (at - 80) - SKIP
     assert states.snapshots[STEPS] == list(range(EVERY, final + 1, EVERY))[-2:]
     # each step after the rewind beside MindSpore's count of it (cur_step_num: the dataset's batches up to it)

@@ -379,6 +379,7 @@ def test_default_config_switches_on_the_documented_rules() -> None:
         "memory",
         "nonfinite",
         "overfitting",
+        "rank_collapse",
         "spike",
         "throughput_drop",
     ]

@@ -50,6 +50,7 @@ from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cell
 from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import NotATrainingRank, discover
 from mindwatch.mindspore.rewind import Rewinds, snapshots_wanted
+from mindwatch.mindspore.stable_rank import StableRanks
 from mindwatch.mindspore.timing import FlopsBasis, StepTimer
 from mindwatch.monitor.worker import Sampler
 from mindwatch.session import RunSession
@@ -203,6 +204,8 @@ class StepRecorder:
         self.layers = self._layers(training.layers, optimizer)
         self.attention = _attention(training.attention, cfg)
         self.entropy = _entropy_hooks(training.entropy_hooks, cfg) if self.attention is None else None
+        #: The stable rank of every weight matrix, every ``layers.stable_rank_every`` steps (None: not measured).
+        self.stable_ranks = _stable_ranks(self.weights, cfg)
         #: Whether the step being run measures something in the graph (such a step is always recorded).
         self.measuring = False
         self._interval = cfg.step_interval
@@ -330,6 +333,8 @@ class StepRecorder:
             measuring = self.attention.plan(step) or measuring
         if self.entropy is not None:
             self.entropy.sampling = step % self.config.attention_entropy.every == 0
+        if self.stable_ranks is not None and self.stable_ranks.due(step):
+            measuring = True  # recorded: its record carries the stable ranks
         self.measuring = measuring
         state = self.state
         # a step that will be recorded: the optimizer's global_step it runs at (not the first: the optimizer may be
@@ -370,6 +375,8 @@ class StepRecorder:
         self.state.first_pending = False
         if self._perplexity and "loss" in rec:
             rec[vocab.PERPLEXITY] = perplexity(rec["loss"])
+        if self.stable_ranks is not None and self.stable_ranks.due(step):
+            self.stable_ranks.attach(rec, step)  # the weights after this step's update; the worker does the arithmetic
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
             self.actions.nonfinite(rec)  # NaN/Inf: ask for the non-finite rule's actions on this very step
         if rec.get(vocab.SKIPPED):
@@ -411,6 +418,16 @@ def _samplers(metrics: frozenset[str], target: str, device_id: int) -> list[Samp
     if metrics & set(vocab.in_group("device_util")):
         samplers.append(device_util_sampler(target, device_id))
     return [s for s in samplers if s is not None]
+
+
+def _stable_ranks(weights: Sequence[Any], config: MonitorConfig) -> StableRanks | None:
+    """The stable ranks of the trained weight matrices (``layers.stable_rank_every``; off with ``layers.enabled:
+    false`` or without a weight matrix)."""
+    every = config.layers.stable_rank_every
+    if not config.layers.enabled or every is None:
+        return None
+    ranks = StableRanks(weights, every)
+    return ranks if ranks else None
 
 
 def _attention(network: Any, config: MonitorConfig) -> AttentionWatch | None:

@@ -43,6 +43,9 @@ TICKER_BATCH_SECS = 0.05
 TICK_SECS = 0.1
 
 
+#: A record's key for work the training thread leaves to the worker: a callable whose ``{metric: value}`` the worker
+#: merges into the record before any sink sees it (``mindspore/stable_rank.py``: the arithmetic of a measured step).
+DEFERRED = "_deferred"
 #: A sampler returns extra metrics (memory, ...) merged into the newest record; run on the worker.
 Sampler = Callable[[], dict[str, float]]
 
@@ -192,6 +195,9 @@ class Monitor:
             batch.append(q.popleft())
         if not batch or self.retired():
             return
+        for rec in batch:
+            if DEFERRED in rec:
+                self._deferred(rec)
         now = time.monotonic()
         # the newest step's record: an evaluation's (or a user's own metrics') is not a step's, memory is sampled per step
         newest = next((r for r in reversed(batch) if not vocab.is_evaluation(r)), None)
@@ -207,6 +213,14 @@ class Monitor:
             self._call(sink, "records_dropped", self.dropped)
             self._call(sink, "write", batch)
         self._deliver_alerts()  # what the rules raised on this batch, without waiting for the next one
+
+    def _deferred(self, rec: Record) -> None:
+        """The work ``rec`` carries (:data:`DEFERRED`), merged into it; a failure is a warning, the record is written."""
+        work = rec.pop(DEFERRED)
+        try:
+            rec.update(work())
+        except Exception as e:  # noqa: BLE001  # a measurement of ours that fails must not lose the step
+            self._warn_once(id(DEFERRED), f"mindwatch: a measurement left to the worker failed: {e!r}")
 
     def _deliver_alerts(self) -> None:
         if self._alerts and self.retired():

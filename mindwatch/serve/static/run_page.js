@@ -13,7 +13,7 @@ import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { POINTS } from "./series.js";
-import { attentionFamilies, isEvalMetric, loadVocabulary, vocab } from "./vocabulary.js";
+import { heatFamilies, isEvalMetric, loadVocabulary, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
 import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
@@ -216,7 +216,7 @@ export class RunPage {
     if (this.cards.length) await this.loadCard(this.cards[0]);
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
     if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom); // the shared link's window
-    for (const f of attentionFamilies().filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
+    for (const f of heatFamilies().filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
       const members = this.info.metrics.filter((m) => m.startsWith(f.prefix));
       const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}`, "data-metrics": members.join(",") });
       this.grid.append(
@@ -227,7 +227,8 @@ export class RunPage {
           csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]], f.name),
         }),
       );
-      this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per layer` }));
+      const per = f.per === "weight" ? "weight" : "layer";
+      this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per ${per}` }));
     }
     if (hasLayers(this.info.metrics)) {
       this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0], this.info.metrics);

@@ -31,8 +31,9 @@ export function vocab() {
 
 /** The per-layer statistics' families (grad_norm/<layer>, ...), in layer-row order. */
 export const layerFamilies = () => vocab().families.filter((f) => f.per === "layer");
-/** The attention families (attention_entropy/<layer>, attention_max_logit/<layer>). */
-export const attentionFamilies = () => vocab().families.filter((f) => f.per === "attention layer");
+/** The families recorded in the metrics file, each member a metric of its own, drawn as a heat map (members x steps):
+ * the attention families (attention_entropy/<layer>, attention_max_logit/<layer>) and stable_rank/<weight>. */
+export const heatFamilies = () => vocab().families.filter((f) => f.per === "attention layer" || f.per === "weight");
 /** Whether ``m`` is a member of a built-in family ("<family>/<layer>"): drawn by a view, not a chart each. */
 export const isFamilyMetric = (m) => vocab().families.some((f) => m.startsWith(f.prefix));
 /** Whether ``m`` is a per-layer statistic (the layers view draws it). */
