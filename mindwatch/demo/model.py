@@ -100,16 +100,10 @@ class LanguageModelLoss(nn.Cell):
         return self.ce(logits.reshape(-1, self.vocab), targets.reshape(-1))
 
 
-class LanguageModelEval(nn.Cell):
+class LanguageModelEval(LanguageModelLoss):
     """For ``Model.eval``: the loss of :class:`LanguageModelLoss`, the logits and the targets flattened to one row per
     byte: every metric gets the three, ``set_indexes`` picks (``nn.Loss().set_indexes([0])``,
     ``nn.Accuracy().set_indexes([1, 2])``)."""
-
-    def __init__(self, network: TinyGPT) -> None:
-        super().__init__()
-        self.network = network
-        self.vocab = network.cfg.vocab_size
-        self.ce = nn.CrossEntropyLoss()
 
     def construct(self, ids, targets):
         logits = self.network(ids).reshape(-1, self.vocab)
