@@ -99,6 +99,7 @@ def test_report_of_a_real_run(kind: str, report_runs, browser, tmp_path: Path, a
     assert {"loss", "lr", "grad_norm", "step_time", "samples_per_second"} <= set(names)
     ink = canvas_ink(page)
     expected_charts = len(names) + 1 + (1 if data["heatmap"] else 0) + (1 if data["alerts"]["series"] else 0)
+    expected_charts += 1 if data["weights"] else 0
     assert state["charts"] == expected_charts
     assert len(ink) >= expected_charts and min(ink) > 300, ink  # every canvas drew something
     page.screenshot(path=str(artifacts_dir / f"report-{kind}.png"), full_page=True)
@@ -425,6 +426,7 @@ def test_pdf_packs_the_charts_inside_their_frames_without_sliders(
     (artifacts_dir / "report-finished.pdf").write_bytes(pdf)
     data = report_data(out.read_text())
     charts = len(data["metrics"]) + 1 + (1 if data["heatmap"] else 0) + (1 if data["alerts"]["series"] else 0)
+    charts += 1 if data["weights"] else 0
     assert charts >= 10 and pages <= 5, pages  # two charts a row, not a page per chart
 
     # the page as the PDF printer lays it out (report.html#print, print media, the A4 column's width)

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 from mindspore import ops
 from mindspore.train import Callback
+from test_report import report_data
 
 import mindwatch
 from mindwatch.alerts.rules.rank_collapse import RankCollapseRule
 from mindwatch.demo.train import DemoSettings, build_training
 from mindwatch.mindspore import MonitorCallback
+from mindwatch.report.html import render_report
 
 EVERY, STEPS, COLLAPSE_AT = 10, 120, 85
 
@@ -69,6 +71,14 @@ def test_stable_rank_is_numpys_and_a_weight_made_rank_one_is_named(tmp_path, mod
         for i, step in enumerate(measured):
             if i >= 2:  # from the third measurement on: warm-started from the last
                 assert s.value[i] == pytest.approx(reference.at[step][name], rel=0.02), (name, step)
+    # the report's heat map, weights x steps: the recorded values (fewer steps than its buckets: one a column)
+    weights = report_data(render_report([run]))["weights"]
+    assert weights["steps"] == measured and weights["title"] == "stable rank per weight"
+    assert sorted(weights["layers"]) == sorted(names)
+    drawn = {(j, li): v for j, li, v in weights["values"]}
+    for li, name in enumerate(weights["layers"]):
+        recorded = run.series(f"stable_rank/{name}").value.tolist()
+        assert [drawn[(j, li)] for j in range(len(measured))] == pytest.approx(recorded, rel=1e-5), name
     if steps < COLLAPSE_AT:
         return  # the values alone (too few measurements for the rule)
     fired = [a for a in run.alerts if a["rule"] == "rank_collapse"]
@@ -86,3 +96,24 @@ def test_rank_collapse_fires_once_a_streak_below_its_own_median() -> None:
     # 12 < median/2 fires; 11 continues the streak; 38 ends it; 15 (below its median 39.5 / 2) fires again
     assert [(a["step"], a["metric"]) for a in fired] == [(500, "stable_rank/w"), (800, "stable_rank/w")]
     assert "the stable rank of w fell to 12" in fired[0]["message"]
+
+
+def test_each_experts_matrix_of_a_3d_weight_is_measured_on_its_own() -> None:
+    """A (experts, rows, columns) Parameter: ``stable_rank/<name>/<e>`` for each expert, each numpy's, warm-started."""
+    from mindwatch.mindspore.stable_rank import StableRanks
+    from mindwatch.monitor.worker import DEFERRED
+
+    rng = np.random.default_rng(0)
+    experts = rng.standard_normal((4, 48, 16)).astype(np.float32)
+    experts[2] = np.outer(rng.standard_normal(48), rng.standard_normal(16))  # expert 2: rank one
+    weight = ms.Parameter(ms.Tensor(experts), name="moe.experts.w1")
+    ranks = StableRanks([weight, ms.Parameter(ms.Tensor(np.ones(16, np.float32)), name="bias")], every=1)
+    assert [p.name for p in ranks.params] == ["moe.experts.w1"], "a vector has no stable rank"
+    for _ in range(3):  # the third measurement warm-started from the second's vectors
+        rec: dict = {}
+        ranks.attach(rec, 1)
+        values = rec.pop(DEFERRED)()
+    assert sorted(values) == [f"stable_rank/moe.experts.w1/{e}" for e in range(4)]
+    for e in range(4):
+        assert values[f"stable_rank/moe.experts.w1/{e}"] == pytest.approx(numpy_stable_rank(experts[e]), rel=0.02), e
+    assert values["stable_rank/moe.experts.w1/2"] == pytest.approx(1.0, rel=1e-3)

@@ -70,6 +70,7 @@ MAX_EVAL_ROWS = 1000
 #: Per-layer metrics drawn as one chart of a line per layer (mindwatch.mindspore.attention).
 _PER_LAYER = tuple(m.prefix for m in vocab.ATTENTION_FAMILIES)
 _ENTROPY = f"{vocab.ATTENTION_ENTROPY}/"
+_STABLE_RANK = f"{vocab.STABLE_RANK}/"
 #: The names of the per-layer norms side by side in the report's bar chart.
 _NORM_BARS = {vocab.WEIGHT_NORM: "weights", vocab.GRAD_NORM: "gradients"}
 _HERE = Path(__file__).resolve().parent
@@ -102,6 +103,7 @@ def render_report(runs: list[Run]) -> str:
         "evaluation": _evaluation_charts(runs, labels, evaluations),
         "histogram": _histogram(runs, labels),
         "heatmap": _heatmap(runs[0]),
+        "weights": _heatmap(runs[0], _STABLE_RANK, f"{vocab.WEIGHT_FAMILIES[0].title} per weight"),
         "layers": _layers(runs[0]),
         "alerts": _alerts_chart(runs, labels),
         "step_range": _step_range(runs),
@@ -127,7 +129,7 @@ def render_report(runs: list[Run]) -> str:
             '<div class="grid" id="curves"></div>' if data["metrics"] else '<p class="muted">no metrics recorded yet</p>',
             "<h2>Distributions</h2>" if data["histogram"] or data["heatmap"] else "",
             '<div class="grid" id="distributions"></div>',
-            "<h2>Layers</h2>" if data["layers"] else "",
+            "<h2>Layers</h2>" if data["layers"] or data["weights"] else "",
             '<div class="grid" id="layers"></div>',
             "<h2>Alerts</h2>",
             '<div class="grid" id="alerts-chart"></div>',
@@ -321,9 +323,10 @@ def _histogram(runs: list[Run], labels: list[str], bins: int = 30, ticks: int = 
     return {"metric": vocab.GRAD_NORM, "labels": ticks_out, "ranges": ranges, "series": series, "log": bool(log), "note": note}
 
 
-def _heatmap(run: Run) -> dict[str, Any] | None:
-    """The attention-entropy heat map of the first rank that has one, binned like the dashboard's."""
-    layers = sorted((m for m in run.metrics if m.startswith(_ENTROPY)), key=layer_order)
+def _heatmap(run: Run, prefix: str = _ENTROPY, title: str | None = None) -> dict[str, Any] | None:
+    """The heat map (members x step buckets, binned like the dashboard's) of a family recorded in the metrics file,
+    ``<prefix><member>``: the attention entropy per layer, the stable rank per weight; of the first rank that has it."""
+    layers = sorted((m for m in run.metrics if m.startswith(prefix)), key=layer_order)
     rank = next((r for r in run.ranks if any(len(run.series(m, rank=r)) for m in layers)), None)
     if not layers or rank is None:
         return None
@@ -335,8 +338,8 @@ def _heatmap(run: Run) -> dict[str, Any] | None:
     note = f"rank {rank}, {samples} samples"
     if len(grid.steps) < samples:
         note += f", mean of each of {len(grid.steps)} step buckets"
-    layer_names = [m[len(_ENTROPY) :] for m in layers]
-    title = f"{vocab.ATTENTION_FAMILIES[0].title} per layer"
+    layer_names = [m[len(prefix) :] for m in layers]
+    title = title or f"{vocab.ATTENTION_FAMILIES[0].title} per layer"
     return {"steps": grid.steps, "layers": layer_names, "values": grid.values, "note": note, "title": title}
 
 

@@ -149,6 +149,14 @@ if (DATA.heatmap) {
   );
 }
 
+// -- the stable rank of every weight matrix (docs/layers.md), weights x steps -------------------------------------
+if (DATA.weights) {
+  const hm = DATA.weights;
+  make(heatDiv(document.getElementById("layers"), "chart-stable-rank", hm.layers.length), (el) =>
+    heatmap(el, hm, { title: hm.title, subtitle: hm.note }),
+  );
+}
+
 // -- per-layer health (docs/layers.md): the last norms side by side, and heat maps over steps -------------
 if (DATA.layers) {
   const ly = DATA.layers;
