@@ -272,13 +272,13 @@ class RunSession:
         stop = self.config.distributed.on_rank_lost == "stop"
         if stop:
             alert["on_rank_lost"] = "stop"  # not in "actions": no step ahead can be agreed with a rank gone
-        # its line in alerts.jsonl first (one small append): the hand-off below starts a process, and the launcher that
-        # saw the rank die may end this one before the worker's next turn would write it
+        # its line in alerts.jsonl and this rank's status first (one small append, one small rewrite): the hand-off
+        # below starts a process, and the launcher that saw the rank die may end this one before either is written
         self.writer.append_alert_now(alert)
-        if self.notify_now is not None:
-            self.notify_now(alert)
         self.writer.lost_ranks[str(lost.rank)] = lost.as_record()
         self.writer.flush()
+        if self.notify_now is not None:
+            self.notify_now(alert)
         if not stop:
             return
         if self.coordinator is not None and self.rank == 0:

@@ -132,7 +132,8 @@ class _Liveness:
         self._woken()
 
     def report_lost(self, gone: LostRank) -> None:
-        """``gone`` died: ``on_lost`` first (the notification, then this rank's status), then the ``rank_lost`` alert."""
+        """``gone`` died: ``on_lost`` first (the alert's line and this rank's status, then the notification), then the
+        ``rank_lost`` alert."""
         alert = lost_alert(gone, reported_by=self.reporter)
         if self.reporter == 0:
             log.error("mindwatch: %s", gone.message)
