@@ -276,9 +276,10 @@ class RunSession:
         # below starts a process, and the launcher that saw the rank die may end this one before either is written
         self.writer.append_alert_now(alert)
         self.writer.lost_ranks[str(lost.rank)] = lost.as_record()
-        self.writer.flush()
+        self.writer.write_status_now()
         if self.notify_now is not None:
             self.notify_now(alert)
+        self.writer.flush()
         if not stop:
             return
         if self.coordinator is not None and self.rank == 0:

@@ -162,6 +162,16 @@ class RunWriter(BaseSink):
             self._close_file()
             self._warn(f"mindwatch: cannot write run files in {self.layout.root} ({e}); training continues")
 
+    def write_status_now(self) -> None:
+        """Rewrite the status file alone, now (no fsync of the metrics, no column files): what must be on disk before
+        this process may be killed (a lost rank's ``lost_ranks``)."""
+        if self.check_superseded():
+            return
+        try:
+            write_json_atomic(self.layout.status(self.rank), self.status(), durable=False)
+        except OSError as e:
+            self._warn(f"mindwatch: cannot write the status in {self.layout.root} ({e}); training continues")
+
     def close(self, state: str = "finished", error: str | None = None, reason: str | None = None) -> None:
         self.state, self.error, self.reason = state, error, reason
         self.flush()
