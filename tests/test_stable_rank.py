@@ -7,9 +7,13 @@ takes ``np.linalg.svd`` of it.
 
 from __future__ import annotations
 
+import shutil
+from urllib.parse import quote
+
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import CHROMIUM
 from mindspore import ops
 from mindspore.train import Callback
 from test_report import report_data
@@ -48,7 +52,7 @@ class Reference(Callback):
 
 
 @pytest.mark.parametrize(("mode", "steps"), [("graph", STEPS), ("pynative", 4 * EVERY)])
-def test_stable_rank_is_numpys_and_a_weight_made_rank_one_is_named(tmp_path, mode: str, steps: int) -> None:
+def test_stable_rank_is_numpys_and_a_weight_made_rank_one_is_named(tmp_path, mode: str, steps: int, request) -> None:
     """GRAPH: a training that collapses one weight at step 85; PyNative (slower a step): the values alone."""
     settings = DemoSettings(steps=steps, mode=mode, layers=1, d_model=32, heads=2, batch_size=8, seq_length=32, layer_stats=False)
     model, data = build_training(settings)
@@ -79,6 +83,8 @@ def test_stable_rank_is_numpys_and_a_weight_made_rank_one_is_named(tmp_path, mod
     for li, name in enumerate(weights["layers"]):
         recorded = run.series(f"stable_rank/{name}").value.tolist()
         assert [drawn[(j, li)] for j in range(len(measured))] == pytest.approx(recorded, rel=1e-5), name
+    if mode == "graph" and shutil.which(CHROMIUM):  # the run page's heat map, weights x steps, in Chromium
+        drawn_in_page(run, request.getfixturevalue("browser"), measured)
     if steps < COLLAPSE_AT:
         return  # the values alone (too few measurements for the rule)
     fired = [a for a in run.alerts if a["rule"] == "rank_collapse"]
@@ -117,3 +123,30 @@ def test_each_experts_matrix_of_a_3d_weight_is_measured_on_its_own() -> None:
     for e in range(4):
         assert values[f"stable_rank/moe.experts.w1/{e}"] == pytest.approx(numpy_stable_rank(experts[e]), rel=0.02), e
     assert values["stable_rank/moe.experts.w1/2"] == pytest.approx(1.0, rel=1e-3)
+
+
+HEAT = """() => {
+  const el = document.querySelector('#chart-stable-rank');
+  const c = el && echarts.getInstanceByDom(el);
+  if (!c) return null;
+  const o = c.getOption();
+  return {steps: o.xAxis[0].data, weights: o.yAxis[0].data, values: o.series[0].data, title: o.title[0].text};
+}"""
+
+
+def drawn_in_page(run, browser, measured: list[int]) -> None:
+    """The dashboard's run page draws ``stable_rank/<weight>`` as weights x steps with the recorded values."""
+    from conftest import wait_for
+
+    from mindwatch.serve.process import DashboardProcess
+
+    with DashboardProcess(run.path.parent.parent, port=0) as dash:
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.goto(f"{dash.url}#/run/{quote(f'{run.path.parent.name}/{run.path.name}', safe='')}")
+        heat = wait_for(lambda: page.evaluate(HEAT), 60, "the stable-rank heat map")
+    assert heat["title"] == "stable rank per weight" and [int(s) for s in heat["steps"]] == measured
+    drawn = {(int(j), int(li)): v for j, li, v in heat["values"]}
+    assert sorted(heat["weights"]) == sorted(m for m in run.metrics if m.startswith("stable_rank/"))
+    for li, metric in enumerate(heat["weights"]):  # each row named by its metric, as the attention map's
+        recorded = run.series(metric).value.tolist()
+        assert [drawn[(j, li)] for j in range(len(measured))] == pytest.approx(recorded, rel=1e-5), metric

@@ -179,6 +179,8 @@ class Evaluations:
         if tables:
             self._keep_tables(step, epoch, tables)
         if not metrics:
+            if self.world_size > 1 and self._acts:
+                self._agreed({})  # the other ranks sum at this evaluation: take part, with nothing
             return
         self.count += 1
         if self.settings.perplexity:
@@ -253,11 +255,10 @@ class Evaluations:
         this at every evaluation, whatever it recorded, so the collective always matches)."""
         if self.primary is None:
             self.primary = vocab.eval_primary(metrics, self.settings.primary)
-            if self.primary is None:
-                return None
-            self.progress = Progress(vocab.eval_mode(self.primary, self.settings.mode), self._min_delta())
-        own = metrics.get(self.primary)
-        if own is None and not self._said_missing:
+            if self.primary is not None:
+                self.progress = Progress(vocab.eval_mode(self.primary, self.settings.mode), self._min_delta())
+        own = metrics.get(self.primary) if self.primary is not None else None
+        if own is None and metrics and not self._said_missing:
             self._said_missing = True
             self._missing(metrics)
         if self.world_size <= 1 or not self._acts:
