@@ -318,3 +318,28 @@ def test_early_stopping_is_off_unless_given_and_on_when_given() -> None:
     given = load_config({"alerts": {"early_stopping": {"patience": 3}}}).alerts.early_stopping
     assert given.enabled and given.actions == ["stop"] and given.patience == 3
     assert not load_config({"alerts": {"early_stopping": {"enabled": False}}}).alerts.early_stopping.enabled
+
+
+def test_a_fault_of_ours_in_an_evaluation_is_said_and_the_loop_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``run.eval`` follows the failure policy: a bug in mindwatch's evaluation is a warning, the training goes on."""
+    from mindwatch.mindspore.evaluation import Evaluations
+
+    def broken(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        raise RuntimeError("a bug of mindwatch's own")
+
+    monkeypatch.setattr(Evaluations, "_record", broken)
+    set_mode("pynative")
+    net = nn.SequentialCell(nn.Dense(FEATURES, 1))
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    step = jit_train_step(nn.WithLossCell(net, nn.MSELoss()), opt)
+    x = ms.Tensor(np.ones((BATCH, FEATURES), np.float32))
+    with caplog.at_level(logging.WARNING, logger="mindwatch"), mw.start_run({"save_dir": str(tmp_path)}) as run:
+        for i in range(1, 5):
+            loss, grads = step(x, ms.Tensor(np.ones((BATCH, 1), np.float32)))
+            run.step(loss=loss, grads=grads)
+            run.eval(loss=float(i))
+    recorded = mindwatch.open_run(run.run_dir)
+    assert recorded.state == "finished" and recorded.series("loss").step.tolist() == [1, 2, 3, 4]
+    assert "a bug of mindwatch's own" in caplog.text and "run.eval" in caplog.text

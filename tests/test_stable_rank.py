@@ -51,6 +51,7 @@ class Reference(Callback):
             ops.assign(p, ms.Tensor((s[0] * np.outer(u[:, 0], vt[0])).astype(np.float32)))
 
 
+@pytest.mark.slow  # 6-7 s a training
 @pytest.mark.parametrize(("mode", "steps"), [("graph", STEPS), ("pynative", 4 * EVERY)])
 def test_stable_rank_is_numpys_and_a_weight_made_rank_one_is_named(tmp_path, mode: str, steps: int, request) -> None:
     """GRAPH: a training that collapses one weight at step 85; PyNative (slower a step): the values alone."""

@@ -174,27 +174,17 @@ class Evaluations:
         samples: int | None = None,
         boundary: StepBoundary | None = None,
     ) -> None:
-        """Record, agree on, judge and keep the evaluation after ``step`` (see the module docstring)."""
-        metrics, tables = eval_metrics(results, secs)
-        if tables:
-            self._keep_tables(step, epoch, tables)
-        if not metrics:
+        """Record, agree on, judge and keep the evaluation after ``step`` (see the module docstring). Whatever fails
+        here (a fault of ours, said by the caller's failure policy), this rank still takes part in the ranks' sum."""
+        try:
+            metrics, rec = self._record(step, epoch, results, secs, samples)
+        except BaseException:
             if self.world_size > 1 and self._acts:
-                self._agreed({})  # the other ranks sum at this evaluation: take part, with nothing
-            return
-        self.count += 1
-        if self.settings.perplexity:
-            loss = metrics.get(vocab.EVAL_LOSS, metrics.get(vocab.EVAL_FIT_LOSS))
-            if loss is not None:
-                metrics[f"{vocab.EVAL_PREFIX}{vocab.PERPLEXITY}"] = perplexity(loss)
-        rec: dict[str, Any] = {"step": int(step), "t": _wall(), "rank": self.rank}
-        if epoch is not None:
-            rec["epoch"] = int(epoch)
-        rec.update(metrics)
-        if samples is not None:
-            rec[vocab.EVAL_SAMPLES] = int(samples)
-        self.session.monitor.record(rec)
+                self._agreed({})  # the other ranks sum at this evaluation: no rank waits for this one
+            raise
         value = self._agreed(metrics)
+        if rec is None:
+            return
         ev = Evaluation(int(step), rec.get("epoch"), value) if value is not None else None
         self._nonfinite(rec, ev, boundary)
         if ev is None or self.progress is None:
@@ -222,6 +212,29 @@ class Evaluations:
                 int(step),
                 boundary,
             )
+
+    def _record(
+        self, step: int, epoch: int | None, results: Any, secs: float | None, samples: int | None
+    ) -> tuple[dict[str, float], dict[str, Any] | None]:
+        """The evaluation's metrics and the record handed to the worker (None: it holds no scalar result)."""
+        metrics, tables = eval_metrics(results, secs)
+        if tables:
+            self._keep_tables(step, epoch, tables)
+        if not metrics:
+            return metrics, None
+        self.count += 1
+        if self.settings.perplexity:
+            loss = metrics.get(vocab.EVAL_LOSS, metrics.get(vocab.EVAL_FIT_LOSS))
+            if loss is not None:
+                metrics[f"{vocab.EVAL_PREFIX}{vocab.PERPLEXITY}"] = perplexity(loss)
+        rec: dict[str, Any] = {"step": int(step), "t": _wall(), "rank": self.rank}
+        if epoch is not None:
+            rec["epoch"] = int(epoch)
+        rec.update(metrics)
+        if samples is not None:
+            rec[vocab.EVAL_SAMPLES] = int(samples)
+        self.session.monitor.record(rec)
+        return metrics, rec
 
     def close(self, state: str) -> None:
         """The run ends ``state``: with ``restore_best``, the best evaluation's weights back first (a training that

@@ -400,14 +400,13 @@ class Run:
             return
         if eval_time is not None:
             recorder.timer.paused(float(eval_time))
-        recorder.evaluations.add(
-            self._step if step is None else step,
-            epoch,
-            results,
-            secs=eval_time,
-            samples=None if samples is None else int(samples),
-            boundary=self._boundary,
-        )
+        at = self._step if step is None else step
+        try:
+            recorder.evaluations.add(
+                at, epoch, results, secs=eval_time, samples=None if samples is None else int(samples), boundary=self._boundary
+            )
+        except Exception as e:  # a fault of ours: said by the failure policy, never the loop's
+            self._failures.failed(e, step=at, where="run.eval")
 
     def finish(self, state: str | None = None, *, error: str | None = None) -> None:
         """End the run: ``stopped`` (with the reason) after a stop, ``failed`` with ``error``, else ``finished``."""

@@ -41,3 +41,19 @@ test("the chart view goes into the URL and comes back the same; a bad value is t
   });
   assert.equal(setChartViewParams(new URLSearchParams(), chartViewFromParams(new URLSearchParams())).toString(), "");
 });
+
+test("the families recorded per member are heat maps, not a card each: the attention layers' and every weight's stable rank", async () => {
+  const { heatFamilies, isFamilyMetric } = await page("vocabulary.js");
+  const { chartGroups } = await page("run_charts.js");
+  const families = fixture("vocabulary").families;
+  const expected = families.filter((f) => f.per === "attention layer" || f.per === "weight").map((f) => f.prefix);
+  assert.deepEqual(
+    heatFamilies().map((f) => f.prefix),
+    expected,
+  );
+  assert.ok(expected.includes("stable_rank/") && expected.includes("attention_entropy/"), expected.join(", "));
+  const weights = ["stable_rank/blocks.0.attn.qkv.weight", "stable_rank/moe.experts.w1/3"];
+  assert.ok(weights.every(isFamilyMetric));
+  const drawn = chartGroups(["loss", ...weights]).flatMap((g) => g.metrics);
+  assert.deepEqual(drawn, ["loss"], "no card of its own for a weight's stable rank");
+});
