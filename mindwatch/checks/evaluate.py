@@ -34,10 +34,9 @@ from typing import Any
 import numpy as np
 
 from mindwatch import metrics as vocab
-from mindwatch.analysis.eval_table import configured
 from mindwatch.analysis.summary import listed, lowest_rank_with, run_values
 from mindwatch.checks.language import Binary, Call, CheckRule, Compare, Constant, Name, Node, RuleError, Unary, parse_rule
-from mindwatch.store.best_eval import EvalBests
+from mindwatch.store.best_eval import EvalBests, configured
 from mindwatch.store.best_loss import kept
 from mindwatch.store.catalog import last_step
 from mindwatch.store.reader import Run

@@ -2,9 +2,10 @@
 
 Example::
 
-    watch_evaluations()                         # once MindFormers is imported: register() and the callback call it
-    with listening(callback.evaluated):         # the callback, while it trains
-        trainer.train()                         # each do_eval's result reaches callback.evaluated(result, ...)
+    watch_evaluations()                         # once MindFormers is imported: register() calls it
+    listen(callback.evaluated)                  # the callback, at train begin (it wraps the trainer too, once)
+    trainer.train()                             # each do_eval's result reaches callback.evaluated(result, ...)
+    stop_listening(callback.evaluated)          # the callback, when its run ends
 
 MindFormers 1.9's ``BaseTrainer`` evaluates in training through ``_evaluate_in_training(model, eval_dataset)``, which
 calls ``model.eval`` without callbacks and hands the result (``{'PerplexityMetric': {'loss': 5.55, 'PPL': 257.6}}``)
@@ -19,7 +20,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("mindwatch")
@@ -58,17 +59,6 @@ def watch_evaluations() -> bool:
     _evaluate_in_training.mindwatch = True  # type: ignore[attr-defined]
     trainer._evaluate_in_training = _evaluate_in_training  # type: ignore[union-attr]
     return True
-
-
-@contextlib.contextmanager
-def listening(listener: Listener) -> Iterator[None]:
-    """``listener`` hears of each MindFormers evaluation in training while inside."""
-    _listeners.append(listener)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            _listeners.remove(listener)
 
 
 def listen(listener: Listener) -> None:

@@ -92,9 +92,10 @@ class EvalBests:
 
     def add_values(self, names: list[str], values: Mapping[str, Any], step: int, epoch: int | None, t: float | None) -> None:
         """One evaluation's ``names`` out of ``values``."""
+        names = sorted(names)
         if self._first is None:
-            self._first = sorted(names)
-        for name in sorted(names):
+            self._first = names
+        for name in names:
             self.add_value(name, values[name], step, epoch, t)
 
     def add_value(self, name: str, value: Any, step: int, epoch: int | None = None, t: float | None = None) -> None:
