@@ -37,6 +37,8 @@ runs 14 batches ahead of the training, the others 84.
 the step's timing (``StepTimer.add``) raises; ``sum``, the code just before a loop's own sum of the signal
 (``SignalExchange.timed``) raises.
 ``--eval-rank R``: with ``--loop``, rank R alone calls ``run.eval`` every 5 steps (the other ranks never evaluate).
+``--eval-scripted JSON``: with ``--loop``, every rank calls ``run.eval(loss=...)`` every 5 steps with these values (rank
+R's each + R / 100).
 ``--print-steps``: print ``RANK_STEP <rank> <step>`` (flushed) once each step is done: what a test compares with after
 ``kill -9`` (the metrics file may not hold the last steps yet: its writer flushes every ``flush_secs``).
 """
@@ -200,6 +202,7 @@ def main() -> None:
     p.add_argument("--adamw", action="store_true", help="AdamWeightDecay in place of Momentum")
     p.add_argument("--then-per-rank", action="store_true", help="then train again, each rank in its own folder")
     p.add_argument("--eval-rank", type=int, default=-1, help="--loop: this rank alone calls run.eval every 5 steps")
+    p.add_argument("--eval-scripted", default=None, help="--loop: every rank evaluates every 5 steps: JSON list of losses")
     p.add_argument("--fault-rank", type=int, default=-1)
     p.add_argument("--fault", action="append", default=[], help="WHERE:S1,S2 (record | sum) on --fault-rank")
     args = p.parse_args()
@@ -278,9 +281,18 @@ def train(rank: int, args: argparse.Namespace) -> None:
         time.sleep(args.late_secs)
     if args.loop:
         rows = f"{args.rows}.rank{rank}.json" if args.rows else None
-        evaluates = rank == args.eval_rank
+        scripted = json.loads(args.eval_scripted) if args.eval_scripted else None
+        evaluates = rank == args.eval_rank or scripted is not None
         run_dir = train_loop(
-            net, optimizer, data, config, in_reducer=args.signal_in_reducer, batch=batch, rows=rows, evaluates=evaluates
+            net,
+            optimizer,
+            data,
+            config,
+            in_reducer=args.signal_in_reducer,
+            batch=batch,
+            rows=rows,
+            evaluates=evaluates,
+            scripted=[v + rank / 100 for v in scripted] if scripted else None,  # each rank's own, the ranks alike
         )
     else:
         cb = MonitorCallback(config, batch=batch)
@@ -311,6 +323,7 @@ def train_loop(
     batch: mw.DynamicBatch | None = None,
     rows: str | None = None,
     evaluates: bool = False,
+    scripted: list[float] | None = None,
 ) -> object:
     """The data-parallel functional loop: each rank's gradients all-reduced (mean), then the update; ``in_reducer``:
     mindwatch's signal rides on that reduction (``mw.DistributedGradReducer``), else the loop sums it itself. With a
@@ -337,7 +350,8 @@ def train_loop(
             loss, grads = train_step(x, y)
             run.step(loss=loss, grads=grads)
             if evaluates and step % 5 == 0:
-                run.eval(loss=float(loss.asnumpy()))  # this rank alone: nothing acts on it, so no collective waits
+                value = scripted[step // 5 - 1] if scripted else float(loss.asnumpy())
+                run.eval(loss=value)  # a rank alone: nothing acts on it (no early stopping), so no collective waits
             STEPS_DONE.done(STEPS_DONE.count + 1)
             if run.should_stop:
                 break
