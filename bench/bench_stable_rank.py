@@ -21,38 +21,12 @@ import time
 EVERY = 100
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m bench stable_rank", description=__doc__.splitlines()[0])
-    parser.add_argument("--d-model", type=int, default=64, help="the demo model's width (the demo's: 64)")
-    parser.add_argument("--depth", type=int, default=2, help="the demo model's Transformer blocks (the demo's: 2)")
-    parser.add_argument("--steps", type=int, default=60, help="training steps (the step's median from the second half)")
-    parser.add_argument("--repeat", type=int, default=20, help="times each half of a measured step is timed")
-    args = parser.parse_args(argv or [])
-    logging.getLogger("mindwatch").setLevel(logging.WARNING)
-
-    from mindspore.train import Callback
-
-    from mindwatch.demo.train import DemoSettings, build_training
-    from mindwatch.mindspore import MonitorCallback
+def stable_rank_cost(model, step: float, repeat: int) -> list[str]:
+    """Lines: the two halves of a stable-rank step on ``model``'s trained weights, each timed ``repeat`` times, as a
+    share of ``step`` (seconds, the model's median step)."""
     from mindwatch.mindspore.recorder import trained_weights
     from mindwatch.mindspore.stable_rank import StableRanks
     from mindwatch.monitor.worker import DEFERRED
-
-    settings = DemoSettings(steps=args.steps, mode="graph", d_model=args.d_model, layers=args.depth, layer_stats=False)
-    model, data = build_training(settings)
-    ends: list[float] = []
-
-    class Clock(Callback):
-        def on_train_step_end(self, run_context) -> None:  # noqa: ANN001
-            ends.append(time.perf_counter())
-
-    with tempfile.TemporaryDirectory() as tmp:
-        off = MonitorCallback({"save_dir": tmp, "interval": 3600, "layers": {"stable_rank_every": None}})
-        model.train(1, data, callbacks=[off, Clock()], dataset_sink_mode=False)
-    steps = [b - a for a, b in zip(ends, ends[1:], strict=False)][len(ends) // 2 :]
-    step = statistics.median(steps)
 
     train_net = model.train_network
     ranks = StableRanks(trained_weights(train_net.optimizer, train_net.network), EVERY)
@@ -61,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     ranks.attach(rec, 0)
     rec.pop(DEFERRED)()  # the first measurement: from a random vector (a run's first, once)
     copy_wall, copy_cpu, math_wall, math_cpu = [], [], [], []
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         w, c = time.perf_counter(), time.thread_time()
         ranks.attach(rec, 0)
         copy_wall.append(time.perf_counter() - w)
@@ -79,13 +53,47 @@ def main(argv: list[str] | None = None) -> None:
             f"CPU median {1e3 * statistics.median(cpu):8.3f} ms  ({100 * med / step:5.2f} % of the step)"
         )
 
-    print(f"demo model d_model={args.d_model} depth={args.depth}: {len(ranks.params)} weight matrices {shapes}")
-    print(f"  median step (stable ranks off, steps {len(ends) // 2}-{len(ends)}): {1e3 * step:.2f} ms")
-    print(line("training thread: copy the weights (attach)", copy_wall, copy_cpu))
-    print(line("worker: ||W||_F^2 + warm power iteration", math_wall, math_cpu))
     both = statistics.median(copy_wall) + statistics.median(math_wall)
-    print(
+    return [
+        f"  {len(ranks.params)} weight matrices {shapes}",
+        line("training thread: copy the weights (attach)", copy_wall, copy_cpu),
+        line("worker: ||W||_F^2 + warm power iteration", math_wall, math_cpu),
         f"  a stable-rank step: +{100 * both / step:.2f} % of its step (target <= 5 %); "
         f"the training thread's share +{100 * statistics.median(copy_wall) / step:.2f} %; "
-        f"over every={EVERY} steps: +{100 * both / step / EVERY:.4f} % a step"
-    )
+        f"over every={EVERY} steps: +{100 * both / step / EVERY:.4f} % a step",
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench stable_rank", description=__doc__.splitlines()[0])
+    parser.add_argument("--d-model", type=int, default=64, help="the demo model's width (the demo's: 64)")
+    parser.add_argument("--depth", type=int, default=2, help="the demo model's Transformer blocks (the demo's: 2)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps (the step's median from the second half)")
+    parser.add_argument("--repeat", type=int, default=20, help="times each half of a measured step is timed")
+    args = parser.parse_args(argv or [])
+    logging.getLogger("mindwatch").setLevel(logging.WARNING)
+
+    from mindspore.train import Callback
+
+    from mindwatch.demo.train import DemoSettings, build_training
+    from mindwatch.mindspore import MonitorCallback
+
+    settings = DemoSettings(steps=args.steps, mode="graph", d_model=args.d_model, layers=args.depth, layer_stats=False)
+    model, data = build_training(settings)
+    ends: list[float] = []
+
+    class Clock(Callback):
+        def on_train_step_end(self, run_context) -> None:  # noqa: ANN001
+            ends.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        off = MonitorCallback({"save_dir": tmp, "interval": 3600, "layers": {"stable_rank_every": None}})
+        model.train(1, data, callbacks=[off, Clock()], dataset_sink_mode=False)
+    steps = [b - a for a, b in zip(ends, ends[1:], strict=False)][len(ends) // 2 :]
+    step = statistics.median(steps)
+    print(f"demo model d_model={args.d_model} depth={args.depth}:")
+    print(f"  median step (stable ranks off, steps {len(ends) // 2}-{len(ends)}): {1e3 * step:.2f} ms")
+    for line in stable_rank_cost(model, step, args.repeat):
+        print(line)

@@ -20,6 +20,9 @@ def _demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-dir", default="./monitor_output", help="where run directories go")
     p.add_argument("--project", default="demo", help="project the run goes under (default demo)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between console summaries")
+    p.add_argument(
+        "--moe", action="store_true", help="each block's feed-forward a top-2-of-4 mixture of experts (routing statistics)"
+    )
     p.add_argument("--no-dashboard", action="store_true", help="do not start the live dashboard beside the training")
     p.add_argument("--port", type=int, default=8765, help="dashboard port (default 8765; a free one if taken)")
     p.add_argument(

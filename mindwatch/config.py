@@ -89,6 +89,13 @@ class AttentionEntropy(Section):
     cells: list[str] = Field(default_factory=list)
 
 
+class MoeSection(Section):
+    """A mixture of experts' routing (docs/layers.md): recorded when the model holds ``RouterStats`` cells."""
+
+    #: Measure the routing every N steps (the counts are taken in the graph on those steps only).
+    every: int = Field(default=10, ge=1)
+
+
 class LayersSection(Section):
     """Per-layer health (docs/layers.md): recorded when the train cell has ``layer_stats=True``."""
 
@@ -421,6 +428,8 @@ class MonitorConfig(Section):
     throughput: ThroughputSection = Field(default_factory=ThroughputSection)
     attention_entropy: AttentionEntropy = Field(default_factory=AttentionEntropy)
     layers: LayersSection = Field(default_factory=LayersSection)
+    #: A mixture of experts' routing statistics (``RouterStats``): how often they are measured.
+    moe: MoeSection = Field(default_factory=MoeSection)
     #: Records waiting for the writer; when full, new records are dropped and counted.
     queue_size: int = Field(default=10_000, ge=16)
     prometheus: PrometheusSection = Field(default_factory=PrometheusSection)

@@ -27,9 +27,9 @@ from typing import Any, Literal
 #: How a metric's values of one step combine across ranks: ``same`` (identical on every rank, e.g. after the
 #: gradient all-reduce: one rank speaks for the run), ``mean``, ``max`` (the slowest or fullest rank), ``sum``.
 Aggregation = Literal["same", "mean", "max", "sum"]
-#: What a family is recorded per: each measured layer, each attention layer (``AttentionStats``), or each weight
-#: matrix (a Parameter's full name).
-Per = Literal["step", "layer", "attention layer", "weight"]
+#: What a family is recorded per: each measured layer, each attention layer (``AttentionStats``), each weight
+#: matrix (a Parameter's full name), each MoE layer (``RouterStats``) or each expert of one (``<layer>/<expert>``).
+Per = Literal["step", "layer", "attention layer", "weight", "moe layer", "expert"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,11 @@ class Metric:
 LOSS, LR, GRAD_NORM, LOSS_SCALE, OVERFLOW = "loss", "lr", "grad_norm", "loss_scale", "overflow"
 PERPLEXITY = "perplexity"
 STABLE_RANK = "stable_rank"
+#: A mixture of experts' routing (``RouterStats``): each expert's share of the routed token choices
+#: (``expert_load/<layer>/<expert>``), the largest share x the experts, the router's entropy, the share over capacity.
+EXPERT_LOAD, MOE_IMBALANCE, ROUTER_ENTROPY, MOE_DROPPED = "expert_load", "moe_imbalance", "router_entropy", "moe_dropped"
+#: The ``metrics:`` switch of the routing statistics (on by default: adding a ``RouterStats`` to the model opts in).
+MOE = "moe"
 LOCAL_GRAD_NORM = "local_grad_norm"
 #: The epoch a record's step is in (recorded when known); a coordinate, not a curve.
 EPOCH = "epoch"
@@ -262,7 +267,45 @@ WEIGHT_FAMILIES: tuple[Metric, ...] = (
     ),
 )
 
-FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + LOCAL_FAMILIES + ATTENTION_FAMILIES + WEIGHT_FAMILIES
+#: Per MoE layer (the cell holding a ``RouterStats``), every ``moe.every`` steps (``mindspore/router_stats.py``): in the
+#: metrics file, summed over the data-parallel ranks inside the step (every rank records the same).
+MOE_FAMILIES: tuple[Metric, ...] = (
+    Metric(
+        EXPERT_LOAD,
+        "the share of a MoE layer's routed token choices that went to one expert (a layer's shares sum to 1)",
+        per="expert",
+        across_ranks="same",
+        switch=MOE,
+        title="expert load (share of routed tokens)",
+    ),
+    Metric(
+        MOE_IMBALANCE,
+        "the largest expert's share x the number of experts (1: balanced; the number of experts: one expert takes all)",
+        per="moe layer",
+        across_ranks="same",
+        switch=MOE,
+        title="MoE imbalance (largest share x experts)",
+    ),
+    Metric(
+        ROUTER_ENTROPY,
+        "mean entropy of the router's probabilities over the experts, in nats (ln(experts): undecided; 0: certain)",
+        "nats",
+        per="moe layer",
+        across_ranks="same",
+        switch=MOE,
+        title="router entropy (nats)",
+    ),
+    Metric(
+        MOE_DROPPED,
+        "the share of the routed token choices over an expert's capacity (or naming no expert)",
+        per="moe layer",
+        across_ranks="same",
+        switch=MOE,
+        title="dropped share (over capacity)",
+    ),
+)
+
+FAMILIES: tuple[Metric, ...] = LAYER_FAMILIES + LOCAL_FAMILIES + ATTENTION_FAMILIES + WEIGHT_FAMILIES + MOE_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -358,6 +401,11 @@ def layer_stat_names(moments: bool = True) -> tuple[str, ...]:
     """The per-layer statistics in layer-row order: ``('grad_norm', 'weight_norm', 'update_ratio', 'adam_m_norm',
     'adam_v_norm')``; ``moments=False``: the first three, what a row holds without an Adam-family optimizer."""
     return tuple(m.name for m in (LAYER_FAMILIES if moments else MEASURED_FAMILIES))
+
+
+def moe_names() -> tuple[str, ...]:
+    """The routing statistics of a MoE layer: ``('expert_load', 'moe_imbalance', 'router_entropy', 'moe_dropped')``."""
+    return tuple(m.name for m in MOE_FAMILIES)
 
 
 def attention_names() -> tuple[str, ...]:

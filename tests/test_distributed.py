@@ -140,7 +140,7 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def msrun(launch: Launch, log_dir: Path, *args: str) -> int:
+def msrun(launch: Launch, log_dir: Path, *args: str, script: Path = SCRIPT) -> int:
     port = free_port()
     cmd = [
         str(VENV_BIN / "msrun"),
@@ -149,7 +149,7 @@ def msrun(launch: Launch, log_dir: Path, *args: str) -> int:
         f"--master_port={port}",
         "--join=True",
         f"--log_dir={log_dir}",
-        str(SCRIPT),
+        str(script),
         *args,
     ]
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -158,11 +158,11 @@ def msrun(launch: Launch, log_dir: Path, *args: str) -> int:
     return port
 
 
-def msrun_to_the_end(log_dir: Path, *args: str, expect_ok: bool = True) -> None:
-    """One msrun job of train_dp.py with ``args``, waited for; it must end well unless not ``expect_ok``."""
+def msrun_to_the_end(log_dir: Path, *args: str, expect_ok: bool = True, script: Path = SCRIPT) -> None:
+    """One msrun job of ``script`` (train_dp.py) with ``args``, waited for; it must end well unless not ``expect_ok``."""
     launch = Launch()
     try:
-        msrun(launch, log_dir, *args)
+        msrun(launch, log_dir, *args, script=script)
         codes = launch.wait(300)
         assert codes == [0] or not expect_ok, f"msrun failed ({codes}):\n{(log_dir / 'msrun.out').read_text()[-3000:]}"
     finally:

@@ -4,6 +4,7 @@ Example::
 
     net = TinyGPT(GPTConfig(layers=2, d_model=64, heads=4, seq_length=64))
     loss_net = LanguageModelLoss(net)
+    moe = TinyGPT(GPTConfig(experts=4, top_k=2))   # each block's feed-forward a top-2-of-4 mixture of experts
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from mindwatch.mindspore.attention import AttentionStats
+from mindwatch.mindspore.router_stats import RouterStats
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,10 @@ class GPTConfig:
     layers: int = 2
     d_model: int = 64
     heads: int = 4
+    #: Experts of each block's feed-forward (a mixture of experts); 0: one dense feed-forward.
+    experts: int = 0
+    #: The experts each token is routed to.
+    top_k: int = 2
 
 
 class CausalSelfAttention(nn.Cell):
@@ -52,16 +58,61 @@ class CausalSelfAttention(nn.Cell):
         return self.proj(y)
 
 
+class MoE(nn.Cell):
+    """A top-``k``-of-``experts`` feed-forward: a router picks each token's experts, whose outputs are mixed by the
+    router's renormalised probabilities; :class:`~mindwatch.mindspore.router_stats.RouterStats` counts the choices.
+
+    The experts' weights are 3-D Parameters (``w_in``: experts x d_model x hidden), as large MoE models keep them. For a
+    model this small every expert runs on every token and the gates zero the ones not chosen (the same outputs and
+    gradients as dispatching the tokens, without a scatter). ``expert_bias`` is added to the router's logits and
+    trained by no gradient: the load-balancing bias of DeepSeek-V3's auxiliary-loss-free balancing, which a balancing
+    scheme adjusts between steps (zero here).
+    """
+
+    def __init__(self, d_model: int, hidden: int, experts: int, k: int, seed: int = 0) -> None:
+        super().__init__()
+        if not 1 <= k <= experts:
+            raise ValueError(f"top_k must be between 1 and experts ({experts}), got {k}")
+        rng = np.random.default_rng(seed)
+        self.experts, self.k = experts, k
+        self.router = nn.Dense(d_model, experts, has_bias=False)
+        self.expert_bias = ms.Parameter(ms.Tensor(np.zeros(experts, np.float32)), requires_grad=False)
+        w_in = rng.normal(0, d_model**-0.5, (experts, d_model, hidden)).astype(np.float32)
+        w_out = rng.normal(0, hidden**-0.5, (experts, hidden, d_model)).astype(np.float32)
+        self.w_in, self.w_out = ms.Parameter(ms.Tensor(w_in), name="w_in"), ms.Parameter(ms.Tensor(w_out), name="w_out")
+        self.gelu = nn.GELU()
+        self.router_stats = RouterStats(experts)
+
+    def construct(self, x):
+        b, t, c = x.shape
+        tokens = x.reshape(-1, c)
+        probs = ops.softmax(self.router(tokens) + self.expert_bias, -1)
+        top, chosen = ops.topk(probs, self.k)
+        chosen = self.router_stats(chosen, probs)
+        gates = (ops.one_hot(chosen, self.experts, 1.0, 0.0) * (top / top.sum(-1, keepdims=True)).expand_dims(-1)).sum(1)
+        hidden = self.gelu(ops.matmul(tokens.expand_dims(0), self.w_in))  # (experts, tokens, hidden)
+        out = ops.matmul(hidden, self.w_out)  # (experts, tokens, d_model)
+        return (out * gates.transpose(1, 0).expand_dims(-1)).sum(0).reshape(b, t, c)
+
+
 class Block(nn.Cell):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm((cfg.d_model,))
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm((cfg.d_model,))
-        self.mlp = nn.SequentialCell(nn.Dense(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Dense(4 * cfg.d_model, cfg.d_model))
+        self.mixture = bool(cfg.experts)
+        if self.mixture:
+            self.moe = MoE(cfg.d_model, 2 * cfg.d_model, cfg.experts, cfg.top_k)
+        else:
+            self.mlp = nn.SequentialCell(
+                nn.Dense(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Dense(4 * cfg.d_model, cfg.d_model)
+            )
 
     def construct(self, x):
         x = x + self.attn(self.ln1(x))
+        if self.mixture:
+            return x + self.moe(self.ln2(x))
         return x + self.mlp(self.ln2(x))
 
 

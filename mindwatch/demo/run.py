@@ -17,14 +17,17 @@ def run_demo(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise SystemExit("mindwatch demo: --steps must be >= 1")
-    settings = DemoSettings(steps=args.steps, mode=args.mode)
-    print(
-        f"mindwatch demo: building a {settings.layers}-layer GPT ({settings.mode} mode) on the Python standard library's source"
-    )
+    moe = bool(getattr(args, "moe", False))
+    settings = DemoSettings(steps=args.steps, mode=args.mode, experts=4 if moe else 0)
+    kind = f"GPT with a top-{settings.top_k}-of-{settings.experts} mixture of experts" if moe else "GPT"
+    source = "the Python standard library's source"
+    print(f"mindwatch demo: building a {settings.layers}-layer {kind} ({settings.mode} mode) on {source}")
     model, dataset = build_training(settings)
     metrics = ["loss", "lr", "grad_norm", "step_time", "data_time", "throughput", "memory_usage"]
     if settings.mode == "pynative":
         metrics.append("attention_entropy")
+    if moe:
+        metrics.append("moe")
     monitor = MonitorCallback(
         {
             "project": args.project,
@@ -33,7 +36,7 @@ def run_demo(args: argparse.Namespace) -> int:
             "metrics": metrics,
             "attention_entropy": {"every": 10},
             "evaluation": {"perplexity": True},  # a next-byte cross-entropy: perplexity = exp(loss)
-            "tags": {"model": "tiny-gpt", "mode": settings.mode, "corpus": "python-stdlib"},
+            "tags": {"model": "tiny-gpt-moe" if moe else "tiny-gpt", "mode": settings.mode, "corpus": "python-stdlib"},
         }
     )
     dashboard = None if getattr(args, "no_dashboard", False) else _start_dashboard(args.save_dir, getattr(args, "port", 8765))

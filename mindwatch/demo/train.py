@@ -35,6 +35,9 @@ class DemoSettings:
     layers: int = 2
     d_model: int = 64
     heads: int = 4
+    #: Each block's feed-forward a mixture of this many experts (``mindwatch demo --moe``: 4); 0: dense.
+    experts: int = 0
+    top_k: int = 2
     lr: float = 3e-3
     warmup: int = 30
     max_grad_norm: float | None = 1.0
@@ -67,7 +70,14 @@ def build_training(settings: DemoSettings = DemoSettings()) -> tuple[Model, ds.D
     accuracy, ``metrics={"loss", "accuracy"}``) and its dataset of ``steps`` batches."""
     set_mode(settings.mode)
     ms.set_seed(settings.seed)
-    cfg = GPTConfig(seq_length=settings.seq_length, layers=settings.layers, d_model=settings.d_model, heads=settings.heads)
+    cfg = GPTConfig(
+        seq_length=settings.seq_length,
+        layers=settings.layers,
+        d_model=settings.d_model,
+        heads=settings.heads,
+        experts=settings.experts,
+        top_k=settings.top_k,
+    )
     net = TinyGPT(cfg)
     optimizer = nn.AdamWeightDecay(
         net.trainable_params(), learning_rate=lr_schedule(settings.steps, settings.lr, settings.warmup), weight_decay=0.01

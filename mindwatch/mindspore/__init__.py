@@ -12,6 +12,7 @@ from mindwatch.mindspore.dynamic_batch import DynamicBatch
 from mindwatch.mindspore.grad_reducer import DistributedGradReducer
 from mindwatch.mindspore.loop import Run, start_run
 from mindwatch.mindspore.reduction import grad_norm
+from mindwatch.mindspore.router_stats import RouterStats
 from mindwatch.mindspore.skip_step import SkipStep
 from mindwatch.mindspore.train_step import TrainOneStepWithGradNorm, TrainOneStepWithGradNormAndLossScale
 
@@ -23,6 +24,7 @@ __all__ = [
     "DynamicBatch",
     "MindSporeTransformersMonitor",
     "MonitorCallback",
+    "RouterStats",
     "Run",
     "SkipStep",
     "TrainOneStepWithGradNorm",

@@ -31,6 +31,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from mindwatch import metrics as vocab
+from mindwatch.mindspore.measured_cells import owned_cells
 
 #: The metrics an attention layer's statistics are recorded as, in the order of AttentionStats' values.
 ATTENTION_METRICS: tuple[str, ...] = vocab.attention_names()
@@ -57,11 +58,4 @@ class AttentionStats(nn.Cell):
 
 def attention_stats_cells(network: nn.Cell) -> list[tuple[str, AttentionStats]]:
     """Every :class:`AttentionStats` under ``network``, with the name of the attention cell that owns it."""
-    out = []
-    for name, cell in network.cells_and_names():
-        if isinstance(cell, AttentionStats):
-            owner = name.rpartition(".")[0]
-            while owner.startswith(("network.", "_backbone.", "backbone.")):
-                owner = owner.split(".", 1)[1]
-            out.append((owner, cell))
-    return out
+    return owned_cells(network, AttentionStats)

@@ -205,6 +205,7 @@ class MonitorCallback(Callback):
             layers=layers_found(self.config, train_network, self._bins),
             attention=attention_found(train_network),
             entropy_hooks=params.network,
+            routing_sum=getattr(train_network, "mindwatch_routing_sum", None),
             pass_over=train_network.pass_over if self._passes_over else False,
             recorded=params.first_step if began is None else 0,
             began=began,

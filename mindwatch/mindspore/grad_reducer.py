@@ -34,7 +34,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from mindwatch.mindspore.rank_signal import local_norm_slot, signal_size, with_local_norm
+from mindwatch.mindspore.rank_signal import local_norm_slot, routing_parameters, signal_size, sum_signal, with_local_norm
 
 
 class DistributedGradReducer(nn.Cell):
@@ -53,8 +53,16 @@ class DistributedGradReducer(nn.Cell):
         self._signal_sum = ops.AllReduce().add_prim_attr("fusion", 1)
         #: This rank's ``local_grad_norm`` slot: the norm of the gradients it is given, before their reduction.
         self._local_norm_slot = local_norm_slot(get_rank(), get_group_size())
+        #: The model's RouterStats vectors, summed with the signal (``start_run`` sets them: :meth:`sum_routing`).
+        self.routing_values = self.mindwatch_routing_sum = None
+
+    def sum_routing(self, network: Any) -> None:
+        """Sum ``network``'s ``RouterStats`` vectors over the ranks with the signal, before the step compiles
+        (``start_run`` calls it): every rank records the whole batch's routing."""
+        self.routing_values, self.mindwatch_routing_sum = routing_parameters(network)
 
     def construct(self, grads):
         reduced = self.reducer(grads)
         signal = with_local_norm(self.mindwatch_signal, grads, self._local_norm_slot)
-        return ops.depend(reduced, ops.assign(self.mindwatch_signal_sum, self._signal_sum(signal)))
+        summed = sum_signal(self._signal_sum, signal, self.routing_values, self.mindwatch_routing_sum)
+        return ops.depend(reduced, ops.assign(self.mindwatch_signal_sum, summed))

@@ -140,6 +140,8 @@ class Run:
         #: Under msrun: the cross-rank signal this loop sums with one small AllReduce a step (rank_signal.py). Kept
         #: even when this rank records nothing: every rank must take part in every sum.
         self._signal: RankSignal | None = None
+        #: ``grad_reducer``'s sum of the MoE routing over the ranks (None: none, or each rank's own).
+        self._routing_sum: Any = None
         #: The step's own sum of the signal (``grad_reducer``), read after each step; None: the loop sums it itself.
         self._summed_in_step: Any = None
         self._exchange: SignalExchange | None = None
@@ -163,6 +165,8 @@ class Run:
         if who.world_size > 1 and self.config.distributed.coordination.enabled:
             if grad_reducer is not None:
                 self._summed_in_step = grad_reducer.mindwatch_signal_sum
+                grad_reducer.sum_routing(self.network)  # before the step compiles: the MoE routing rides on the signal
+                self._routing_sum = grad_reducer.mindwatch_routing_sum
             parameter = grad_reducer.mindwatch_signal if grad_reducer is not None else None
             self._signal = RankSignal(parameter, rank=who.rank, world_size=who.world_size)
         signal = self._signal
@@ -219,6 +223,7 @@ class Run:
             batch=batch,
             layers=found,
             attention=network,
+            routing_sum=self._routing_sum,
             recorded=None if who.rank == 0 else announced.resumed_step,
         )
 

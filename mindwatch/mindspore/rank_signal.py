@@ -36,6 +36,7 @@ from mindspore import ops
 
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.layer_stats import squares
+from mindwatch.mindspore.router_stats import router_stats_cells
 from mindwatch.monitor.control import ACTIONS
 
 if TYPE_CHECKING:
@@ -85,6 +86,29 @@ def with_local_norm(signal: ms.Tensor, grads: tuple, onehot: ms.Tensor) -> ms.Te
     norm = ops.sqrt(ops.reduce_sum(squares(grads)))
     norm = ops.select(ops.isfinite(norm), norm, ops.ones_like(norm) * NONFINITE_NORM)
     return signal + norm * onehot
+
+
+def sum_signal(all_reduce: Any, vector: ms.Tensor, routing: Any = None, routing_sum: Any = None) -> ms.Tensor:
+    """Inside the step: ``vector`` summed over the ranks by ``all_reduce``. With ``routing`` (the ``RouterStats``' value
+    Parameters, :mod:`mindwatch.mindspore.router_stats`) their vectors ride on the same ``AllReduce``, read after this
+    step's forward, and their sum goes into the Parameter ``routing_sum``: every rank records the whole batch's routing
+    with no collective of its own."""
+    if routing is None:
+        return all_reduce(vector)
+    size = vector.shape[0]
+    summed = all_reduce(ops.concat([vector] + [ops.depend(v, vector) for v in routing]))
+    return ops.depend(summed[:size], ops.assign(routing_sum, summed[size:]))
+
+
+def routing_parameters(network: Any) -> tuple[Any, Any]:
+    """``(a ParameterTuple of network's RouterStats vectors, a Parameter for their sum over the ranks)``, or
+    ``(None, None)`` when it holds no ``RouterStats``: what a cell that sums the signal adds for :func:`sum_signal`."""
+    cells = router_stats_cells(network) if network is not None else []
+    if not cells:
+        return None, None
+    size = sum(int(cell.values.shape[0]) for _, cell in cells)
+    total = ms.Parameter(ms.Tensor(np.zeros(size, np.float32)), name="mindwatch_routing_sum", requires_grad=False)
+    return ms.ParameterTuple([cell.values for _, cell in cells]), total
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ from mindwatch.mindspore.probes import AttentionEntropy, LrProbe, attention_cell
 from mindwatch.mindspore.rank_signal import RankSignal, SignalExchange
 from mindwatch.mindspore.ranks import NotATrainingRank, discover
 from mindwatch.mindspore.rewind import Rewinds, snapshots_wanted
+from mindwatch.mindspore.router_stats import router_stats_cells
+from mindwatch.mindspore.routing_watch import RoutingWatch
 from mindwatch.mindspore.stable_rank import StableRanks
 from mindwatch.mindspore.timing import FlopsBasis, StepTimer
 from mindwatch.monitor.worker import Sampler
@@ -121,6 +123,9 @@ class Training:
     attention: Any = None
     #: The model whose attention softmax cells PyNative forward hooks sample, where it has no ``AttentionStats``.
     entropy_hooks: Any = None
+    #: In data parallel: the Parameter our step sums the ``RouterStats``' vectors over the ranks into (the train cell's,
+    #: ``DistributedGradReducer``'s ``mindwatch_routing_sum``); None: each rank's own are read.
+    routing_sum: Any = None
     #: How a rewind passes over batches (``Rewinds``' ``pass_over``): the train cell's switch, True (the front door
     #: does, ``run.batches``) or False (it cannot).
     pass_over: Callable[[bool], None] | bool = True
@@ -204,6 +209,8 @@ class StepRecorder:
         self.layers = self._layers(training.layers, optimizer)
         self.attention = _attention(training.attention, cfg)
         self.entropy = _entropy_hooks(training.entropy_hooks, cfg) if self.attention is None else None
+        #: A mixture of experts' routing, every ``moe.every`` steps (None: no ``RouterStats`` in the model).
+        self.routing = _routing(training, cfg, session.world_size)
         #: The stable rank of every weight matrix, every ``layers.stable_rank_every`` steps (None: not measured).
         self.stable_ranks = _stable_ranks(self.weights, cfg)
         #: Whether the step being run measures something in the graph (such a step is always recorded).
@@ -322,6 +329,12 @@ class StepRecorder:
         return watch
 
     # -- per step ----------------------------------------------------------------
+    @property
+    def plans_steps(self) -> bool:
+        """Whether :meth:`plan` has anything to decide before a step (something measured on some steps only)."""
+        parts = (self.layers, self.attention, self.entropy, self.routing, self.stable_ranks)
+        return any(part is not None for part in parts)
+
     def plan(self, step: int) -> None:
         """Before global step ``step``: what it measures (the layers, the attention statistics) and, when it will be
         recorded, the optimizer's ``global_step`` it runs at (the rate it uses)."""
@@ -333,6 +346,8 @@ class StepRecorder:
             measuring = self.attention.plan(step) or measuring
         if self.entropy is not None:
             self.entropy.sampling = step % self.config.attention_entropy.every == 0
+        if self.routing is not None:
+            measuring = self.routing.plan(step) or measuring
         if self.stable_ranks is not None and self.stable_ranks.due(step):
             measuring = True  # recorded: its record carries the stable ranks
         self.measuring = measuring
@@ -375,6 +390,8 @@ class StepRecorder:
         self.state.first_pending = False
         if self._perplexity and "loss" in rec:
             rec[vocab.PERPLEXITY] = perplexity(rec["loss"])
+        if self.routing is not None and self.routing.sampling:
+            self.routing.add(rec, self.routing.read())
         if self.stable_ranks is not None and self.stable_ranks.due(step):
             self.stable_ranks.attach(rec, step)  # the weights after this step's update; the worker does the arithmetic
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):
@@ -400,6 +417,8 @@ class StepRecorder:
             self.actions.batch.close()
         if self.attention is not None:
             self.attention.off()
+        if self.routing is not None:
+            self.routing.off()
         if self.entropy is not None:
             self.entropy.remove()
             self.entropy = None
@@ -418,6 +437,21 @@ def _samplers(metrics: frozenset[str], target: str, device_id: int) -> list[Samp
     if metrics & set(vocab.in_group("device_util")):
         samplers.append(device_util_sampler(target, device_id))
     return [s for s in samplers if s is not None]
+
+
+def _routing(training: Training, config: MonitorConfig, world_size: int) -> RoutingWatch | None:
+    """The routing of the model's :class:`~mindwatch.mindspore.router_stats.RouterStats` cells (``moe.every``; off
+    without one, or when ``metrics`` leaves ``moe`` out)."""
+    cells = router_stats_cells(training.network) if training.network is not None else []
+    if not cells or vocab.MOE not in config.enabled_metrics:
+        return None
+    if world_size > 1 and training.routing_sum is None:
+        log.warning(
+            "mindwatch: each rank records its own MoE routing: the step does not sum it over the ranks (train with "
+            "TrainOneStepWithGradNorm, or a loop with mindwatch.mindspore.DistributedGradReducer, to record the whole "
+            "batch's)"
+        )
+    return RoutingWatch(cells, every=config.moe.every, summed=training.routing_sum)
 
 
 def _stable_ranks(weights: Sequence[Any], config: MonitorConfig) -> StableRanks | None:

@@ -95,6 +95,11 @@ def _stack_values(*values):
 
 
 @ms.jit
+def _concat_values(*values):
+    return ops.concat(values)
+
+
+@ms.jit
 def _squares_of(*tensors):
     return squares(tensors)
 
@@ -133,6 +138,11 @@ class StepReduction:
     def stack(values: Sequence[Any]) -> np.ndarray:
         """Small Parameters (the attention statistics) in one read."""
         return _stack_values(*values).asnumpy()
+
+    @staticmethod
+    def concat(values: Sequence[Any]) -> np.ndarray:
+        """Small 1-D Parameters of any lengths (the routing statistics) in one read, end to end."""
+        return _concat_values(*values).asnumpy()
 
 
 class _Histograms(nn.Cell):

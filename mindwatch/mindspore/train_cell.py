@@ -147,8 +147,8 @@ class TrainCell:
                     self.hist_output = declared.index("layer_histograms")
         if recorder.attention is not None:
             self.attention_output = declared.index("attention")
-        #: Whether anything is planned per step (layers or attention statistics, hooks).
-        self.plans = recorder.layers is not None or recorder.attention is not None
+        #: Whether anything is planned per step (layers, attention or routing statistics, hooks, stable ranks).
+        self.plans = recorder.plans_steps
         #: Our cell with ``skip_steps`` on: the output that says the step was skipped (read every step), else -1.
         self.skip_output = declared.index(vocab.SKIPPED) if vocab.SKIPPED in declared else -1
 

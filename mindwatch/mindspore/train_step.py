@@ -27,7 +27,7 @@ from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.attention import attention_stats_cells
 from mindwatch.mindspore.layer_stats import LayerStats, optimizer_moments, squares
-from mindwatch.mindspore.rank_signal import local_norm_slot, signal_size, with_local_norm
+from mindwatch.mindspore.rank_signal import local_norm_slot, routing_parameters, signal_size, sum_signal, with_local_norm
 from mindwatch.mindspore.skip_step import SkipDecision, skip_decision
 
 
@@ -68,6 +68,8 @@ class _LayerStatsStep:
         """In data parallel (the cell reduces its gradients), the cross-rank signal vector every step sums
         (:mod:`mindwatch.mindspore.rank_signal`): the actions a rank asks for reach every rank after the same step."""
         self.mindwatch_signal = None
+        #: The RouterStats' vectors the signal's AllReduce sums too, and where their sum goes (None: no MoE router).
+        self.routing_values = self.mindwatch_routing_sum = None
         if not getattr(self, "reducer_flag", False):
             return
         from mindspore.communication import get_group_size, get_rank
@@ -78,6 +80,7 @@ class _LayerStatsStep:
         self._local_norm_slot = local_norm_slot(get_rank(), get_group_size())
         # in the gradients' fusion group: it rides on their all-reduce where the backend fuses them
         self._signal_sum = ops.AllReduce().add_prim_attr("fusion", 1)
+        self.routing_values, self.mindwatch_routing_sum = routing_parameters(self.network)
 
     def _declare_outputs(self) -> None:
         """``mindwatch_outputs``: the cell's own outputs, then what the switched-on measurements add, in order."""
@@ -137,7 +140,8 @@ class _LayerStatsStep:
         before the all-reduce) in its slot, or ``()`` outside data parallel."""
         if self.mindwatch_signal is None:
             return ()
-        return (self._signal_sum(with_local_norm(self.mindwatch_signal, local_grads, self._local_norm_slot)),)
+        vector = with_local_norm(self.mindwatch_signal, local_grads, self._local_norm_slot)
+        return (sum_signal(self._signal_sum, vector, self.routing_values, self.mindwatch_routing_sum),)
 
     def measure_layers(self, layers: bool, histograms: bool = False) -> None:
         """Measure the weights and updates (``layers``) and take the histograms (``histograms``) on the next steps.
