@@ -271,7 +271,7 @@ def _batches(sub: argparse._SubParsersAction) -> None:
 
 
 def _requests(sub: argparse._SubParsersAction) -> None:
-    """``stop``, ``checkpoint``, ``lr``, ``set``, ``rewind``, ``batch``: a person's requests to a live run
+    """``stop``, ``checkpoint``, ``lr``, ``set``, ``rewind``, ``batch``, ``profile``: a person's requests to a live run
     (``store/requests.py``)."""
     helps = {
         "stop": "stop a live run at its next step boundary (every rank at one step); it ends stopped with your reason",
@@ -280,6 +280,7 @@ def _requests(sub: argparse._SubParsersAction) -> None:
         "set": "change a setting of a live run from its next step: layers.every, layers.histogram_every, alerts.<rule>.enabled",
         "rewind": "rewind a live run to its newest snapshot (monitor_config.rewind) and pass over the next rewind.skip batches",
         "batch": "set a live run's batch size (its DynamicBatch, within its min and max) from the first batch not made yet",
+        "profile": "profile a live run's next steps with MindSpore's profiler, on every rank at one step (profiles/step_S/)",
     }
     for action, text in helps.items():
         p = sub.add_parser(action, help=text)
@@ -292,6 +293,8 @@ def _requests(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--to", type=int, default=None, metavar="STEP", help="to the newest snapshot at or before STEP")
         if action == "batch":
             p.add_argument("size", metavar="SIZE", help="the new batch size, e.g. 64")
+        if action == "profile":
+            p.add_argument("--steps", type=int, default=None, help="steps to profile (default: the run's profile.steps, 5)")
         p.add_argument("--reason", default=None, help="why (goes into the alert, the final status and the report)")
         p.add_argument(
             "--wait", type=float, default=0.0, metavar="SECONDS", help="wait up to SECONDS for the training to take it"
@@ -318,6 +321,7 @@ def _file_request(action: str, args: argparse.Namespace) -> int:
             value=value,
             to_step=getattr(args, "to", None),
             size=getattr(args, "size", None),
+            steps=getattr(args, "steps", None),
         )
     except (RequestError, OSError) as e:
         print(f"mindwatch {action}: {e}", file=sys.stderr)

@@ -242,6 +242,27 @@ class RewindSettings(Section):
     then: Literal["stop", "checkpoint", "dump_stacks"] = "stop"
 
 
+class ProfileSettings(Section):
+    """``monitor_config.profile``: what the ``profile`` action records with MindSpore's profiler (docs/profiling.md).
+
+    Example::
+
+        profile: {steps: 5, max: 3, activities: [CPU], profiler_level: Level1, with_stack: false}
+    """
+
+    #: Steps a profile records, from the step after the boundary that took the request.
+    steps: int = Field(default=5, ge=1, le=1000)
+    #: Profiles a run may take; a further request is answered with why not.
+    max: int = Field(default=3, ge=1)
+    #: MindSpore's ``ProfilerActivity`` names (``CPU``, ``NPU``, ``GPU``); null: what the device has (CPU with its
+    #: accelerator's).
+    activities: list[Literal["CPU", "NPU", "GPU"]] | None = None
+    #: MindSpore's ``ProfilerLevel`` (``LevelNone``, ``Level0``, ``Level1``, ``Level2``); null: MindSpore's default.
+    profiler_level: Literal["LevelNone", "Level0", "Level1", "Level2"] | None = None
+    #: Python call stacks in the trace (larger, slower to analyse).
+    with_stack: bool = False
+
+
 class CoordinationSettings(Section):
     """Coordinated actions (docs/distributed.md): every rank carries out an action at the same step."""
 
@@ -438,6 +459,8 @@ class MonitorConfig(Section):
     skip_steps: SkipStepsSettings = Field(default_factory=SkipStepsSettings)
     #: Snapshots of the training's state for the ``rewind`` action; on when given or when an action lists ``rewind``.
     rewind: RewindSettings = Field(default_factory=RewindSettings)
+    #: What the ``profile`` action records (steps, how many a run, MindSpore's profiler settings).
+    profile: ProfileSettings = Field(default_factory=ProfileSettings)
     #: What ``shrink_batch`` / ``grow_batch`` do to the batch size of a ``DynamicBatch`` (docs/alerts.md).
     dynamic_batch: DynamicBatchSection = Field(default_factory=DynamicBatchSection)
     #: What evaluations are judged by (``primary``, ``mode``), how ranks agree on one, ``perplexity``, ``keep_best``.

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 #: What an alert rule may ask the training to do (the MindSpore callback carries it out).
-Action = Literal["stop", "checkpoint", "lr_backoff", "dump_stacks", "rewind", "shrink_batch", "grow_batch"]
+Action = Literal["stop", "checkpoint", "lr_backoff", "dump_stacks", "rewind", "shrink_batch", "grow_batch", "profile"]
 Severity = Literal["info", "warning", "error"]
 
 

@@ -17,6 +17,8 @@ Example::
   PyNative mode); a ``LearningRateSchedule`` is wrapped at train begin in :class:`ScaledSchedule`,
   whose scale parameter is lowered.
 - ``dump_stacks``: every thread's stack into ``<run_dir>/stacks/``.
+- ``profile``: MindSpore's profiler around the next ``profile.steps`` steps, into ``<run_dir>/profiles/step_<S>/rank<R>/``
+  (:mod:`mindwatch.mindspore.profiling`).
 - ``shrink_batch``, ``grow_batch``, ``resize_batch``: a :class:`~mindwatch.mindspore.dynamic_batch.DynamicBatch`'s size,
   from a step agreed in advance (:class:`~mindwatch.mindspore.dynamic_batch.BatchChanges`), the learning rate with it
   when ``dynamic_batch.scale_lr`` says so.
@@ -47,6 +49,7 @@ from mindwatch.alerts.registry import configured_actions
 from mindwatch.alerts.rules.nonfinite import NonFiniteRule, checked_in_step
 from mindwatch.alerts.skip import SkipRule
 from mindwatch.mindspore.dynamic_batch import BatchChanges
+from mindwatch.mindspore.profiling import ProfilerUnavailable, Profiles, profiler_api
 from mindwatch.mindspore.rewind import Rewinds
 from mindwatch.monitor.watchdog import dump_stacks
 from mindwatch.session import RunSession
@@ -253,6 +256,13 @@ class Interventions:
         self._skip_shared = vocab.get(skip.metric).same_on_every_rank  # type: ignore[union-attr]
         #: The run's snapshots for ``rewind`` (None: it takes none).
         self.rewinds = rewinds
+        #: The ``profile`` action's profiles (MindSpore's profiler is made at the first request, not before).
+        self.profiles = Profiles(session, rank=rank)
+        if "profile" in configured_actions(session.config):
+            try:
+                profiler_api()
+            except ProfilerUnavailable as e:
+                log.warning("mindwatch: the profile action cannot run: %s", e)
 
     def nonfinite(self, rec: dict[str, Any]) -> None:
         """A NaN/Inf in this step's record: raise the non-finite alert and request its actions for this very step.
@@ -450,6 +460,9 @@ class Interventions:
             "skipped_batches": skip,
             "held": True,
         }
+
+    def _profile(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
+        return self.profiles.start(alert, step)
 
     def _dump_stacks(self, alert: Alert, step: int, boundary: StepBoundary) -> dict[str, Any]:
         path = dump_stacks(self.session.layout.stacks, f"request_rank{self.rank}_step{step}")

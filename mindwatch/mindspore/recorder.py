@@ -405,6 +405,8 @@ class StepRecorder:
         stop / checkpoint / lr_backoff / dump_stacks / rewind ...), then a snapshot when one is due."""
         if self._control.pending:
             self.actions.carry_out(step, boundary)
+        if self.actions.profiles.busy:
+            self.actions.profiles.after_step(step)
         if self.rewinds is not None:
             self.rewinds.after_step(step)
 
@@ -423,6 +425,10 @@ class StepRecorder:
             self.entropy.remove()
             self.entropy = None
         self.measuring = False
+        try:
+            self.actions.profiles.close()
+        except Exception as e:  # a profiler that breaks at the end: the run still closes
+            log.warning("mindwatch: closing the profiles failed (%r)", e)
         self.evaluations.close(state)
         self.session.close(state, error=error, reason=reason)
 

@@ -32,7 +32,14 @@ log = logging.getLogger("mindwatch")
 POLL_SECS = 0.3
 
 #: The Control action each request asks for (``set`` is applied by the inbox itself).
-ACTION_OF = {"stop": "stop", "checkpoint": "checkpoint", "lr": "lr_backoff", "rewind": "rewind", "batch": "resize_batch"}
+ACTION_OF = {
+    "stop": "stop",
+    "checkpoint": "checkpoint",
+    "lr": "lr_backoff",
+    "rewind": "rewind",
+    "batch": "resize_batch",
+    "profile": "profile",
+}
 
 #: ``set``'s settings: key -> a function that applies the new value (raises ValueError when it cannot).
 LiveSettings = dict[str, Callable[[Any], None]]
@@ -95,6 +102,8 @@ class RequestInbox(BaseSink):
             what = f"rewind to step {req['to_step']} or before"
         if action == "batch":
             what, extra = f"batch size {req.get('size')}", {"batch_size": req.get("size")}
+        if action == "profile" and isinstance(req.get("steps"), int):
+            what, extra = f"a profile of {req['steps']} steps", {"profile_steps": req["steps"]}
         alert = make_alert(
             "request",
             step=step,
@@ -151,7 +160,7 @@ class RequestInbox(BaseSink):
             self._answer(
                 alert["request"],
                 state="failed" if failed else "taken",
-                step=alert.get("step"),
+                step=alert.get("first_step", alert.get("step")),  # a profile's answer: its first profiled step
                 message=alert.get("message"),
                 error=alert.get("error"),
             )

@@ -67,6 +67,11 @@ class RunLayout:
         return self.root / "stacks"
 
     @property
+    def profiles(self) -> Path:
+        """The ``profile`` action's profiles: ``step_<S>/rank<R>/`` each (:mod:`mindwatch.store.profiles`)."""
+        return self.root / "profiles"
+
+    @property
     def control(self) -> Path:
         """Coordinated actions of a multi-rank run: ``request.rank<R>.<n>.json`` files, rank 0's ``decisions.jsonl``."""
         return self.root / "control"

@@ -28,6 +28,7 @@ from mindwatch.store.columns import RankColumns
 from mindwatch.store.jsonl import COORDINATES, JsonlTail
 from mindwatch.store.layerfiles import LayerHistograms
 from mindwatch.store.layout import JsonFile, RunLayout
+from mindwatch.store.profiles import Profile, read_profiles
 from mindwatch.store.states import FINAL_STATES, lost_ranks, rank_state, rank_states, run_state
 
 if TYPE_CHECKING:
@@ -141,6 +142,12 @@ class Run:
     def attempts(self) -> list[dict[str, Any]]:
         """The trainings into this run, oldest first (``meta.json``'s ``attempts``; see :mod:`mindwatch.store.attempts`)."""
         return [a for a in self.meta.get("attempts") or [] if isinstance(a, dict)]
+
+    @property
+    def profiles(self) -> list[Profile]:
+        """The ``profile`` action's profiles, by first step: steps, ranks, reason, each rank's folder and top op types
+        (:mod:`mindwatch.store.profiles`)."""
+        return read_profiles(self.layout)
 
     def _mark_alerts(self) -> None:
         """Give each alert its ``attempt`` (by time) and ``rewound: true`` when a later attempt wrote its step again."""

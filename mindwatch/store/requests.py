@@ -31,7 +31,7 @@ from mindwatch.store.layout import read_json, write_json_atomic
 from mindwatch.store.states import rank_states, run_state
 
 #: What a person may ask a live run for.
-REQUESTS = ("stop", "checkpoint", "lr", "set", "rewind", "batch")
+REQUESTS = ("stop", "checkpoint", "lr", "set", "rewind", "batch", "profile")
 
 #: The settings ``set`` may change while training (``alerts.<rule>.enabled``: a rule that runs, on or off).
 LIVE_SETTINGS = ("layers.every", "layers.histogram_every", "alerts.<rule>.enabled")
@@ -125,6 +125,7 @@ def file_request(
     size: Any = None,
     requested_by: str | None = None,
     to_step: int | None = None,
+    steps: int | None = None,
 ) -> dict[str, Any]:
     """File a request for a live run and return it; raises :class:`RequestError` when the run does not run."""
     run_dir = Path(run_dir)
@@ -150,6 +151,10 @@ def file_request(
         if to_step < 0:
             raise RequestError(f"rewind --to takes a step >= 0, not {to_step}")
         req["to_step"] = int(to_step)
+    if action == "profile" and steps is not None:
+        if not 1 <= steps <= 1000:
+            raise RequestError(f"profile --steps takes 1 to 1000 steps, not {steps}")
+        req["steps"] = int(steps)
     if action == "set":
         if not key or value is None:
             raise RequestError("set needs KEY=VALUE")
