@@ -122,6 +122,32 @@ class Profile:
         return self.first_step + self.steps - 1
 
 
+#: The steps a profile's step times are compared with: this many before its first (fewer where the run has fewer).
+STEPS_BEFORE = 20
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """The profiled steps' mean ``step_time`` against the mean of the :data:`STEPS_BEFORE` steps before them (s)."""
+
+    profiled: float | None
+    before: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """How many times slower the profiled steps ran (what profiling cost, plus whatever slowed them)."""
+        return self.profiled / self.before if self.profiled and self.before else None
+
+
+def step_times(profile: Profile, steps: Any, values: Any) -> StepTimes:
+    """:class:`StepTimes` of ``profile`` from a rank's ``step_time`` series (``steps``, ``values``: arrays)."""
+    pairs = [(int(s), float(v)) for s, v in zip(steps, values, strict=True) if v == v]  # NaN: not a step time
+    inside = [v for s, v in pairs if profile.first_step <= s <= profile.last_step]
+    before = [v for s, v in pairs if profile.first_step - STEPS_BEFORE <= s < profile.first_step]
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    return StepTimes(mean(inside), mean(before))
+
+
 def top_ops(csv_path: Path, n: int = TOP_OPS) -> list[OpTime]:
     """The ``n`` op types with the most time in MindSpore's op statistics (``cpu_op_type_info_<n>.csv``), longest first,
     each with its share of the time the file lists."""
