@@ -2,6 +2,7 @@
 // Usage: import { line, heatmap } from "./charts.js";
 //        const c = line(el, {title, series: [{name, points: [[x, y], ...]}], alerts, x: "step"});
 //        c.update({series}); heatmap(el, {layers, steps, values}, {title});
+//        expertLoad(el, {layers: ["blocks.0.moe/0", ...], steps, values}, {title, slider}); // experts x MoE layers at a step
 // An ES module that needs the global `echarts` (a classic script loaded first). No network access here:
 // callers pass data in, so the report inlines this file (mindwatch/report/html.py) and works offline.
 
@@ -645,8 +646,8 @@ function heatmapOption(d, opts) {
     xAxis: { type: "category", data: d.steps, name: opts.xName || "step", nameLocation: "middle", nameGap: 26 },
     yAxis: { type: "category", data: d.layers, axisLabel: { formatter: (v) => rowLabel(v, opts.selected) } },
     visualMap: {
-      min: vals.length ? Math.min(...vals) : 0,
-      max: vals.length ? Math.max(...vals) : 1,
+      min: opts.range ? opts.range[0] : vals.length ? Math.min(...vals) : 0,
+      max: opts.range ? opts.range[1] : vals.length ? Math.max(...vals) : 1,
       calculable: true,
       orient: "vertical",
       right: 4,
@@ -692,8 +693,9 @@ function rowOutline(row) {
 
 /**
  * A heat map of per-layer values over step buckets: {layers, steps, values: [[bucket, layer, v], ...]};
- * opts {title, subtitle?, log?, xName?, selected?} (log: colour on a log scale; xName: what the columns are, default "step";
- *   selected: a row's name, outlined and marked ▶).
+ * opts {title, subtitle?, log?, xName?, selected?, range?} (log: colour on a log scale; xName: what the columns are,
+ *   default "step"; selected: a row's name, outlined and marked ▶; range: [min, max] of the colour scale, default the
+ *   values').
  */
 export function heatmap(el, data, opts) {
   const chart = echarts.init(el, null, { renderer: "canvas" });
@@ -710,6 +712,84 @@ export function heatmap(el, data, opts) {
     },
     dispose() {
       chart.dispose();
+    },
+  };
+}
+
+/**
+ * One step column of a per-expert family's grid (rows "<prefix><layer>/<expert>" x steps, mindwatch.analysis.heatmap's
+ * family_grid) as MoE layers (rows) x experts (columns), for heatmap(): each row split at its last "/".
+ *   expertsAt({layers: ["blocks.0.moe/0", "blocks.0.moe/1"], steps: [10, 20], values: [[1, 0, 0.4], [1, 1, 0.6]]}, 1)
+ *   -> {layers: ["blocks.0.moe"], steps: ["0", "1"], values: [[0, 0, 0.4], [1, 0, 0.6]]}
+ */
+export function expertsAt(d, column, prefix = "") {
+  const layers = [],
+    experts = [];
+  const cells = d.layers.map((row) => {
+    const cut = row.lastIndexOf("/");
+    const layer = row.slice(row.startsWith(prefix) ? prefix.length : 0, cut),
+      expert = row.slice(cut + 1);
+    if (!layers.includes(layer)) layers.push(layer);
+    if (!experts.includes(expert)) experts.push(expert);
+    return [experts.indexOf(expert), layers.indexOf(layer)];
+  });
+  const values = d.values.filter(([j]) => j === column).map(([, row, v]) => [...cells[row], v]);
+  return { layers, steps: experts, values };
+}
+
+/** The column of a grown grid's steps ``fresh`` to show after column ``column`` of ``steps``: the newest while that
+ * was the newest (the view follows a live run), else the one nearest the step shown (past 300 measured steps the
+ * columns are buckets, which move as the run grows). */
+export function columnAfter(steps, column, fresh) {
+  if (column >= steps.length - 1) return fresh.length - 1;
+  let best = fresh.length - 1;
+  fresh.forEach((s, j) => {
+    if (Math.abs(s - steps[column]) < Math.abs(fresh[best] - steps[column])) best = j;
+  });
+  return best;
+}
+
+/**
+ * The load of each expert of each MoE layer at one step: heatmap() of expertsAt() for the step ``opts.slider`` (an
+ * <input type=range>, placed by the caller) picks, on one colour scale for every step (0 to the largest share), so
+ * moving the slider compares like with like. It opens at the newest step and follows new steps (update(d)) while the
+ * slider is there. d: a per-expert family's grid (rows "<prefix><layer>/<expert>"); opts {title, subtitle?, prefix?,
+ * slider}.
+ */
+export function expertLoad(el, d, opts) {
+  let grid = d,
+    column = d.steps.length - 1;
+  const slider = opts.slider;
+  const shown = () => ({
+    title: `${opts.title} at step ${column < 0 ? "-" : grid.steps[column]}`,
+    subtitle: opts.subtitle,
+    xName: "expert",
+    range: [0, grid.values.reduce((top, v) => (Number.isFinite(v[2]) && v[2] > top ? v[2] : top), 0) || 1],
+  });
+  const map = heatmap(el, expertsAt(grid, column, opts.prefix), shown());
+  const draw = () => {
+    slider.max = String(Math.max(0, grid.steps.length - 1));
+    slider.value = String(column);
+    slider.setAttribute("aria-valuetext", `step ${column < 0 ? "-" : grid.steps[column]}`);
+    map.update(expertsAt(grid, column, opts.prefix), shown());
+  };
+  slider.addEventListener("input", () => {
+    column = Number(slider.value);
+    draw();
+  });
+  draw();
+  return {
+    chart: map.chart,
+    update(fresh) {
+      column = columnAfter(grid.steps, column, fresh.steps);
+      grid = fresh;
+      draw();
+    },
+    resize() {
+      map.resize();
+    },
+    dispose() {
+      map.dispose();
     },
   };
 }

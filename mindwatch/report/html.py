@@ -15,7 +15,9 @@ too: an event metric (:attr:`mindwatch.metrics.Metric.event`, a step ``skip_step
 of its own but a mark at each step it happened on the charts of its group (the loss chart); an evaluation's
 (``eval/<name>``) is drawn as points joined by a line, its best marked. A run with evaluations has an Evaluation
 section (:mod:`mindwatch.analysis.eval_table`): the dashboard's Evaluation card (the evaluation loss beside the
-training's loss, the best marked) and a table of every evaluation with its primary's distance from the best.
+training's loss, the best marked) and a table of every evaluation with its primary's distance from the best. A run
+with MoE routing statistics has a Mixture of experts section: each expert's load at a step (the newest; a slider picks
+another), and the imbalance, the router's entropy and the dropped share per MoE layer over the steps.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ MAX_EVAL_ROWS = 1000
 _PER_LAYER = tuple(m.prefix for m in vocab.ATTENTION_FAMILIES)
 _ENTROPY = f"{vocab.ATTENTION_ENTROPY}/"
 _STABLE_RANK = f"{vocab.STABLE_RANK}/"
+#: The families drawn by their heat maps alone (per weight, per MoE layer, per expert), never a curve a member.
+_HEAT_ONLY = tuple(m.prefix for m in vocab.FAMILIES if m.per in ("weight", "moe layer", "expert"))
 #: The names of the per-layer norms side by side in the report's bar chart.
 _NORM_BARS = {vocab.WEIGHT_NORM: "weights", vocab.GRAD_NORM: "gradients"}
 _HERE = Path(__file__).resolve().parent
@@ -104,6 +108,7 @@ def render_report(runs: list[Run]) -> str:
         "histogram": _histogram(runs, labels),
         "heatmap": _heatmap(runs[0]),
         "weights": _heatmap(runs[0], _STABLE_RANK, f"{vocab.WEIGHT_FAMILIES[0].title} per weight"),
+        **_moe(runs[0]),
         "layers": _layers(runs[0]),
         "alerts": _alerts_chart(runs, labels),
         "step_range": _step_range(runs),
@@ -131,6 +136,8 @@ def render_report(runs: list[Run]) -> str:
             '<div class="grid" id="distributions"></div>',
             "<h2>Layers</h2>" if data["layers"] or data["weights"] else "",
             '<div class="grid" id="layers"></div>',
+            "<h2>Mixture of experts</h2>" if data["experts"] or data["moe"] else "",
+            '<div class="grid" id="moe"></div>',
             "<h2>Alerts</h2>",
             '<div class="grid" id="alerts-chart"></div>',
             _alerts_table(runs, labels),
@@ -177,7 +184,7 @@ def _metric_names(runs: list[Run], evaluations: list[EvalTable | None]) -> list[
     # layers: their own charts; events: marks on their group's charts; one run's evaluation curve: its Evaluation chart
     apart = {ev.curve for ev in evaluations if ev is not None} if len(runs) == 1 else set()
     names = {m for r in runs for m in r.metrics if m not in vocab.NOT_CHARTED and not is_layer_metric(m) and not _is_event(m)}
-    names -= apart
+    names = {m for m in names - apart if not m.startswith(_HEAT_ONLY)}
     plain = ordered_metrics({m for m in names if not m.startswith(_PER_LAYER)})
     return plain + [p + "*" for p in _PER_LAYER if any(m.startswith(p) for m in names)]  # one chart for all layers
 
@@ -325,7 +332,8 @@ def _histogram(runs: list[Run], labels: list[str], bins: int = 30, ticks: int = 
 
 def _heatmap(run: Run, prefix: str = _ENTROPY, title: str | None = None) -> dict[str, Any] | None:
     """The heat map (members x step buckets, binned like the dashboard's) of a family recorded in the metrics file,
-    ``<prefix><member>``: the attention entropy per layer, the stable rank per weight; of the first rank that has it."""
+    ``<prefix><member>``: the attention entropy per layer, the stable rank per weight, the MoE routing per MoE layer
+    (and per expert); of the first rank that has it."""
     layers = sorted((m for m in run.metrics if m.startswith(prefix)), key=layer_order)
     rank = next((r for r in run.ranks if any(len(run.series(m, rank=r)) for m in layers)), None)
     if not layers or rank is None:
@@ -341,6 +349,20 @@ def _heatmap(run: Run, prefix: str = _ENTROPY, title: str | None = None) -> dict
     layer_names = [m[len(prefix) :] for m in layers]
     title = title or f"{vocab.ATTENTION_FAMILIES[0].title} per layer"
     return {"steps": grid.steps, "layers": layer_names, "values": grid.values, "note": note, "title": title}
+
+
+def _moe(run: Run) -> dict[str, Any]:
+    """The routing of the MoE layers: ``experts``, the expert load's grid (rows ``<layer>/<expert>`` x measured steps,
+    binned as the dashboard's: report.js draws one step of it, experts x MoE layers, with charts.js's ``expertLoad``),
+    and ``moe``, a heat map (MoE layers x steps) of each per-MoE-layer family the run has (imbalance, router entropy,
+    dropped share), with the id of its chart."""
+    experts, maps = None, []
+    for family in vocab.MOE_FAMILIES:
+        if family.per == "expert":
+            experts = _heatmap(run, family.prefix, family.title)
+        elif (found := _heatmap(run, family.prefix, f"{family.title} per MoE layer")) is not None:
+            maps.append(found | {"id": f"chart-{family.name.replace('_', '-')}"})
+    return {"experts": experts, "moe": maps}
 
 
 def _layers(run: Run) -> dict[str, Any] | None:

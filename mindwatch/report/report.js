@@ -1,8 +1,9 @@
 // The report's charts, drawn from the JSON embedded in the page. ECharts is inlined above as a classic script;
-// mindwatch/report/html.py inlines charts.js and this file as one module (the import line is dropped there).
+// mindwatch/report/html.py inlines charts.js and this file as one module (the import lines, one line each, are dropped there).
 // A chart that cannot be drawn says "chart failed: …" in its box; the others are still drawn.
 
 import { PALETTE, bestMark, esc, heatmap, line, severityColour, titleOption, unitAxis } from "../assets/charts.js";
+import { expertLoad, expertsAt } from "../assets/charts.js";
 
 const DATA = JSON.parse(document.getElementById("mindwatch-data").textContent);
 const drawn = [];
@@ -155,6 +156,26 @@ if (DATA.weights) {
   make(heatDiv(document.getElementById("layers"), "chart-stable-rank", hm.layers.length), (el) =>
     heatmap(el, hm, { title: hm.title, subtitle: hm.note }),
   );
+}
+
+// -- the MoE layers' routing: each expert's load at a step (the newest; the slider picks another, not on paper) ---------
+// and the per-MoE-layer families over the steps (mindwatch.metrics.MOE_FAMILIES)
+const moe = document.getElementById("moe");
+if (DATA.experts) {
+  const ex = DATA.experts;
+  const slider = document.createElement("input");
+  Object.assign(slider, { type: "range", className: "step-slider", id: "chart-expert-load-step", min: 0, step: 1 });
+  slider.setAttribute("aria-label", `step of ${ex.title}`);
+  const box = document.createElement("div");
+  box.className = "stepped";
+  box.appendChild(slider);
+  moe.appendChild(box);
+  make(heatDiv(box, "chart-expert-load", expertsAt(ex, -1).layers.length), (el) =>
+    expertLoad(el, ex, { title: ex.title, subtitle: ex.note, slider }),
+  );
+}
+for (const hm of DATA.moe || []) {
+  make(heatDiv(moe, hm.id, hm.layers.length), (el) => heatmap(el, hm, { title: hm.title, subtitle: hm.note }));
 }
 
 // -- per-layer health (docs/layers.md): the last norms side by side, and heat maps over steps -------------

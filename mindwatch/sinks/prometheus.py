@@ -12,7 +12,10 @@ Example::
 One gauge per metric, named ``mindwatch_<metric>`` with the run directory's metric names
 (``mindwatch_grad_norm``, ``mindwatch_tokens_per_second``...); each family of :mod:`mindwatch.metrics`
 is one gauge with a ``layer`` label (``attention_max_logit/<layer>`` becomes
-``mindwatch_attention_max_logit{layer="<layer>"}``); an evaluation's results are gauges of their own, the newest
+``mindwatch_attention_max_logit{layer="<layer>"}``), but the MoE routing, whose series would multiply with the layers
+and experts: the worst MoE layer's newest imbalance and dropped share are one series each
+(``mindwatch_moe_imbalance_max``, ``mindwatch_moe_dropped_max``), and neither the expert load (``expert_load/...``) nor
+the router's entropy is exported (the run directory holds them); an evaluation's results are gauges of their own, the newest
 evaluation's (``eval/loss`` becomes ``mindwatch_eval_loss``, ``eval/accuracy`` ``mindwatch_eval_accuracy``, with
 ``mindwatch_eval_time`` and ``mindwatch_eval_samples``), plus ``mindwatch_step``,
 ``mindwatch_last_step_timestamp_seconds``, ``mindwatch_host_memory_total_gb``, and the counters
@@ -43,6 +46,10 @@ log = logging.getLogger("mindwatch")
 PREFIX = "mindwatch_"
 LABELS = ("project", "run", "rank")
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
+#: The MoE families exported as one series, the largest of the MoE layers' newest values: ``mindwatch_<family>_max``.
+_WORST_LAYER = (vocab.MOE_IMBALANCE, vocab.MOE_DROPPED)
+#: The families not exported at all: the rest of the MoE routing (a series per expert, or per MoE layer).
+_NOT_EXPORTED = tuple(m.name for m in vocab.MOE_FAMILIES if m.name not in _WORST_LAYER)
 
 
 def metric_name(name: str) -> tuple[str, dict[str, str]]:
@@ -58,6 +65,16 @@ def _help(key: str, name: str, extra: dict[str, str]) -> str:
     if vocab.is_eval(key):
         return f"mindwatch evaluation result {key!r}: the newest evaluation's (one value per evaluation)."
     return f"mindwatch metric {key if not extra else name[len(PREFIX) :]!r}."
+
+
+def _worst_help(family: str) -> str:
+    return f"mindwatch metric {family!r}: the largest of the MoE layers' newest values (the worst layer's)."
+
+
+def _largest(values: Any) -> float:
+    """The largest value; NaN when any is NaN (a layer that broke is the worst one, not one left out)."""
+    found = list(values)
+    return math.nan if any(math.isnan(v) for v in found) else max(found)
 
 
 class PrometheusSink(BaseSink):
@@ -97,7 +114,12 @@ class PrometheusSink(BaseSink):
         self._alerts = Counter(
             f"{PREFIX}alerts", "Alerts raised by mindwatch's rules.", [*LABELS, "rule", "severity"], registry=reg
         )
-        own = ("step", "last_step_timestamp_seconds", "host_memory_total_gb", "nonfinite_values", "alerts")
+        self._worst = {
+            family: Gauge(f"{PREFIX}{family}_max", _worst_help(family), LABELS, registry=reg) for family in _WORST_LAYER
+        }
+        self._newest: dict[str, dict[str, float]] = {family: {} for family in _WORST_LAYER}  # family -> layer -> value
+        own = ["step", "last_step_timestamp_seconds", "host_memory_total_gb", "nonfinite_values", "alerts"]
+        own += [f"{family}_max" for family in _WORST_LAYER]
         self._reserved = {PREFIX + n + suffix for n in own for suffix in ("", "_total", "_created")}
         self.url: str | None = None
         self._server: Any = None
@@ -118,14 +140,22 @@ class PrometheusSink(BaseSink):
 
     # -- sink interface (worker thread) -----------------------------------
     def write(self, records: list[dict[str, Any]]) -> None:
+        moe: set[str] = set()  # the worst-layer families these records hold
         for rec in records:
             for key, v in metric_values(rec):
-                child = self._children.get(key) or self._child(key)
+                child = self._children.get(key)
+                if child is None and (member := vocab.family_of(key)) is not None and member[0] in self._newest:
+                    self._newest[member[0]][member[1]] = v
+                    moe.add(member[0])
+                    continue
+                child = child or self._child(key)
                 if child is None:
                     continue
                 child.set(v)
                 if not math.isfinite(v):
                     self._nonfinite.labels(**self._labels, metric=key).inc()
+        for family in moe:
+            self._worst[family].labels(**self._labels).set(_largest(self._newest[family].values()))
         last = next((rec for rec in reversed(records) if not vocab.is_evaluation(rec)), None)
         if last is None:  # only evaluations: no step was recorded (their time is no step's, the stall rule's clock)
             return
@@ -152,6 +182,10 @@ class PrometheusSink(BaseSink):
     # -- internals ----------------------------------------------------------
     def _child(self, key: str) -> Any:
         if key in self._skipped:
+            return None
+        member = vocab.family_of(key)
+        if member is not None and member[0] in _NOT_EXPORTED:
+            self._skipped.add(key)
             return None
         name, extra = metric_name(key)
         owner = self._owners.setdefault((name, *extra.values()), key)

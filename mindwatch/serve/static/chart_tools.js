@@ -31,7 +31,7 @@ function download(href, fileName) {
 /**
  * The frame of one chart: its tools above it, the chart's element inside. opts: {name (the chart's, for the buttons'
  * labels), chart() (the ECharts instance, once drawn), csv() (the CSV's URL, whose file name the PNG takes; or null: no
- * CSV button), wide (a full-width card)}.
+ * CSV button), wide (a full-width card), controls (elements of the chart's own before the buttons: a step slider)}.
  */
 export function chartFrame(el, opts) {
   const frame = h("div", { class: `card${opts.wide ? " wide" : ""}`, "data-chart": el.id });
@@ -59,6 +59,6 @@ export function chartFrame(el, opts) {
     const chart = opts.chart();
     if (chart) chart.resize();
   });
-  frame.append(h("div", { class: "chart-tools" }, png, csv, full), el);
+  frame.append(h("div", { class: "chart-tools" }, opts.controls || [], png, csv, full), el);
   return frame;
 }

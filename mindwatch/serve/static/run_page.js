@@ -4,7 +4,7 @@
 // copied link shows the same charts: #/run/<id>?smoothing=0.6&log=1&y=all&x=time&rank=all&zoom=120,480&q=norm
 
 import { api, openLive } from "./api.js";
-import { heatmap } from "./charts.js";
+import { expertLoad, heatmap } from "./charts.js";
 import { chartViewFromParams, setChartViewParams } from "./chart_view.js";
 import { $, h } from "./dom.js";
 import { mergePoints } from "./series.js";
@@ -13,7 +13,7 @@ import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { POINTS } from "./series.js";
-import { heatFamilies, isEvalMetric, loadVocabulary, vocab } from "./vocabulary.js";
+import { expertFamilies, heatFamilies, isEvalMetric, loadVocabulary, perWords, vocab } from "./vocabulary.js";
 import { RunActions } from "./run_actions.js";
 import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
@@ -52,7 +52,7 @@ export class RunPage {
     this.info = null;
     this.alerts = [];
     this.cards = [];
-    this.heats = new Map(); // attention family prefix -> its heat map, when the model reports it
+    this.heats = new Map(); // family prefix -> its heat map (the expert load's: at a step), when the run records it
     this.layers = null; // the layers view, when the run has per-layer statistics
     this.histograms = null; // the layers' weight and gradient histograms, beside the layers view
     this.live = null;
@@ -216,20 +216,8 @@ export class RunPage {
     if (this.cards.length) await this.loadCard(this.cards[0]);
     await Promise.all(this.cards.slice(1).map((c) => this.loadCard(c)));
     if (this.view.zoom && this.cards.length) this.cards[0].chart.zoomTo(this.view.zoom); // the shared link's window
-    for (const f of heatFamilies().filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) {
-      const members = this.info.metrics.filter((m) => m.startsWith(f.prefix));
-      const el = h("div", { class: "chart heat", id: `chart-${f.name.replaceAll("_", "-")}`, "data-metrics": members.join(",") });
-      this.grid.append(
-        chartFrame(el, {
-          name: f.name,
-          wide: true,
-          chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
-          csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]], f.name),
-        }),
-      );
-      const per = f.per === "weight" ? "weight" : "layer";
-      this.heats.set(f.prefix, heatmap(el, await this.fetchHeat(f.prefix), { title: `${f.title} per ${per}` }));
-    }
+    const drawn = vocab().families.filter((f) => heatFamilies().includes(f) || expertFamilies().includes(f));
+    for (const f of drawn.filter((a) => this.info.metrics.some((m) => m.startsWith(a.prefix)))) await this.addFamilyChart(f);
     if (hasLayers(this.info.metrics)) {
       this.layers = new LayersView(this.grid, this.runId, this.ranksShown()[0], this.info.metrics);
       await this.layers.refresh();
@@ -237,6 +225,32 @@ export class RunPage {
       await this.histograms.refresh();
     }
     this.applyFilter();
+  }
+
+  /** A family recorded in the metrics file as one chart: a heat map of its members x steps, or, per expert, the experts
+   * x MoE layers at the step its slider picks (newest first). */
+  async addFamilyChart(f) {
+    const members = this.info.metrics.filter((m) => m.startsWith(f.prefix));
+    const id = `chart-${f.name.replaceAll("_", "-")}`;
+    const el = h("div", { class: "chart heat", id, "data-metrics": members.join(",") });
+    const perExpert = expertFamilies().includes(f);
+    const slider = perExpert
+      ? h("input", { type: "range", class: "step-slider", id: `${id}-step`, min: 0, step: 1, "aria-label": `step of ${f.title}` })
+      : null;
+    this.grid.append(
+      chartFrame(el, {
+        name: f.name,
+        wide: true,
+        chart: () => this.heats.get(f.prefix) && this.heats.get(f.prefix).chart,
+        csv: () => csvUrl(this.runId, members, [this.ranksShown()[0]], f.name),
+        controls: [slider],
+      }),
+    );
+    const d = await this.fetchHeat(f.prefix);
+    const chart = perExpert
+      ? expertLoad(el, d, { title: f.title, prefix: f.prefix, slider })
+      : heatmap(el, d, { title: `${f.title} per ${perWords(f)}` });
+    this.heats.set(f.prefix, chart);
   }
 
   /** The metric search: only the charts with a metric whose name holds the text (any of its words) stay shown. */

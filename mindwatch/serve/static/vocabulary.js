@@ -29,11 +29,21 @@ export function vocab() {
   return loaded;
 }
 
+// What a family is recorded per (mindwatch.metrics.Per): those drawn as heat maps, and the words a title says it in.
+const HEAT_PER = ["attention layer", "weight", "moe layer"];
+const PER_WORDS = { "attention layer": "layer", "moe layer": "MoE layer" };
+
 /** The per-layer statistics' families (grad_norm/<layer>, ...), in layer-row order. */
 export const layerFamilies = () => vocab().families.filter((f) => f.per === "layer");
 /** The families recorded in the metrics file, each member a metric of its own, drawn as a heat map (members x steps):
- * the attention families (attention_entropy/<layer>, attention_max_logit/<layer>) and stable_rank/<weight>. */
-export const heatFamilies = () => vocab().families.filter((f) => f.per === "attention layer" || f.per === "weight");
+ * the attention families (attention_entropy/<layer>, attention_max_logit/<layer>), stable_rank/<weight> and the MoE
+ * layers' routing (moe_imbalance/<layer>, router_entropy/<layer>, moe_dropped/<layer>). */
+export const heatFamilies = () => vocab().families.filter((f) => HEAT_PER.includes(f.per));
+/** The families recorded per expert of a MoE layer (expert_load/<layer>/<expert>): drawn as experts x MoE layers at a
+ * step a slider picks (charts.js's expertLoad). */
+export const expertFamilies = () => vocab().families.filter((f) => f.per === "expert");
+/** What a family is recorded per, as a heat map's title says it: "layer", "weight", "MoE layer". */
+export const perWords = (f) => PER_WORDS[f.per] || f.per;
 /** Whether ``m`` is a member of a built-in family ("<family>/<layer>"): drawn by a view, not a chart each. */
 export const isFamilyMetric = (m) => vocab().families.some((f) => m.startsWith(f.prefix));
 /** Whether ``m`` is a per-layer statistic (the layers view draws it). */
