@@ -36,7 +36,7 @@ from mindspore import nn, ops
 from mindwatch import metrics as vocab
 from mindwatch.mindspore.layer_stats import LayerStats, squares
 from mindwatch.mindspore.outputs import MINDFORMERS_LAYOUTS
-from mindwatch.mindspore.rank_signal import with_local_norm
+from mindwatch.mindspore.rank_signal import sum_signal, with_local_norm
 from mindwatch.mindspore.train_step import _LayerStatsStep
 
 log = logging.getLogger("mindwatch")
@@ -65,6 +65,8 @@ class _Reduce(nn.Cell):
         self.signal_out = owner.mindwatch_signal_sum
         self.slot = getattr(owner, "_local_norm_slot", None)
         self.signal_sum = getattr(owner, "_signal_sum", None)
+        #: The model's RouterStats vectors, summed with the signal (None: no MoE router counted).
+        self.routing, self.routing_sum = owner.routing_values, owner.mindwatch_routing_sum
         self.flag = owner.measured.flag
         self.grad_sq = owner.mindwatch_grad_sq
         self.norm_out = owner.mindwatch_grad_norm  # the reduced gradients' norm, for skip_steps' decision
@@ -73,7 +75,8 @@ class _Reduce(nn.Cell):
 
     def construct(self, grads):
         if self.signal is not None:
-            summed = self.signal_sum(with_local_norm(self.signal, grads, self.slot))
+            vector = with_local_norm(self.signal, grads, self.slot)
+            summed = sum_signal(self.signal_sum, vector, self.routing, self.routing_sum)
             grads = ops.depend(grads, ops.assign(self.signal_out, summed))
         reduced = self.reducer(grads)
         if self.skipping:
