@@ -89,6 +89,8 @@ ATTENTION_ENTROPY, ATTENTION_MAX_LOGIT = "attention_entropy", "attention_max_log
 WEIGHT_NORM, UPDATE_RATIO = "weight_norm", "update_ratio"
 ADAM_M_NORM, ADAM_V_NORM = "adam_m_norm", "adam_v_norm"
 SKIPPED = "skipped"
+#: 1 on the steps a profile recorded (the ``profile`` action) and the step after, which pays its stop.
+PROFILED = "profiled"
 BATCH_SIZE = "batch_size"
 TFLOPS, MFU = "tflops", "mfu"
 THROUGHPUT_LINEARITY = "throughput_linearity"
@@ -140,6 +142,14 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric(STEP_TIME, "wall time of one step, in seconds", "s", "time", across_ranks="max", switch=STEP_TIME, band=True),
     Metric(
         DATA_TIME, "time the step waited for its batch, in seconds", "s", "time", across_ranks="max", switch=DATA_TIME, band=True
+    ),
+    Metric(
+        PROFILED,
+        "1 on the steps a profile recorded and the step after (the profile action): their times include the profiler's",
+        group="time",
+        across_ranks="max",
+        switch=PROFILED,
+        event=True,
     ),
     Metric(
         SAMPLES_PER_SECOND, "samples per second", "1/s", "throughput", across_ranks="sum", switch=SAMPLES_PER_SECOND, band=True

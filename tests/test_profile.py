@@ -120,3 +120,20 @@ def test_a_threshold_with_actions_profile_profiles_from_the_step_after_the_bad_b
     assert profile.first_step == done["step"] + 1 >= 61
     assert_profiled(profile, profile.first_step, 4)
     assert profile.note.rule == "threshold" and "loss" in profile.reason
+    marked = run.series("profiled")  # the profiled steps and the step after (its time holds the stop) say so
+    assert marked.step.tolist() == list(range(profile.first_step, profile.last_step + 2))
+
+
+def test_throughput_drop_does_not_judge_the_steps_a_profile_slowed() -> None:
+    """The profiled steps (``profiled: 1``) run slower: the same slow records fire ``throughput_drop`` without the flag
+    and not with it, so a ``throughput_drop: {actions: [profile]}`` does not ask again for the profile it caused."""
+    from mindwatch.alerts.rules.throughput_drop import ThroughputDropRule
+
+    def fired(flag: bool) -> list:
+        rule = ThroughputDropRule(window=10, warmup=5, count=3)
+        steady = [{"step": s, "loss": 1.0, "samples_per_second": 100.0} for s in range(1, 21)]
+        slow = [{"step": s, "loss": 1.0, "samples_per_second": 20.0, **({"profiled": 1} if flag else {})} for s in range(21, 27)]
+        return [a for rec in steady + slow for a in rule.check(rec)]
+
+    assert [a["step"] for a in fired(flag=False)] == [23]
+    assert fired(flag=True) == []

@@ -90,6 +90,8 @@ class Profiles:
         self.taken = 0
         self.running: _Running | None = None
         self._analyses: list[_Analysis] = []
+        #: The last step whose time a profile touched (the step after its last pays the stop); 0: none.
+        self._touched_until = 0
 
     def start(self, alert: dict[str, Any], step: int) -> dict[str, Any]:
         """At the boundary after ``step``: profile the next ``profile.steps`` steps (or fold ``alert`` into the profile
@@ -137,6 +139,11 @@ class Profiles:
         """A profile runs, or its analysis (the boundaries have something to look at)."""
         return self.running is not None or bool(self._analyses)
 
+    def profiled(self, step: int) -> bool:
+        """Whether global step ``step``'s time includes the profiler's: a profiled step, or the step after the last (its
+        time holds the stop). Its record says so (``profiled``), and ``throughput_drop`` does not judge it."""
+        return (self.running is not None and step >= self.running.note.first_step) or step <= self._touched_until
+
     def after_step(self, step: int) -> None:
         """The boundary after ``step``: stop the profile whose last step it was; note the analyses that ended."""
         running = self.running
@@ -176,6 +183,7 @@ class Profiles:
 
     def _stop(self, running: _Running) -> None:
         note = running.note
+        self._touched_until = note.last_step + 1
         pool = _analysis_pool()
         before = list(getattr(pool, "porcess_list", ())) if pool is not None else []
         try:

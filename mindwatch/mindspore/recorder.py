@@ -392,6 +392,8 @@ class StepRecorder:
             rec[vocab.PERPLEXITY] = perplexity(rec["loss"])
         if self.routing is not None and self.routing.sampling:
             self.routing.add(rec, self.routing.read())
+        if self.actions.profiles.taken and self.actions.profiles.profiled(step):
+            rec[vocab.PROFILED] = 1
         if self.stable_ranks is not None and self.stable_ranks.due(step):
             self.stable_ranks.attach(rec, step)  # the weights after this step's update; the worker does the arithmetic
         if self._guard_nonfinite and not math.isfinite(rec.get("loss", 0.0) + rec.get("grad_norm", 0.0)):

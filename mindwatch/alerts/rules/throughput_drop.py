@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import Field
 
+from mindwatch import metrics as vocab
 from mindwatch.alerts.alert import Alert
 from mindwatch.alerts.rules.base import (
     Record,
@@ -67,6 +68,8 @@ class ThroughputDropRule(RuleBase):
         self.loss = RollingMedian(s.window)
 
     def check(self, rec: Record) -> list[Alert]:
+        if rec.get(vocab.PROFILED):  # the profiler slows the steps it records: not a drop to judge, nor a baseline
+            return []
         size = value_of(rec, "batch_size")
         if size is not None and size != self.batch_size:
             if self.batch_size is not None:  # a new batch size: a new baseline, after a new warm-up
