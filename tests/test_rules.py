@@ -371,6 +371,7 @@ def test_default_config_switches_on_the_documented_rules() -> None:
     assert names == [
         "data_wait",
         "divergence",
+        "expert_collapse",
         "layer_collapse",
         "layer_frozen",
         "layer_spike",
@@ -380,6 +381,7 @@ def test_default_config_switches_on_the_documented_rules() -> None:
         "nonfinite",
         "overfitting",
         "rank_collapse",
+        "router_imbalance",
         "spike",
         "throughput_drop",
     ]
