@@ -77,33 +77,14 @@ class AskAtStep(Callback):
             self.proc = subprocess.Popen([*cmd, "--reason", "slow steps"], stdout=subprocess.PIPE, text=True)
 
 
-@pytest.mark.slow  # ~8 s
-def test_mindwatch_profile_answers_the_first_profiled_step_and_its_folder_holds_mindspores_trace(tmp_path) -> None:
-    model, data = training(pace=0.05)
-    monitor = MonitorCallback({"save_dir": str(tmp_path), "project": "p", "interval": 60})
-    ask = AskAtStep(monitor, at=5)
-    model.train(1, data, callbacks=[monitor, ask], dataset_sink_mode=False)
-    assert ask.proc is not None
-    out, _ = ask.proc.communicate(timeout=60)
-    answer = [line for line in out.splitlines() if "taken at step" in line]
-    assert len(answer) == 1, out
-    first = int(answer[0].split("taken at step ")[1].split(":")[0])
-    run = mindwatch.open_run(monitor.run_dir)
-    (profile,) = run.profiles
-    assert_profiled(profile, first, 3)
-    note = profile.note
-    assert (note.rule, note.reason, note.requested_by is not None) == ("request", "slow steps", True)
-    (done,) = [a for a in run.alerts if a["rule"] == "intervention"]
-    assert done["step"] == first - 1 and done["first_step"] == first  # carried out at the boundary before it
-
-
-@pytest.mark.slow  # ~8 s
-def test_a_threshold_with_actions_profile_profiles_from_the_step_after_the_bad_batch(tmp_path) -> None:
-    """A bad batch at step 60 crosses ``warn_on_value``; ``thresholds: {actions: [profile]}``: one profile, from the first
-    step the request reaches (61 unless the worker's rules saw it later), of ``profile.steps`` steps."""
-    model, data = training(pace=0.02, bad_at=60, slow_from=58)
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> tuple[object, str]:
+    """One paced training (~10 s) with two profiles: a person's (``mindwatch profile --steps 3`` at step 5) and a
+    threshold's (``thresholds: {actions: [profile]}``, ``profile.steps: 4``) after a bad batch at step 60. Returns the
+    run and what the command printed."""
+    model, data = training(pace=0.03, bad_at=60, slow_from=58)
     config = {
-        "save_dir": str(tmp_path),
+        "save_dir": str(tmp_path_factory.mktemp("profiled")),
         "project": "p",
         "interval": 60,
         "callback": {"params": {"warn_on_value": {"loss": 1e4}}},
@@ -111,17 +92,43 @@ def test_a_threshold_with_actions_profile_profiles_from_the_step_after_the_bad_b
         "profile": {"steps": 4},
     }
     monitor = MonitorCallback(config)
-    model.train(1, data, callbacks=[monitor], dataset_sink_mode=False)
-    run = mindwatch.open_run(monitor.run_dir)
+    ask = AskAtStep(monitor, at=5)
+    model.train(1, data, callbacks=[monitor, ask], dataset_sink_mode=False)
+    assert ask.proc is not None
+    out, _ = ask.proc.communicate(timeout=60)
+    return mindwatch.open_run(monitor.run_dir), out
+
+
+@pytest.mark.slow  # the module's training
+def test_mindwatch_profile_answers_the_first_profiled_step_and_its_folder_holds_mindspores_trace(profiled) -> None:
+    run, out = profiled
+    answer = [line for line in out.splitlines() if "taken at step" in line]
+    assert len(answer) == 1, out
+    first = int(answer[0].split("taken at step ")[1].split(":")[0])
+    asked = run.profiles[0]
+    assert_profiled(asked, first, 3)
+    note = asked.note
+    assert (note.rule, note.reason, note.requested_by is not None) == ("request", "slow steps", True)
+    done = [a for a in run.alerts if a["rule"] == "intervention" and a.get("first_step") == first]
+    assert [a["step"] for a in done] == [first - 1]  # carried out at the boundary before it
+
+
+@pytest.mark.slow  # the module's training
+def test_a_threshold_with_actions_profile_profiles_from_the_step_after_the_bad_batch(profiled) -> None:
+    """A bad batch at step 60 crosses ``warn_on_value``; ``thresholds: {actions: [profile]}``: one profile, from the first
+    step the request reaches (61 unless the worker's rules saw it later), of ``profile.steps`` steps."""
+    run, _ = profiled
     (threshold,) = [a for a in run.alerts if a["rule"] == "threshold"]
-    (done,) = [a for a in run.alerts if a["rule"] == "intervention"]
-    assert threshold["step"] == 60 and done["cause_step"] == 60
-    (profile,) = run.profiles
-    assert profile.first_step == done["step"] + 1 >= 61
+    done = [a for a in run.alerts if a["rule"] == "intervention" and a.get("cause") == "threshold"]
+    assert threshold["step"] == 60 and [a["cause_step"] for a in done] == [60]
+    assert len(run.profiles) == 2
+    profile = run.profiles[1]
+    assert profile.first_step == done[0]["step"] + 1 >= 61
     assert_profiled(profile, profile.first_step, 4)
     assert profile.note.rule == "threshold" and "loss" in profile.reason
     marked = run.series("profiled")  # the profiled steps and the step after (its time holds the stop) say so
-    assert marked.step.tolist() == list(range(profile.first_step, profile.last_step + 2))
+    expected = [s for p in run.profiles for s in range(p.first_step, p.last_step + 2)]
+    assert marked.step.tolist() == expected
 
 
 def test_throughput_drop_does_not_judge_the_steps_a_profile_slowed() -> None:
