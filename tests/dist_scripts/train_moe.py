@@ -8,6 +8,11 @@ Run by tests/test_moe_msrun.py::
 
 Each rank writes the experts its MoE layers chose at every measured step (the layers keep them:
 ``tests/moe_model.py``) to ``OUT/kept.<train|loop>.rank<R>.json``: ``{step: {layer: [count per expert]}}``.
+
+The ``Model.train`` part also profiles (one launch for tests/test_moe_msrun.py's two concerns): rank 1's batch
+``BAD_AT`` has its inputs x 1000, its loss crosses ``warn_on_value`` (rank 1 alone: the update is clipped to a global norm
+of 0.1, so the next steps are normal everywhere), and ``thresholds: {actions: [profile]}`` profiles 3 steps on every
+rank.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import mindspore as ms
@@ -29,7 +35,7 @@ from moe_model import EXPERTS, MoENet, batches, kept  # noqa: E402
 
 import mindwatch.mindspore as mw  # noqa: E402
 
-TOKENS, EVERY = 16, 5
+TOKENS, EVERY, BAD_AT = 16, 5, 12
 
 
 def counts_of(net: MoENet) -> dict[str, list[int]]:
@@ -37,6 +43,9 @@ def counts_of(net: MoENet) -> dict[str, list[int]]:
 
 
 class Keep(Callback):
+    """The kept counts of each measured step; from ``BAD_AT`` on, 0.1 s a step (the threshold's request reaches the
+    training while it still runs: the rules run on the worker, up to a quarter of a second behind)."""
+
     def __init__(self, net: MoENet, out: dict) -> None:
         self.net, self.out = net, out
 
@@ -44,6 +53,8 @@ class Keep(Callback):
         step = int(run_context.original_args().cur_step_num)
         if step % EVERY == 0:
             self.out[step] = counts_of(self.net)
+        if step >= BAD_AT:
+            time.sleep(0.1)
 
 
 def main() -> None:
@@ -59,10 +70,20 @@ def main() -> None:
 
     ms.set_seed(0)
     net = MoENet(TOKENS)
-    train_net = mw.TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 1e-3))
-    data = ds.GeneratorDataset(batches(args.steps, TOKENS, seed=10 + rank), ["x", "y"], shuffle=False)
+    optimizer = nn.Adam(net.trainable_params(), 1e-3)
+    train_net = mw.TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), optimizer, max_grad_norm=0.1)
+    data_of_rank = batches(args.steps, TOKENS, seed=10 + rank)
+    if rank == 1:
+        x, y = data_of_rank[BAD_AT - 1]
+        data_of_rank[BAD_AT - 1] = (x * 1000, y)
+    data = ds.GeneratorDataset(data_of_rank, ["x", "y"], shuffle=False)
     seen: dict[int, dict] = {}
-    monitor = mw.MonitorCallback({**config, "project": "train"})
+    profiling = {
+        "callback": {"params": {"warn_on_value": {"loss": 1e4}}},
+        "alerts": {"thresholds": {"actions": ["profile"]}},
+        "profile": {"steps": 3},
+    }
+    monitor = mw.MonitorCallback({**config, **profiling, "project": "train"})
     Model(train_net).train(1, data, callbacks=[monitor, Keep(net, seen)], dataset_sink_mode=False)
     Path(args.save_dir, f"kept.train.rank{rank}.json").write_text(json.dumps(seen))
 
