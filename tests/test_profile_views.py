@@ -52,7 +52,6 @@ class Asked:
     """What the person saw asking for a profile from the run page while the run trained."""
 
     run: Run
-    logdir: Path
     url: str  # the dashboard: --allow-control, TOKEN
     default_steps: str  # the steps field before they typed
     answer: str  # what the page said once the training took the request
@@ -62,7 +61,8 @@ class Asked:
 
 def train(logdir: Path, failed: list[BaseException]) -> None:
     """A small MLP regression (GRAPH, Adam) whose batches come ``PACE`` s apart, ended a few steps after a profile's last
-    step (its note no longer says ``profiling``). In a thread of this process: the browser stays on the main thread."""
+    step (its note no longer says ``profiling``: the run ends ``stopped``, by the training loop). In a thread of this
+    process: the browser stays on the main thread."""
     try:
         import mindspore as ms
         from mindspore import dataset as ds
@@ -140,7 +140,7 @@ def asked(tmp_path_factory: pytest.TempPathFactory, chromium: Browser) -> Iterat
         assert not training.is_alive() and not failed, failed
         while live_states[-1] != "done":  # the run's end waits for MindSpore's analysis
             live_states.append(wait_for(lambda: (s := shown()) != live_states[-1] and s, 30, "the profile's next state"))
-        yield Asked(mindwatch.open_run(run_dir), logdir, url, default_steps, answer, live_states, rebuilt)
+        yield Asked(mindwatch.open_run(run_dir), url, default_steps, answer, live_states, rebuilt)
     finally:
         context.close()
         server.kill()
@@ -167,7 +167,7 @@ def test_the_profile_button_files_a_profile_request_of_the_steps_asked_and_the_p
     (request,) = requests
     assert (request["action"], request["steps"], request["reason"]) == ("profile", STEPS_ASKED, REASON)
     assert request["requested_by"].endswith("(dashboard, from 127.0.0.1)")
-    assert asked.default_steps == "5", "the field starts at the run's default, profile.steps"
+    assert asked.default_steps == "", "the field starts empty: the run's own profile.steps"
     # the answer names the first profiled step, the one the profile's folder and note have
     assert asked.answer == f"profile: taken at step {profile.first_step}"
     assert (profile.steps, profile.note.rule, profile.reason) == (STEPS_ASKED, "request", REASON)
@@ -246,9 +246,10 @@ def test_the_api_serves_the_profiles_as_the_reader_reads_them_and_no_file_outsid
     (served,) = api.get("/api/profiles", params={"run": RUN_ID}).json()["profiles"]
     assert (served["first_step"], served["last_step"], served["steps"], served["ranks"]) == (first, first + 2, 3, [0])
     assert (served["reason"], served["rule"], served["state"]) == (REASON, "request", "done")
-    assert served["rank_parts"] == [
-        {"rank": 0, "state": "done", "error": None, "folder": f"profiles/step_{first}/rank0/{rank.folder.name}", "trace": True}
-    ]
+    (part,) = served["rank_parts"]
+    assert part.pop("top_ops") == [vars(op) for op in rank.top_ops]
+    folder = f"profiles/step_{first}/rank0/{rank.folder.name}"
+    assert part == {"rank": 0, "state": "done", "error": None, "folder": folder, "trace": True}
     assert [(o["op_type"], o["ms"], o["share"]) for o in served["ops"]] == [
         (o.op_type, [o.total_ms], [o.share]) for o in rank.top_ops
     ]

@@ -17,7 +17,11 @@ of its own but a mark at each step it happened on the charts of its group (the l
 section (:mod:`mindwatch.analysis.eval_table`): the dashboard's Evaluation card (the evaluation loss beside the
 training's loss, the best marked) and a table of every evaluation with its primary's distance from the best. A run
 with MoE routing statistics has a Mixture of experts section: each expert's load at a step (the newest; a slider picks
-another), and the imbalance, the router's entropy and the dropped share per MoE layer over the steps.
+another), and the imbalance, the router's entropy and the dropped share per MoE layer over the steps. A run with
+profiles (the ``profile`` action) has a Profiles section: each profile as the run page's Profiles panel shows it
+(:mod:`mindwatch.analysis.profile_summary`): its steps, who or which alert asked, the top op types with every rank
+side by side (the rank that spent the most on each marked), the profiled steps' time against the steps before, and
+each rank's folder to open in MindStudio Insight.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from mindwatch.analysis.eval_table import EvalTable, ResultTables, eval_table, l
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, bin_layers, layer_order
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import series_window
+from mindwatch.analysis.profile_summary import ProfileSummary, profile_summaries
 from mindwatch.analysis.progress import Progress
 from mindwatch.analysis.rewinds import run_rewinds
 from mindwatch.analysis.state_colours import state_css
@@ -138,6 +143,7 @@ def render_report(runs: list[Run]) -> str:
             '<div class="grid" id="layers"></div>',
             "<h2>Mixture of experts</h2>" if data["experts"] or data["moe"] else "",
             '<div class="grid" id="moe"></div>',
+            _profiles_section(profile_summaries(main)),
             "<h2>Alerts</h2>",
             '<div class="grid" id="alerts-chart"></div>',
             _alerts_table(runs, labels),
@@ -608,6 +614,73 @@ def _alerts_table(runs: list[Run], labels: list[str]) -> str:
 
 def _record_of(run: Run, rank: int, step: int) -> dict[str, Any] | None:
     return record_at(run.layout.metrics(rank), step)
+
+
+def _profiles_section(profiles: list[ProfileSummary]) -> str:
+    """The main run's profiles, each as the run page's Profiles panel shows it; nothing without one."""
+    if not profiles:
+        return ""
+    out = ["<h2>Profiles</h2>"]
+    for p in profiles:
+        out.append(
+            f'<h3 id="profile-{p.first_step}">steps {p.first_step}–{p.last_step}</h3>'
+            f'<p class="muted">{_e(p.ranks_text())} · {_e(p.state_text())} · asked by {_e(p.asked)}</p>'
+        )
+        out.append(_profile_table(p))
+        folders = "".join(
+            f'<li data-rank="{r.rank}">rank {r.rank}: open <code>{_e(r.folder)}</code> in MindStudio Insight'
+            + (" (its Chrome trace: <code>ASCEND_PROFILER_OUTPUT/trace_view.json</code> in it)" if r.trace else "")
+            + (f' · <span class="sev-error">{_e(r.error)}</span>' if r.error else "")
+            + "</li>"
+            for r in p.rank_parts
+            if r.folder
+        )
+        out.append(f'<ul class="profile-files">{folders}</ul>' if folders else "")
+    return "".join(out)
+
+
+def _profile_table(p: ProfileSummary) -> str:
+    """The top op types (a row each) with every rank side by side (time, share; the rank that spent the most marked),
+    then each rank's mean step time over the profiled steps and the steps before."""
+    head = '<tr><th rowspan="2">op type</th>' + "".join(f'<th colspan="2">rank {r}</th>' for r in p.ranks) + "</tr>"
+    head += "<tr>" + "<th>time</th><th>share</th>" * len(p.ranks) + "</tr>"
+    rows = []
+    for op in p.ops:
+        cells = []
+        for i, rank in enumerate(p.ranks):
+            ms, share = op.ms[i], op.share[i]
+            most = ' class="num most"' if i == op.most else ' class="num"'
+            cells.append(
+                f'<td{most} data-rank="{rank}" data-ms="{"" if ms is None else ms!r}">{_e(_ms(ms))}</td>'
+                f'<td class="num">{_e(_percent(share))}</td>'
+            )
+        rows.append(f'<tr data-op="{_e(op.op_type)}"><th>{_e(op.op_type)}</th>{"".join(cells)}</tr>')
+    # each rank's: the profiled steps' mean step time (s), the steps before's, and how many times as long
+    times = [
+        ("during", f"step time, steps {p.first_step}–{p.last_step}", [t.profiled for t in p.step_times]),
+        ("before", f"step time, the {p.steps_before} steps before", [t.before for t in p.step_times]),
+        ("ratio", "times as long", [t.ratio for t in p.step_times]),
+    ]
+    foot = "".join(
+        f'<tr data-times="{key}"><th>{_e(label)}</th>'
+        + "".join(
+            f'<td class="num" colspan="2" data-value="{"" if v is None else v!r}">'
+            + _e(("-" if v is None else f"×{v:.2f}") if key == "ratio" else _ms(None if v is None else 1000 * v))
+            + "</td>"
+            for v in values
+        )
+        + "</tr>"
+        for key, label, values in times
+    )
+    empty = "" if p.ops else '<caption class="muted">no op statistics: MindSpore writes them when the profile stops</caption>'
+    return (
+        f'<table class="profile-ops" data-first-step="{p.first_step}">{empty}<thead>{head}</thead>'
+        f'<tbody>{"".join(rows)}</tbody><tfoot class="profile-times">{foot}</tfoot></table>'
+    )
+
+
+def _ms(ms: float | None) -> str:
+    return "-" if ms is None else f"{format_number(ms)} ms"
 
 
 def _rewinds_table(runs: list[Run], labels: list[str]) -> str:

@@ -1,10 +1,11 @@
-"""The dashboard's side of a person's requests (stop, checkpoint, lr, batch): ``POST /api/request`` files one.
+"""The dashboard's side of a person's requests (stop, checkpoint, lr, batch, profile): ``POST /api/request`` files one.
 
 Example::
 
     control = ControlApi(catalog, allowed=True)       # mindwatch serve --allow-control (a token is always set then)
     POST /api/request?run=proj/run_1  {"action": "stop", "reason": "diverged"}  -> {"id": ..., "requested_by": ...}
     POST /api/request?run=proj/run_1  {"action": "batch", "size": 64}           -> the same (a DynamicBatch's size)
+    POST /api/request?run=proj/run_1  {"action": "profile", "steps": 5}         -> the same (MindSpore's profiler)
     GET  /api/request?run=proj/run_1&id=<id>                                    -> the training's answer (or null)
     POST /api/notes?run=proj/run_1    {"name": "baseline", "note": "..."}       -> the run's notes.json
 
@@ -28,13 +29,14 @@ from mindwatch.store.notes import write_notes
 from mindwatch.store.requests import RequestError, file_request, read_answer, requester
 
 #: The requests the dashboard's buttons make (``set`` stays in the CLI): action -> its button (``factor``: a factor
-#: field; ``size``: a batch size field).
+#: field; ``size``: a batch size field; ``steps``: a field of steps to profile, empty for the run's ``profile.steps``).
 BUTTONS: dict[str, dict[str, Any]] = {
     "stop": {"label": "Stop"},
     "checkpoint": {"label": "Checkpoint"},
     "lr": {"label": "LR ×", "factor": 0.5, "confirm": "multiply the learning rate by"},
     "rewind": {"label": "Rewind"},
     "batch": {"label": "Batch size", "size": True, "confirm": "set the batch size to"},
+    "profile": {"label": "Profile", "steps": True, "confirm": "profile the next steps:"},
 }
 
 
@@ -102,9 +104,20 @@ class ControlApi:
                 reason=str(reason)[:500] if reason else None,
                 factor=float(factor) if isinstance(factor, (int, float, str)) and str(factor).strip() else None,
                 size=body.get("size"),
+                steps=_steps(body.get("steps")) if body["action"] == "profile" else None,
                 requested_by=f"{requester()} (dashboard, from {client})",
             )
-        except ValueError as e:  # RequestError, or a factor that is no number
+        except ValueError as e:  # RequestError, or a factor or steps that are no number
             status = 409 if isinstance(e, RequestError) and "not running" in str(e) else 400
             return JSONResponse({"error": str(e)}, status_code=status)
         return JSONResponse(filed)
+
+
+def _steps(raw: Any) -> int | None:
+    """A profile's steps from the request body (a number or its text; absent: the run's ``profile.steps``)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not text.isdigit():
+        raise BadRequest(f"steps takes a whole number of steps to profile, 1 to 1000, not {text[:40]!r}")
+    return int(text)

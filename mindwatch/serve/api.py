@@ -13,6 +13,8 @@ Example (with the app from :func:`mindwatch.serve.app.create_app`)::
     GET /api/histograms?run=gpt/run_1&rank=0             # the layers' last weight and gradient histograms
     GET /api/compare?runs=gpt/run_1,gpt/run_2&metric=loss&x=elapsed   # one metric of every run
     GET /api/compare/runs?runs=gpt/run_1,gpt/run_2                     # their summaries and config keys
+    GET /api/profiles?run=gpt/run_1                      # the profile action's profiles, each summarised
+    GET /api/profile-trace?run=gpt/run_1&step=61&rank=0  # a rank's Chrome trace of the profile from step 61, as a file
 
 Every bad query value is a 400 with a message that says what to send; nothing else is exposed. The queries are plain
 functions named for what they return (:func:`thinned_series`, :func:`band_points`, ...); :class:`Api`'s methods are the
@@ -24,10 +26,11 @@ from __future__ import annotations
 import math
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 
 from mindwatch import metrics as vocab
 from mindwatch.analysis.bands import CROSS_RANK_METRICS
@@ -36,15 +39,17 @@ from mindwatch.analysis.eval_table import eval_table
 from mindwatch.analysis.heatmap import HEATMAP_BUCKETS, family_grid
 from mindwatch.analysis.histograms import KINDS, histogram_grid
 from mindwatch.analysis.lines import X_KINDS, elapsed_origin, series_window
+from mindwatch.analysis.profile_summary import profile_summaries
 from mindwatch.analysis.progress import run_progress
 from mindwatch.analysis.state_colours import state_css
 from mindwatch.analysis.summary import summarize_run
 from mindwatch.analysis.tags import tag_texts
 from mindwatch.checks.listing import RuleError, runs_page
 from mindwatch.serve.cursor import cursor_of
-from mindwatch.serve.views import BadRequest, Catalog, RunView
+from mindwatch.serve.views import BadRequest, Catalog, NotFound, RunView
 from mindwatch.store.csvfile import csv_text, point_cells
 from mindwatch.store.jsonl import encode_number
+from mindwatch.store.profiles import read_profiles
 
 MAX_POINTS = 20_000
 MAX_COMPARE = 12
@@ -296,6 +301,31 @@ def histogram_grids(view: RunView, rank: int | None) -> dict[str, Any]:
         return {"run": view.id, "rank": rank, **{kind: g.as_dict() if g else None for kind, g in grids.items()}}
 
 
+def run_profiles(view: RunView) -> dict[str, Any]:
+    """The run's profiles (:mod:`mindwatch.analysis.profile_summary`), by first step: ``{run, profiles: [...]}``."""
+    view.refresh()
+    with view.lock:
+        return {"run": view.id, "profiles": [p.wire() for p in profile_summaries(view)]}
+
+
+def profile_trace(view: RunView, step: int, rank: int) -> Path:
+    """Rank ``rank``'s Chrome trace (``trace_view.json``) of the profile from ``step``, where
+    :mod:`mindwatch.store.profiles` finds it; NotFound when there is none (yet), or its real path is outside LOGDIR."""
+    for profile in read_profiles(view.layout):
+        part = profile.ranks.get(rank) if profile.first_step == step else None
+        if part is not None and part.trace is not None and view.readable(part.trace):
+            return part.trace
+    raise NotFound(
+        f"run {view.id!r} has no trace of rank {rank} for a profile from step {step} "
+        "(GET /api/profiles lists its profiles; a trace comes once MindSpore has analysed the profile)"
+    )
+
+
+def trace_file_name(run_id: str, step: int, rank: int) -> str:
+    """``gpt_run_1_step61_rank0_trace_view.json``: in characters every file system takes."""
+    return re.sub(r"[^\w.-]+", "_", f"{run_id}_step{step}_rank{rank}")[:120] + "_trace_view.json"
+
+
 def page_vocabulary() -> dict[str, Any]:
     """What the pages read once (``GET /api/vocabulary``): the metric vocabulary (:func:`mindwatch.metrics.vocabulary`)
     and ``state_css``, the states' colours (:func:`mindwatch.analysis.state_colours.state_css`)."""
@@ -385,6 +415,17 @@ class Api:
 
     def compare_runs(self, req: Request) -> JSONResponse:
         return JSONResponse(compare_tables(runs_param(req, self.catalog)))
+
+    def profiles(self, req: Request) -> JSONResponse:
+        return JSONResponse(run_profiles(run_param(req, self.catalog)))
+
+    def profile_trace(self, req: Request) -> Response:
+        view = run_param(req, self.catalog)
+        step, rank = int_param(req, "step", None, 0, 1 << 40), int_param(req, "rank", None, 0, 1 << 20)
+        if step is None or rank is None:
+            raise BadRequest("step and rank are required: a profile's first step and one of its ranks, from /api/profiles")
+        path = profile_trace(view, step, rank)
+        return FileResponse(path, media_type="application/json", filename=trace_file_name(view.id, step, rank))
 
 
 def _plain_alert(alert: dict[str, Any]) -> dict[str, Any]:

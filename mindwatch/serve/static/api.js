@@ -44,6 +44,10 @@ export const api = {
     getJSON(`/api/compare?runs=${runs.map(encodeURIComponent).join(",")}&${query({ metric, x, points })}`),
   /** The runs' summaries (mindwatch.analysis.summary) and config keys: {runs: [{id, summary, rank_text, metrics}], config}. */
   compareRuns: (runs) => getJSON(`/api/compare/runs?runs=${runs.map(encodeURIComponent).join(",")}`),
+  /** The profile action's profiles, each summarised (mindwatch.analysis.profile_summary): {profiles: [...]}. */
+  profiles: (run) => getJSON(`/api/profiles?${query({ run })}`),
+  /** Where a rank's Chrome trace of the profile from ``step`` downloads (a file, not JSON). */
+  profileTraceUrl: (run, step, rank) => `/api/profile-trace?${query({ run, step, rank })}`,
 };
 
 /**

@@ -11,6 +11,7 @@ import { mergePoints } from "./series.js";
 import { chartFrame, csvUrl } from "./chart_tools.js";
 import { LayersView, hasLayers } from "./layers_view.js";
 import { HistogramsView } from "./histograms_view.js";
+import { ProfilesView } from "./profiles_view.js";
 import { ChartCard, chartGroups } from "./run_charts.js";
 import { POINTS } from "./series.js";
 import { expertFamilies, heatFamilies, isEvalMetric, loadVocabulary, perWords, vocab } from "./vocabulary.js";
@@ -19,7 +20,7 @@ import { RunNotes } from "./run_notes.js";
 import { MANY_RANKS, bannerText, progressBar, runControls, sidePanel, stateBadge } from "./run_panels.js";
 
 const DRAW_MS = 100; // live points are drawn at most this often
-const DERIVED_MS = 1000; // the heat map, the bands and the best evaluations are the server's: fetched again at most this often
+const DERIVED_MS = 1000; // the heat map, the bands, the best evaluations, the profiles are the server's: fetched again at most this often
 const ZOOM_MS = 250;
 const RESCAN_MS = 10000;
 const OUTLIER_RANKS = 5;
@@ -60,7 +61,7 @@ export class RunPage {
     this.disposed = false;
     this.outliers = []; // many ranks: the ranks the overlay draws by default
     this.pickedRank = (params && params.has("rank")) || false;
-    this.timers = { draw: null, derived: null, zoom: null, evaluation: null };
+    this.timers = { draw: null, derived: null, zoom: null, evaluation: null, profiles: null };
     this.zoomOrigin = null;
     this.status = null; // the run's state, as the server last said it (the live stream's "state")
     this.progressNow = null; // its progress, as the server last said it (the live stream's "progress")
@@ -73,6 +74,7 @@ export class RunPage {
     this.actions = new RunActions(runId); // stop / checkpoint / lr buttons, only with --allow-control
     this.grid = h("section", { class: "charts", id: "charts" });
     this.side = h("aside", { class: "side" });
+    this.profiles = new ProfilesView(runId); // the profile action's profiles, above the charts once the run has one
     document.title = `mindwatch: ${runId}`;
     this.notes = new RunNotes(runId); // its display name and note; rename / note buttons only with --allow-control
     main.replaceChildren(
@@ -81,7 +83,7 @@ export class RunPage {
       this.banner,
       this.controls,
       this.waiting,
-      h("div", { class: "run-body" }, this.grid, this.side),
+      h("div", { class: "run-body" }, h("div", { class: "run-main" }, this.profiles.el, this.grid), this.side),
     );
     this.onResize = () => this.views().forEach((v) => v.resize());
     window.addEventListener("resize", this.onResize);
@@ -139,6 +141,7 @@ export class RunPage {
     this.serverOffset = Date.now() / 1000 - this.info.status.now;
     this.notes.show(this.info.notes);
     this.alerts = (await api.alerts(this.runId)).alerts;
+    await this.profiles.refresh().catch(() => {}); // before the side bar: an alert that asked for a profile links it
     this.renderControls();
     this.renderSide();
     this.keepView();
@@ -339,7 +342,8 @@ export class RunPage {
   }
 
   renderSide() {
-    this.side.replaceChildren(...sidePanel(this.info, this.alerts, (layer) => this.layers && this.layers.pick(layer)));
+    const onLayer = (layer) => this.layers && this.layers.pick(layer);
+    this.side.replaceChildren(...sidePanel(this.info, this.alerts, onLayer, this.profiles));
   }
 
   showProgress(p) {
@@ -408,8 +412,10 @@ export class RunPage {
           this.alerts = this.alerts.concat(d.alerts);
           this.renderSide();
           this.scheduleDraw();
+          this.refreshProfiles(); // a profile taken, or a request folded into one: its alert came with it
         },
         state: (st) => {
+          if (this.status && st.state !== this.status.state) this.refreshProfiles(); // an end waits for the analyses
           this.status = st;
           this.showStatus(st);
           if (this.progressNow) this.showProgress(this.progressNow); // its look follows the state
@@ -437,6 +443,7 @@ export class RunPage {
   }
 
   refreshDerived() {
+    if (this.profiles.busy()) this.refreshProfiles(); // recorded, stopped, analysed: its state and step times move
     if (this.timers.derived || !(this.heats.size || this.layers || this.bandsShown())) return;
     this.timers.derived = setTimeout(async () => {
       try {
@@ -466,6 +473,19 @@ export class RunPage {
         /* the next evaluation asks again */
       }
       this.timers.evaluation = null;
+    }, DERIVED_MS);
+  }
+
+  /** The profiles, asked for again at most every DERIVED_MS; the alerts that asked for one link it once it is listed. */
+  refreshProfiles() {
+    if (this.timers.profiles) return;
+    this.timers.profiles = setTimeout(async () => {
+      try {
+        if ((await this.profiles.refresh()) && !this.disposed) this.renderSide();
+      } catch (e) {
+        /* the next alert, points or state ask again */
+      }
+      this.timers.profiles = null;
     }, DERIVED_MS);
   }
 

@@ -100,12 +100,25 @@ function xSelect(value, onX) {
 }
 
 /** The side bar: the last 200 alerts (newest first), then tags, the run's meta and config; an alert that names a layer
- * links to it (``onLayer(layer)``). Two sections: on a narrow screen the alerts come before the charts (style.css). */
-export function sidePanel(info, alerts, onLayer) {
+ * links to it (``onLayer(layer)``), one that asked for a profile or reported it links to the profile (``profiles``:
+ * the run page's ProfilesView, its ``profileOf(alert)`` and ``reveal(firstStep)``). Two sections: on a narrow screen the
+ * alerts come before the charts (style.css). */
+export function sidePanel(info, alerts, onLayer, profiles) {
   const layerLink = (a) => {
     if (!a.layer || !onLayer) return "";
     const link = h("button", { type: "button", class: "layer-link link", "data-layer": a.layer }, `layer ${a.layer}`);
     link.addEventListener("click", () => onLayer(a.layer));
+    return h("span", {}, " → ", link);
+  };
+  const profileLink = (a) => {
+    const first = profiles ? profiles.profileOf(a) : null;
+    if (first === null) return "";
+    const link = h(
+      "button",
+      { type: "button", class: "profile-link link", "data-first-step": first },
+      `profile from step ${first}`,
+    );
+    link.addEventListener("click", () => profiles.reveal(first));
     return h("span", {}, " → ", link);
   };
   return [
@@ -129,6 +142,7 @@ export function sidePanel(info, alerts, onLayer) {
               " ",
               a.message || `${a.metric} = ${a.value}`,
               layerLink(a),
+              profileLink(a),
             ),
           ),
       ),
