@@ -37,7 +37,7 @@ def test_with_allow_control_a_request_needs_the_token_even_on_loopback(live_run:
     assert pending_requests(live_run) == []
 
     c = TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"})
-    actions = ["stop", "checkpoint", "lr", "rewind", "batch"]
+    actions = ["stop", "checkpoint", "lr", "rewind", "batch", "profile"]
     assert [b["action"] for b in c.get("/api/control").json()["actions"]] == actions
     r = c.post("/api/request?run=proj/run_live", json={"action": "lr", "factor": 0.5, "reason": "too fast"})
     assert r.status_code == 200, r.text

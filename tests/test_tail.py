@@ -125,9 +125,40 @@ def test_tail_of_a_killed_run_exits(tmp_path: Path) -> None:
     assert child.exitstatus == 0
 
 
+def line_reader(proc, timeout: float):  # noqa: ANN001, ANN201
+    """``next_line()``: the next line ``proc`` prints within ``timeout`` s, ``""`` once its output has ended (as
+    ``readline`` gives). A thread reads the pipe: ``select`` on it misses lines that an earlier ``readline`` already
+    buffered (two lines printed at once)."""
+    import queue
+    import threading
+
+    lines: queue.Queue[str | None] = queue.Queue()
+    ended = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def next_line() -> str:
+        if ended.is_set():
+            return ""
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"tail printed nothing within {timeout:g} s") from None
+        if line is None:
+            ended.set()
+            return ""
+        return line
+
+    return next_line
+
+
 def test_without_a_terminal_tail_prints_a_line_a_step_as_it_comes(tmp_path: Path) -> None:
     """Piped into a file or another program (no TTY), ``tail`` prints plain lines while the run goes on."""
-    import select
     import subprocess
 
     writer = start_run(tmp_path)
@@ -140,10 +171,7 @@ def test_without_a_terminal_tail_prints_a_line_a_step_as_it_comes(tmp_path: Path
     )
     assert proc.stdout is not None
 
-    def next_line() -> str:
-        ready, _, _ = select.select([proc.stdout], [], [], 20)
-        assert ready, "tail printed nothing within 20 s"
-        return proc.stdout.readline()
+    next_line = line_reader(proc, 20)
 
     try:
         first = next_line()
@@ -166,7 +194,6 @@ def test_without_a_terminal_tail_prints_a_line_a_step_as_it_comes(tmp_path: Path
 def test_an_evaluation_is_a_line_of_its_own_never_a_step(tmp_path: Path) -> None:
     """A loop that evaluates: ``tail`` (piped) prints each evaluation once, after its step's line, and a step's line
     holds the step's training values even when the newest record is the evaluation after it."""
-    import select
     import subprocess
 
     from evaluated_loop import EvaluatedLoop
@@ -183,10 +210,7 @@ def test_an_evaluation_is_a_line_of_its_own_never_a_step(tmp_path: Path) -> None
         )
         assert proc.stdout is not None
 
-        def next_line() -> str:
-            ready, _, _ = select.select([proc.stdout], [], [], 30)
-            assert ready, "tail printed nothing within 30 s"
-            return proc.stdout.readline()
+        next_line = line_reader(proc, 30)
 
         try:
             first = next_line()

@@ -179,9 +179,14 @@ def step_line(run: Run, rank: int | None = None) -> str:
     return f"step {rec.get('step', run.last_step)} {run.state}" + (f" | {shown}" if shown else "")
 
 
+#: A record's keys that say where it is, not what the step measured: not in a step's line.
+_WHERE = frozenset({"step", "t", "rank", *vocab.NOT_CHARTED})
+
+
 def _step_metric(name: str) -> bool:
-    """A training step's value, for its line: not a layer's (the dashboard's view), not an evaluation's."""
-    return not is_layer_metric(name) and not vocab.is_eval(name) and name not in (vocab.EVAL_TIME, vocab.EVAL_SAMPLES)
+    """A training step's value, for its line: not a layer's (the dashboard's view), not an evaluation's, not where the
+    record is (its step, time, rank, epoch)."""
+    return not is_layer_metric(name) and not vocab.is_eval(name) and name not in _WHERE
 
 
 def _step_values(run: Run, rank: int, step: Any) -> dict[str, Any]:
