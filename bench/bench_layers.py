@@ -15,13 +15,16 @@ noise floor of the wall ratios). Printed: each arm's mean step time per round, C
 ``--moe``: the demo's mixture of experts (``mindwatch demo --moe``: a top-2-of-4 MoE feed-forward a block) with its
 ``RouterStats``, per-layer statistics off: the routing counted never (``metrics`` without ``moe``: the cells' branch not
 taken), on every step (``moe.every: 1``: each step a measured one, so its ratio to the off arm is what a measured step's
-routing statistics cost; target <= 1.01) and every 10; then a stable-rank step on the trained MoE weights, 3-D experts
-included (``bench stable_rank``'s halves; target <= 5 % of its step).
+routing statistics cost; target <= 1.01) and every 10; then the graph alone (the train cell called in a Python loop,
+no callback: the counting branch on and off in alternating blocks of 25 steps, the median step of each block); then a
+stable-rank step on the trained MoE weights, 3-D experts included (``bench stable_rank``'s halves; target <= 5 % of
+its step).
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 
 from bench.bench_overhead import paired_ratios, print_cpu_table, print_rounds, rotating_rounds, round_options
 
@@ -67,7 +70,7 @@ def moe_rounds(steps: int, rounds: int, skip: int, d_model: int = 64, depth: int
         metrics = {"metrics": no_moe} if every is None else {"moe": {"every": every}}
         return lambda tmp: [MonitorCallback({"save_dir": tmp, **base, **metrics})]
 
-    total = steps * (4 * rounds + 1)
+    total = steps * (4 * rounds + 1) + GRAPH_ALONE_STEPS  # the learning rate table covers every step the model takes
 
     def training():
         settings = DemoSettings(steps=total, mode="graph", layer_stats=False, d_model=d_model, layers=depth, experts=4)
@@ -81,15 +84,50 @@ def moe_rounds(steps: int, rounds: int, skip: int, d_model: int = 64, depth: int
         "moe.every=1": (moe, moe_data, monitor(1)),
         "moe.every=10": (moe, moe_data, monitor(10)),
     }
-    return rotating_rounds(arms, steps, rounds, skip), moe
+    return rotating_rounds(arms, steps, rounds, skip), moe, moe_data
+
+
+#: Steps :func:`graph_alone` takes (its rounds of two blocks, and the two first steps).
+GRAPH_ALONE_STEPS = 12 * 2 * 25 + 2 * 25
+
+
+def graph_alone(model, data, rounds: int = 12, block: int = 25) -> tuple[list[float], list[float]]:
+    """The median step (s) of each block of ``block`` steps with the ``RouterStats`` branch on, and off: the train cell
+    called directly (no callback, no recording), the blocks alternating, ``rounds`` of each."""
+    import time
+
+    import mindspore as ms
+    from mindspore import ops
+
+    from mindwatch.mindspore.router_stats import router_stats_cells
+
+    net = model.train_network
+    cells = [cell for _, cell in router_stats_cells(net)]
+    it = data.create_tuple_iterator()
+    batches = [next(it) for _ in range(block)]
+
+    def run(on: bool) -> float:
+        for cell in cells:
+            ops.assign(cell.on, ms.Tensor(int(on), ms.int32))
+        times = []
+        for b in batches:
+            t = time.perf_counter()
+            net(*b)[0].asnumpy()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    run(True), run(False)  # both graphs' first steps
+    on, off = [], []
+    for r in range(rounds):
+        for flag in (True, False) if r % 2 else (False, True):
+            (on if flag else off).append(run(flag))
+    return on, off
 
 
 def _moe(args) -> None:  # noqa: ANN001
-    import statistics
-
     from bench.bench_stable_rank import stable_rank_cost
 
-    results, model = moe_rounds(args.steps, args.rounds, args.skip, args.d_model, args.depth)
+    results, model, model_data = moe_rounds(args.steps, args.rounds, args.skip, args.d_model, args.depth)
     head = f"{args.rounds} rotating rounds x {args.steps} steps, from step {args.skip}"
     print(f"demo MoE training (top-2 of 4 experts, d_model {args.d_model}, {args.depth} blocks, GRAPH, CPU), {head}:")
     print_rounds(results)
@@ -103,6 +141,13 @@ def _moe(args) -> None:  # noqa: ANN001
         },
     )
     print("  (target: a measured step's routing statistics <= 1 % of the step: moe.every=1 / off <= 1.01)")
+    on, off = graph_alone(model, model_data)
+    ratios = [a / b for a, b in zip(on, off, strict=True)]
+    print(
+        f"the graph alone (no callback), blocks of 25 steps: counting on {1e3 * statistics.median(on):.3f} ms, off "
+        f"{1e3 * statistics.median(off):.3f} ms (median of the blocks' medians); paired ratio median "
+        f"{statistics.median(ratios):.4f}, mean {statistics.mean(ratios):.4f}"
+    )
     step = statistics.median(r.step for r in results["routing off"])
     print(f"a stable-rank step on the trained MoE weights (the rounds' median mean step, routing off: {1e3 * step:.2f} ms):")
     for line in stable_rank_cost(model, step, 20):
