@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
-import numpy as np
 import pytest
 from conftest import CHROMIUM, wait_for
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,28 +27,27 @@ from mindwatch.store.reader import Run
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-STEPS, EVERY, LAYERS = 30, 5, ("blocks.0.moe", "blocks.1.moe")
-pytestmark = pytest.mark.slow  # a training shared by the module (~5 s), a dashboard and Chromium
+STEPS, EVERY, LAYERS = 30, 5, ("moe0", "moe1")
+pytestmark = pytest.mark.slow  # a training shared by the module (~4 s), a dashboard and Chromium
 needs_chromium = pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} is not installed")
 
 
 @pytest.fixture(scope="module")
 def moe_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """A TinyGPT whose blocks' feed-forwards are top-2-of-4 mixtures of experts, 30 steps in GRAPH mode (~5 s)."""
+    """Two top-2-of-4 MoE layers with 3-D expert weights (tests/moe_model.py), 30 steps in GRAPH mode (~3 s)."""
     import mindspore as ms
     import mindspore.dataset as ds
     from mindspore import nn
     from mindspore.train import Model
+    from moe_model import MoENet, batches
 
-    from mindwatch.demo.model import GPTConfig, LanguageModelLoss, TinyGPT
     from mindwatch.mindspore import MonitorCallback, TrainOneStepWithGradNorm
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_seed(0)
-    net = TinyGPT(GPTConfig(layers=2, d_model=32, heads=2, seq_length=16, experts=4, top_k=2))
-    step = TrainOneStepWithGradNorm(LanguageModelLoss(net), nn.Adam(net.trainable_params(), learning_rate=1e-3))
-    ids = np.random.default_rng(0).integers(0, 256, (STEPS, 4, 17)).astype(np.int32)
-    data = ds.GeneratorDataset([(b[:, :-1], b[:, 1:]) for b in ids], ["ids", "targets"], shuffle=False)
+    net = MoENet(tokens=32, k=2)
+    step = TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), learning_rate=1e-3))
+    data = ds.GeneratorDataset(batches(STEPS, 32), ["x", "y"], shuffle=False)
     config = {
         "save_dir": str(tmp_path_factory.mktemp("moe")),
         "project": "p",
@@ -134,7 +132,7 @@ def test_the_run_page_draws_each_experts_load_at_the_sliders_step_and_each_moe_l
         assert drawn(page, "chart-router-entropy")["title"] == "router entropy (nats) per MoE layer"
         # the stable rank of each expert's matrices, grouped by layer; no card of its own for any member
         weights = drawn(page, "chart-stable-rank")["rows"]
-        assert "stable_rank/network.blocks.0.moe.w_in/3" in weights and weights == sorted(weights, key=layer_order)
+        assert "stable_rank/moe0.experts/3" in weights and weights == sorted(weights, key=layer_order)
         ids = page.evaluate("() => [...document.querySelectorAll('.chart')].map((el) => el.id)")
         assert not [i for i in ids if "/" in i], ids
 
