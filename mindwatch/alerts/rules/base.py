@@ -291,9 +291,13 @@ class LayerRule(RuleBase):
             return []
         if not row.moments_settled and self.stat in _MOMENTS:  # v still grows from 0: no baseline yet
             return []
-        if row.layers != self.layers:  # the first row (or another model): start counting afresh
-            self.layers, self.run = row.layers, np.zeros(len(row.layers), np.int64)
-        values = np.asarray(row.values(self.stat), np.float64)
+        return self.judge_layers(rec, row.layers, np.asarray(row.values(self.stat), np.float64))
+
+    def judge_layers(self, rec: Record, layers: tuple[str, ...], values: np.ndarray) -> list[Alert]:
+        """Judge ``values`` (one per layer of ``layers``) of ``rec``'s step: an alert for each layer whose anomaly has
+        lasted ``count`` measured steps (once per streak)."""
+        if layers != self.layers:  # the first row (or another model): start counting afresh
+            self.layers, self.run = layers, np.zeros(len(layers), np.int64)
         bad = self.judge(values)
         self.run = np.where(bad, self.run + 1, 0)
         out = []

@@ -36,25 +36,12 @@ class RouterImbalanceRule(LayerMedianRule):
     settings_kind = RouterImbalanceSettings
 
     def check(self, rec: Record) -> list[Alert]:
+        """Each ``moe_imbalance/<layer>`` of the record (a MoE layer's is in the metrics, not in a layer row)."""
         found = {key[len(_PREFIX) :]: value_of(rec, key) for key in rec if key.startswith(_PREFIX)}
         layers = tuple(sorted(layer for layer, v in found.items() if v is not None))
         if not layers:
             return []
-        if layers != self.layers:  # the first measured step (or another model): start counting afresh
-            self.layers, self.run = layers, np.zeros(len(layers), np.int64)
-        values = np.array([found[layer] for layer in layers], np.float64)
-        self.run = np.where(self.judge(values), self.run + 1, 0)
-        return [
-            self._alert(
-                rec,
-                self.describe(layers[j], float(values[j]), j),
-                metric=f"{self.stat}/{layers[j]}",
-                value=float(values[j]),
-                threshold=self.threshold(j),
-                layer=layers[j],
-            )
-            for j in np.flatnonzero(self.run == self.count)  # once per streak
-        ]
+        return self.judge_layers(rec, layers, np.array([found[layer] for layer in layers], np.float64))
 
     def describe(self, layer: str, value: float, j: int) -> str:
         median = self.median[j]
